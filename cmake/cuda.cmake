@@ -1,0 +1,21 @@
+# ZT_CUDA=AUTO|ON|OFF. AUTO enables CUDA only when nvcc is found, so a machine
+# without the toolkit keeps building. The CUDA backend itself lands in a later
+# issue; for now this only decides whether CUDA is enabled and records it.
+set(ZT_HAVE_CUDA OFF)
+if(ZT_CUDA STREQUAL "ON" OR ZT_CUDA STREQUAL "AUTO")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    enable_language(CUDA)
+    set(ZT_HAVE_CUDA ON)
+  elseif(ZT_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "ZT_CUDA=ON but no CUDA compiler (nvcc) was found")
+  endif()
+elseif(NOT ZT_CUDA STREQUAL "OFF")
+  message(FATAL_ERROR "ZT_CUDA must be AUTO, ON or OFF (got '${ZT_CUDA}')")
+endif()
+message(STATUS "zerotrain: CUDA backend ${ZT_HAVE_CUDA} (ZT_CUDA=${ZT_CUDA})")

@@ -1,0 +1,65 @@
+/* The toy GPT: a GPT-2-style decoder (token + position embedding, L pre-LN
+ * blocks of causal self-attention and a GELU MLP, final LayerNorm, LM head,
+ * tied or untied). It declares its parameters in units (embedding, each block,
+ * final norm + head) and runs unit by unit through the engine's gather /
+ * grad_buffer / grads_ready API; it knows nothing of ranks or stages. */
+#ifndef ZT_GPT_H
+#define ZT_GPT_H
+
+#include <stdint.h>
+
+#include "zt_engine.h"
+#include "zt_tensor.h"
+#include "zt_units.h"
+
+typedef struct {
+    int layers, d_model, heads, seq_len, vocab, micro_batch;
+    int tied; /* 1: the LM head reuses the token embedding */
+    uint64_t seed;
+} zt_gpt_config;
+
+/* Parameter indices inside each block unit (declared in this order). */
+enum {
+    GPT_LN1_W, GPT_LN1_B, GPT_QKV_W, GPT_QKV_B, GPT_ATTPROJ_W, GPT_ATTPROJ_B,
+    GPT_LN2_W, GPT_LN2_B, GPT_FC_W, GPT_FC_B, GPT_FCPROJ_W, GPT_FCPROJ_B, GPT_BLOCK_NPARAMS
+};
+
+/* What one block keeps from forward for its backward, as offsets (in floats)
+ * into the block's single activation buffer. */
+typedef struct {
+    size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+    size_t total;
+} zt_gpt_block_layout;
+
+typedef struct {
+    zt_gpt_config cfg;
+    zt_model_spec *spec; /* heap: the unit table is large */
+    int unit_embed, unit_head, first_block;
+    int p_wte, p_wpe, p_lnf_w, p_lnf_b, p_lm_head; /* p_lm_head < 0 when tied */
+
+    /* Per micro-batch state between forward and backward. */
+    int B, T;                  /* shapes of the current micro-batch */
+    zt_tensor tokens;          /* [B,T] int32 (as fp32-sized words), category other */
+    zt_tensor targets;         /* [B,T] int32 */
+    zt_tensor encoded;         /* [B,T,C] activations: embedding output */
+    zt_tensor *block_acts;     /* [layers] one buffer each, laid out by zt_gpt_block_layout */
+    zt_tensor head_acts;       /* lnf [B,T,C], lnf_mean [B*T], lnf_rstd [B*T], probs [B,T,V], losses [B*T] */
+} zt_gpt;
+
+zt_status zt_gpt_create(zt_gpt *gpt, const zt_gpt_config *cfg, zt_error *err);
+void zt_gpt_destroy(zt_gpt *gpt);
+/* Initial parameter values (GPT-2 style), a zt_param_init_fn; arg is the zt_gpt. */
+void zt_gpt_init_param(void *arg, int unit, int param, float *dst);
+zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int T);
+
+/* Forward over tokens/targets (host arrays of B*T ids, T <= seq_len): keeps
+ * activations for backward and returns the mean loss over the B*T positions. */
+zt_status zt_gpt_forward(zt_gpt *gpt, zt_engine *eng, const int32_t *tokens, const int32_t *targets,
+                         int B, int T, float *mean_loss);
+/* Backward of the last forward; the loss gradient per position is dloss
+ * (1/(B*T*grad_accum) for a mean). Frees the activations as it goes. */
+zt_status zt_gpt_backward(zt_gpt *gpt, zt_engine *eng, float dloss);
+/* Frees any activations still held (after an error, or forward without backward). */
+void zt_gpt_free_activations(zt_gpt *gpt, zt_engine *eng);
+
+#endif

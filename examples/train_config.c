@@ -1,0 +1,360 @@
+#include "train_config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt_mem.h"
+
+typedef enum { OPT_INT, OPT_INT64, OPT_FLOAT, OPT_SIZE, OPT_STRING, OPT_CHOICE, OPT_BOOL } opt_kind;
+
+typedef struct {
+    const char *name; /* flag without "--"; the JSON key uses '_' for '-' */
+    opt_kind kind;
+    size_t offset;
+    size_t cap; /* bytes, for strings */
+    double min, max;
+    const char *choices; /* '|'-separated, for OPT_CHOICE */
+    const char *help;
+} opt_spec;
+
+#define F(field) offsetof(zt_train_config, field)
+#define S(field) offsetof(zt_train_config, field), sizeof(((zt_train_config *)0)->field)
+
+static const opt_spec options[] = {
+    {"config", OPT_STRING, S(config), 0, 0, NULL, "JSON file with any of these options (flags win)"},
+    {"layers", OPT_INT, F(layers), 0, 0, 256, NULL, "transformer blocks"},
+    {"d-model", OPT_INT, F(d_model), 0, 1, 65536, NULL, "model width (divisible by --heads)"},
+    {"heads", OPT_INT, F(heads), 0, 1, 1024, NULL, "attention heads"},
+    {"seq-len", OPT_INT, F(seq_len), 0, 1, 65536, NULL, "tokens per sequence"},
+    {"vocab", OPT_INT, F(vocab), 0, 2, 1 << 20, NULL, "vocabulary size (256 with a data file)"},
+    {"micro-batch", OPT_INT, F(micro_batch), 0, 1, 65536, NULL, "sequences per micro-batch per rank"},
+    {"tied", OPT_BOOL, F(tied), 0, 0, 1, NULL, "tie the LM head to the token embedding"},
+    {"data", OPT_STRING, S(data), 0, 0, NULL, "'markov' (seeded Markov source) or a file read as bytes"},
+    {"markov-order", OPT_INT, F(markov_order), 0, 1, 8, NULL, "tokens of context of the Markov source"},
+    {"markov-branch", OPT_INT, F(markov_branch), 0, 1, 1 << 20, NULL, "successors per context of the Markov source"},
+    {"steps", OPT_INT, F(steps), 0, 0, INT_MAX, NULL, "optimizer steps to run"},
+    {"warmup", OPT_INT, F(warmup), 0, 0, INT_MAX, NULL, "linear learning-rate warm-up steps"},
+    {"grad-accum", OPT_INT, F(grad_accum), 0, 1, 65536, NULL, "micro-batches per optimizer step"},
+    {"seed", OPT_INT64, F(seed), 0, 0, 9.2e18, NULL, "seed for parameters and data"},
+    {"lr", OPT_FLOAT, F(lr), 0, 0, 10, NULL, "peak learning rate (cosine decay after warm-up)"},
+    {"min-lr-frac", OPT_FLOAT, F(min_lr_frac), 0, 0, 1, NULL, "final learning rate as a fraction of --lr"},
+    {"weight-decay", OPT_FLOAT, F(weight_decay), 0, 0, 10, NULL, "AdamW weight decay (matrices only)"},
+    {"beta1", OPT_FLOAT, F(beta1), 0, 0, 0.999999, NULL, "Adam beta1"},
+    {"beta2", OPT_FLOAT, F(beta2), 0, 0, 0.999999999, NULL, "Adam beta2"},
+    {"eps", OPT_FLOAT, F(eps), 0, 1e-30, 1, NULL, "Adam epsilon"},
+    {"grad-clip", OPT_FLOAT, F(grad_clip), 0, 0, 1e30, NULL, "global gradient-norm clipping (0: off)"},
+    {"stage", OPT_INT, F(stage), 0, 0, 3, NULL, "ZeRO stage 0..3"},
+    {"offload", OPT_CHOICE, S(offload), 0, 0, "none|cpu", "optimizer state offload"},
+    {"recompute", OPT_CHOICE, S(recompute), 0, 0, "none|full", "activation recomputation"},
+    {"dtype", OPT_CHOICE, S(dtype), 0, 0, "fp32|bf16", "storage dtype of params and grads (compute is fp32)"},
+    {"device", OPT_CHOICE, S(device), 0, 0, "cpu|cuda", "compute device"},
+    {"bucket-size", OPT_SIZE, F(bucket_size), 0, 1, 1e15, NULL, "gradient reduction bucket size"},
+    {"prefetch", OPT_INT, F(prefetch), 0, 0, 16, NULL, "units gathered ahead at stage 3"},
+    {"mem-limit", OPT_SIZE, F(mem_limit), 0, 0, 1e18, NULL, "device memory cap, e.g. 512MiB (0: none)"},
+    {"threads", OPT_INT, F(threads), 0, 0, 1024, NULL, "threads per process (0: cores / ranks on this node)"},
+    {"log-dir", OPT_STRING, S(log_dir), 0, 0, NULL, "directory for rank<r>.jsonl and summary.json"},
+    {"quiet", OPT_BOOL, F(quiet), 0, 0, 1, NULL, "print only warnings and errors"},
+};
+#define NOPTIONS ((int)(sizeof options / sizeof options[0]))
+_Static_assert(sizeof options / sizeof options[0] <= sizeof(((zt_train_config *)0)->given), "grow zt_train_config.given");
+
+void zt_train_config_defaults(zt_train_config *c) {
+    memset(c, 0, sizeof *c);
+    c->layers = 2;
+    c->d_model = 64;
+    c->heads = 4;
+    c->seq_len = 64;
+    c->vocab = 64;
+    c->micro_batch = 8;
+    c->tied = 0;
+    snprintf(c->data, sizeof c->data, "markov");
+    c->markov_order = 1;
+    c->markov_branch = 4;
+    c->steps = 400;
+    c->warmup = 20;
+    c->grad_accum = 1;
+    c->seed = 1234;
+    c->lr = 3e-3;
+    c->min_lr_frac = 0.1;
+    c->weight_decay = 0.0;
+    c->beta1 = 0.9;
+    c->beta2 = 0.95;
+    c->eps = 1e-8;
+    c->grad_clip = 1.0;
+    c->stage = 0;
+    c->prefetch = 1;
+    c->threads = 0;
+    snprintf(c->offload, sizeof c->offload, "none");
+    snprintf(c->recompute, sizeof c->recompute, "none");
+    snprintf(c->dtype, sizeof c->dtype, "fp32");
+    snprintf(c->device, sizeof c->device, "cpu");
+    c->bucket_size = 25u << 20;
+}
+
+static const opt_spec *find_option(const char *name, int json_key, int *index) {
+    for (int i = 0; i < NOPTIONS; i++) {
+        const char *a = options[i].name, *b = name;
+        while (*a && *b && (*a == *b || (json_key && *a == '-' && *b == '_'))) a++, b++;
+        if (*a == '\0' && *b == '\0') {
+            *index = i;
+            return &options[i];
+        }
+    }
+    return NULL;
+}
+
+static int choice_ok(const char *choices, const char *v) {
+    size_t n = strlen(v);
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0) return 1;
+        p += len + (bar ? 1 : 0);
+    }
+    return 0;
+}
+
+/* Sets one option from its text form; `where` names the source for messages. */
+static zt_status set_from_text(zt_train_config *c, const opt_spec *o, const char *text, const char *where,
+                               zt_error *err) {
+    char *base = (char *)c + o->offset;
+    char *end = NULL;
+    errno = 0;
+    switch (o->kind) {
+    case OPT_INT:
+    case OPT_INT64: {
+        long long v = strtoll(text, &end, 10);
+        if (end == text || *end != '\0' || errno != 0)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "%s: '%s' is not an integer", where, text);
+        if ((double)v < o->min || (double)v > o->max)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "%s: %lld is out of range [%.0f, %.0f]", where, v, o->min, o->max);
+        if (o->kind == OPT_INT) *(int *)base = (int)v;
+        else *(int64_t *)base = (int64_t)v;
+        return ZT_OK;
+    }
+    case OPT_FLOAT: {
+        double v = strtod(text, &end);
+        if (end == text || *end != '\0' || errno != 0 || !isfinite(v))
+            return ZT_FAIL(err, ZT_ERR_INVALID, "%s: '%s' is not a number", where, text);
+        if (v < o->min || v > o->max)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "%s: %g is out of range [%g, %g]", where, v, o->min, o->max);
+        *(double *)base = v;
+        return ZT_OK;
+    }
+    case OPT_SIZE: {
+        size_t v;
+        zt_error sub = {0};
+        if (zt_parse_size(text, &v, &sub) != ZT_OK)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "%s: %s", where, sub.msg);
+        if ((double)v < o->min || (double)v > o->max)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "%s: %zu bytes is out of range", where, v);
+        *(size_t *)base = v;
+        return ZT_OK;
+    }
+    case OPT_STRING:
+        if (strlen(text) + 1 > o->cap)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "%s: value is longer than %zu characters", where, o->cap - 1);
+        snprintf(base, o->cap, "%s", text);
+        return ZT_OK;
+    case OPT_CHOICE:
+        if (!choice_ok(o->choices, text))
+            return ZT_FAIL(err, ZT_ERR_INVALID, "%s: '%s' is not one of %s", where, text, o->choices);
+        snprintf(base, o->cap, "%s", text);
+        return ZT_OK;
+    case OPT_BOOL:
+        if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0) *(int *)base = 1;
+        else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0) *(int *)base = 0;
+        else return ZT_FAIL(err, ZT_ERR_INVALID, "%s: '%s' is not a boolean (true/false)", where, text);
+        return ZT_OK;
+    }
+    return ZT_FAIL(err, ZT_ERR_INTERNAL, "%s: unknown option kind", where);
+}
+
+static const char *kind_name(opt_kind k) {
+    switch (k) {
+    case OPT_INT: case OPT_INT64: return "an integer";
+    case OPT_FLOAT: return "a number";
+    case OPT_SIZE: return "a size (integer bytes or a string like \"512MiB\")";
+    case OPT_STRING: case OPT_CHOICE: return "a string";
+    case OPT_BOOL: return "a boolean";
+    }
+    return "?";
+}
+
+static zt_status load_json(zt_train_config *c, const char *path, zt_error *err) {
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: line %d, column %d: %s", path, jerr.line, jerr.column,
+                       jerr.text);
+    zt_status st = ZT_OK;
+    if (!json_is_object(root)) {
+        st = ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: the top level must be a JSON object", path);
+        goto done;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        int idx;
+        const opt_spec *o = find_option(key, 1, &idx);
+        char where[600];
+        snprintf(where, sizeof where, "--config %s: key \"%s\"", path, key);
+        if (!o || strcmp(key, "config") == 0) {
+            st = ZT_FAIL(err, ZT_ERR_INVALID, "%s is not a known option (see --help)", where);
+            goto done;
+        }
+        char text[600];
+        int ok = 1;
+        switch (o->kind) {
+        case OPT_INT:
+        case OPT_INT64:
+            ok = json_is_integer(val);
+            if (ok) snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
+            break;
+        case OPT_FLOAT:
+            ok = json_is_number(val);
+            if (ok) snprintf(text, sizeof text, "%.17g", json_number_value(val));
+            break;
+        case OPT_SIZE:
+            ok = json_is_integer(val) || json_is_string(val);
+            if (json_is_integer(val)) {
+                ok = json_integer_value(val) >= 0;
+                snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
+            } else if (ok) snprintf(text, sizeof text, "%s", json_string_value(val));
+            break;
+        case OPT_STRING:
+        case OPT_CHOICE:
+            ok = json_is_string(val);
+            if (ok) snprintf(text, sizeof text, "%s", json_string_value(val));
+            break;
+        case OPT_BOOL:
+            ok = json_is_boolean(val);
+            if (ok) snprintf(text, sizeof text, "%s", json_is_true(val) ? "true" : "false");
+            break;
+        }
+        if (!ok) {
+            st = ZT_FAIL(err, ZT_ERR_INVALID, "%s must be %s", where, kind_name(o->kind));
+            goto done;
+        }
+        if ((st = set_from_text(c, o, text, where, err)) != ZT_OK) goto done;
+        c->given[idx] = 1;
+    }
+done:
+    json_decref(root);
+    return st;
+}
+
+zt_status zt_train_config_parse(zt_train_config *c, int argc, char **argv, int *want_help, zt_error *err) {
+    *want_help = 0;
+    /* The config file first, wherever --config appears, so flags override it. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            *want_help = 1;
+            return ZT_OK;
+        }
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) return ZT_FAIL(err, ZT_ERR_INVALID, "--config needs a file name");
+            snprintf(c->config, sizeof c->config, "%s", argv[i + 1]);
+            ZT_TRY(load_json(c, argv[i + 1], err));
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "unexpected argument '%s' (options start with --; see --help)", arg);
+        char name[64];
+        const char *eq = strchr(arg + 2, '=');
+        size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+        if (len >= sizeof name) return ZT_FAIL(err, ZT_ERR_INVALID, "unknown option '%s' (see --help)", arg);
+        memcpy(name, arg + 2, len);
+        name[len] = '\0';
+        int idx;
+        const opt_spec *o = find_option(name, 0, &idx);
+        if (!o) return ZT_FAIL(err, ZT_ERR_INVALID, "unknown option '--%s' (see --help)", name);
+        const char *value;
+        if (eq) value = eq + 1;
+        else if (o->kind == OPT_BOOL && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) value = "true";
+        else {
+            if (i + 1 >= argc) return ZT_FAIL(err, ZT_ERR_INVALID, "option '--%s' needs a value", name);
+            value = argv[++i];
+        }
+        if (strcmp(name, "config") == 0) continue; /* already loaded */
+        char where[80];
+        snprintf(where, sizeof where, "--%s", name);
+        ZT_TRY(set_from_text(c, o, value, where, err));
+        c->given[idx] = 1;
+    }
+    return ZT_OK;
+}
+
+int zt_train_config_given(const zt_train_config *c, const char *name) {
+    int idx;
+    return find_option(name, 0, &idx) ? c->given[idx] : 0;
+}
+
+zt_status zt_train_config_validate(const zt_train_config *c, zt_error *err) {
+    if (c->d_model % c->heads != 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--d-model %d is not divisible by --heads %d", c->d_model, c->heads);
+    if (c->layers < 0) return ZT_FAIL(err, ZT_ERR_INVALID, "--layers must be >= 0");
+    if (strcmp(c->data, "markov") == 0 && c->markov_branch > c->vocab)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--markov-branch %d exceeds --vocab %d", c->markov_branch, c->vocab);
+    if (strcmp(c->data, "markov") != 0 && zt_train_config_given(c, "vocab") && c->vocab != 256)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--data FILE reads bytes, so --vocab must be 256 (got %d)", c->vocab);
+    /* Named now so scripts can be written against them; they arrive with
+     * the sharding, offload and recompute issues. */
+    if (c->stage != 0)
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--stage %d: only stage 0 is available until sharding lands", c->stage);
+    if (strcmp(c->offload, "none") != 0)
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--offload %s: optimizer offload is not available yet", c->offload);
+    if (strcmp(c->recompute, "none") != 0)
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--recompute %s: activation recomputation is not available yet",
+                       c->recompute);
+    if (zt_train_config_given(c, "bucket-size"))
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--bucket-size: gradient buckets arrive with sharding (not available yet)");
+    if (zt_train_config_given(c, "prefetch"))
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--prefetch: stage-3 prefetch arrives with sharding (not available yet)");
+    return ZT_OK;
+}
+
+void zt_train_config_print_help(FILE *f, const char *prog) {
+    zt_train_config d;
+    zt_train_config_defaults(&d);
+    fprintf(f, "usage: %s [--option value ...]\n\nTrains the toy GPT. Options (JSON keys in --config use '_' for '-'):\n", prog);
+    for (int i = 0; i < NOPTIONS; i++) {
+        const opt_spec *o = &options[i];
+        char def[96] = "";
+        const char *base = (const char *)&d + o->offset;
+        switch (o->kind) {
+        case OPT_INT: case OPT_BOOL: snprintf(def, sizeof def, "%d", *(const int *)base); break;
+        case OPT_INT64: snprintf(def, sizeof def, "%lld", (long long)*(const int64_t *)base); break;
+        case OPT_FLOAT: snprintf(def, sizeof def, "%g", *(const double *)base); break;
+        case OPT_SIZE: snprintf(def, sizeof def, "%zu", *(const size_t *)base); break;
+        case OPT_STRING: case OPT_CHOICE: snprintf(def, sizeof def, "%s", base); break;
+        }
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s%s%s", o->name, o->choices ? " " : "", o->choices ? o->choices : "");
+        fprintf(f, "  %-28s %s%s%s%s\n", flag, o->help, def[0] ? " [default: " : "", def, def[0] ? "]" : "");
+    }
+}
+
+void zt_train_config_print(const zt_train_config *c, FILE *f) {
+    fprintf(f, "+----------------------+------------------------------+\n");
+    for (int i = 0; i < NOPTIONS; i++) {
+        const opt_spec *o = &options[i];
+        const char *base = (const char *)c + o->offset;
+        char v[96];
+        switch (o->kind) {
+        case OPT_INT: case OPT_BOOL: snprintf(v, sizeof v, "%d", *(const int *)base); break;
+        case OPT_INT64: snprintf(v, sizeof v, "%lld", (long long)*(const int64_t *)base); break;
+        case OPT_FLOAT: snprintf(v, sizeof v, "%g", *(const double *)base); break;
+        case OPT_SIZE: snprintf(v, sizeof v, "%zu", *(const size_t *)base); break;
+        case OPT_STRING: case OPT_CHOICE: snprintf(v, sizeof v, "%s", base[0] ? base : "-"); break;
+        }
+        fprintf(f, "| %-20s | %-28s |\n", o->name, v);
+    }
+    fprintf(f, "+----------------------+------------------------------+\n");
+}

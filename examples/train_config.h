@@ -1,0 +1,44 @@
+/* zt-train's configuration: one table of options drives the flag parser, the
+ * JSON config reader and --help, so they cannot drift apart. Precedence:
+ * defaults < --config FILE < flags. */
+#ifndef ZT_TRAIN_CONFIG_H
+#define ZT_TRAIN_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "zt_error.h"
+
+typedef struct {
+    /* model */
+    int layers, d_model, heads, seq_len, vocab, micro_batch, tied;
+    /* data */
+    char data[512];
+    int markov_order, markov_branch;
+    /* optimisation */
+    int steps, warmup, grad_accum;
+    int64_t seed;
+    double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
+    /* runtime */
+    int stage, prefetch, threads, quiet;
+    char offload[16], recompute[16], dtype[16], device[16];
+    size_t bucket_size, mem_limit;
+    char log_dir[512];
+    char config[512];
+    /* which options were given (by flag or config file), by option index */
+    unsigned char given[64];
+} zt_train_config;
+
+void zt_train_config_defaults(zt_train_config *cfg);
+/* Parses argv (flags win over --config). Returns ZT_ERR_INVALID with a message
+ * naming the flag or key on bad input. *want_help is set for --help. */
+zt_status zt_train_config_parse(zt_train_config *cfg, int argc, char **argv, int *want_help, zt_error *err);
+/* Rejects options that are named but not available yet, and cross-field errors. */
+zt_status zt_train_config_validate(const zt_train_config *cfg, zt_error *err);
+int zt_train_config_given(const zt_train_config *cfg, const char *name);
+void zt_train_config_print_help(FILE *f, const char *prog);
+/* The resolved configuration as a table (rank 0 prints it at start). */
+void zt_train_config_print(const zt_train_config *cfg, FILE *f);
+
+#endif

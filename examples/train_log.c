@@ -1,0 +1,122 @@
+#include "train_log.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "zt_imbalance.h"
+
+json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host) {
+    json_t *o = json_object();
+    json_t *cur = json_object(), *peak = json_object(), *phase = json_object();
+    for (int c = 0; c < ZT_NUM_CATEGORIES; c++) {
+        json_object_set_new(cur, zt_category_name(c), json_integer((json_int_t)dev->by_category[c].current));
+        json_object_set_new(peak, zt_category_name(c), json_integer((json_int_t)dev->window_cat_peak[c]));
+    }
+    for (int p = 0; p < ZT_NUM_PHASES; p++)
+        json_object_set_new(phase, zt_phase_name(p), json_integer((json_int_t)dev->window_phase_peak[p]));
+    json_object_set_new(o, "peak_bytes", json_integer((json_int_t)dev->window_allocated_peak));
+    json_object_set_new(o, "peak_by_phase", phase);
+    json_object_set_new(o, "current_by_category", cur);
+    json_object_set_new(o, "peak_by_category", peak);
+    json_object_set_new(o, "allocated_bytes", json_integer((json_int_t)dev->allocated.current));
+    json_object_set_new(o, "reserved_bytes", json_integer((json_int_t)dev->reserved.current));
+    json_object_set_new(o, "reserved_peak_bytes", json_integer((json_int_t)dev->window_reserved_peak));
+    double frag = dev->reserved.current
+                      ? (double)(dev->reserved.current - dev->allocated.current) / (double)dev->reserved.current
+                      : 0.0;
+    json_object_set_new(o, "fragmentation", json_real(frag));
+    json_object_set_new(o, "alloc_count", json_integer((json_int_t)dev->alloc_count));
+    json_object_set_new(o, "host_bytes", json_integer((json_int_t)host->allocated.current));
+    json_object_set_new(o, "host_peak_bytes", json_integer((json_int_t)host->allocated.peak));
+    zt_os_mem os;
+    zt_error ignore = {0};
+    if (zt_os_mem_read(&os, &ignore) == ZT_OK) {
+        json_t *osj = json_object();
+        json_object_set_new(osj, "vm_rss", json_integer((json_int_t)os.vm_rss));
+        json_object_set_new(osj, "vm_hwm", json_integer((json_int_t)os.vm_hwm));
+        json_object_set_new(o, "os", osj);
+    }
+    return o;
+}
+
+zt_status zt_mkdir_p(const char *dir, zt_error *err) {
+    char path[1024];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "directory name too long: %s", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            if (mkdir(path, 0775) != 0 && errno != EEXIST)
+                return ZT_FAIL(err, ZT_ERR_IO, "cannot create directory %s: %s", path, strerror(errno));
+            *p = saved;
+            if (saved == '\0') break;
+        }
+    }
+    return ZT_OK;
+}
+
+zt_status zt_jsonl_open(const char *dir, int rank, FILE **out, zt_error *err) {
+    ZT_TRY(zt_mkdir_p(dir, err));
+    char path[1100];
+    snprintf(path, sizeof path, "%s/rank%d.jsonl", dir, rank);
+    *out = fopen(path, "w");
+    if (!*out) return ZT_FAIL(err, ZT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    return ZT_OK;
+}
+
+static json_t *real_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) {
+    const zt_train_config *c = s->cfg;
+    json_t *o = json_object();
+    json_object_set_new(o, "world_size", json_integer(s->world_size));
+    json_object_set_new(o, "stage", json_integer(c->stage));
+    json_object_set_new(o, "offload", json_string(c->offload));
+    json_object_set_new(o, "recompute", json_string(c->recompute));
+    json_object_set_new(o, "dtype", json_string(c->dtype));
+    json_object_set_new(o, "device", json_string(c->device));
+    json_object_set_new(o, "params", json_integer((json_int_t)s->params));
+    json_object_set_new(o, "steps", json_integer(s->steps));
+    json_t *losses = json_array();
+    for (int i = 0; i < s->steps; i++) json_array_append_new(losses, json_real(s->losses[i]));
+    json_object_set_new(o, "losses", losses);
+    json_object_set_new(o, "final_loss", s->steps > 0 ? json_real(s->losses[s->steps - 1]) : json_null());
+    json_object_set_new(o, "data_entropy", real_or_null(s->data_entropy));
+    json_object_set_new(o, "tokens_per_s", real_or_null(s->tokens_per_s));
+    json_object_set_new(o, "step_time_s", real_or_null(s->step_time_median_s));
+    json_object_set_new(o, "params_digest", json_string(s->params_digest));
+    json_t *ranks = json_array();
+    for (int r = 0; r < s->world_size; r++) {
+        json_t *rj = json_object(), *cats = json_object();
+        json_object_set_new(rj, "rank", json_integer(r));
+        json_object_set_new(rj, "peak_bytes", json_integer((json_int_t)s->rank_peak[r]));
+        for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++)
+            json_object_set_new(cats, zt_category_name(cc),
+                                json_integer((json_int_t)s->rank_cat_peak[(size_t)r * ZT_NUM_CATEGORIES + cc]));
+        json_object_set_new(rj, "peak_by_category", cats);
+        json_object_set_new(rj, "host_peak_bytes", json_integer((json_int_t)s->rank_host_peak[r]));
+        json_object_set_new(rj, "os_peak_bytes", json_integer((json_int_t)s->rank_os_peak[r]));
+        json_array_append_new(ranks, rj);
+    }
+    json_object_set_new(o, "ranks", ranks);
+    zt_imbalance im = zt_imbalance_compute(s->rank_peak, s->rank_cat_peak, s->world_size);
+    json_t *imj = json_object();
+    json_object_set_new(imj, "peak_max_over_mean", json_real(im.peak_max_over_mean));
+    json_object_set_new(imj, "peak_max_minus_min_bytes", json_integer((json_int_t)im.peak_max_minus_min_bytes));
+    json_object_set_new(imj, "max_rank", json_integer(im.max_rank));
+    json_object_set_new(imj, "top_category", json_string(zt_category_name(im.top_category)));
+    json_object_set_new(o, "imbalance", imj);
+
+    ZT_TRY(zt_mkdir_p(dir, err));
+    char path[1100], tmp[1110];
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int rc = json_dump_file(o, tmp, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+    json_decref(o);
+    if (rc != 0) return ZT_FAIL(err, ZT_ERR_IO, "cannot write %s", tmp);
+    if (rename(tmp, path) != 0) return ZT_FAIL(err, ZT_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    return ZT_OK;
+}

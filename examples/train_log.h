@@ -1,0 +1,40 @@
+/* zt-train's outputs: one JSON object per step in DIR/rank<r>.jsonl and the
+ * run's DIR/summary.json. Reals are written with 17 significant digits, so
+ * equal text means bitwise-equal values. */
+#ifndef ZT_TRAIN_LOG_H
+#define ZT_TRAIN_LOG_H
+
+#include <jansson.h>
+#include <stdio.h>
+
+#include "train_config.h"
+#include "zt_ctx.h"
+
+typedef struct {
+    int step;
+    double loss, lr, grad_norm, step_time_s, tokens_per_s;
+} zt_step_record;
+
+/* Memory view of one step (window peaks since the last reset) as JSON. */
+json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host);
+
+typedef struct {
+    const zt_train_config *cfg;
+    int world_size;
+    size_t params;
+    int steps;
+    const double *losses; /* [steps] */
+    double data_entropy;   /* NaN: unknown */
+    double tokens_per_s, step_time_median_s;
+    const char *params_digest;
+    /* per rank [world_size]: total peak, per-category peaks, host and OS peaks */
+    const size_t *rank_peak, *rank_cat_peak, *rank_host_peak, *rank_os_peak;
+} zt_summary;
+
+/* Writes DIR/summary.json (via a temporary file and a rename). */
+zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err);
+/* Opens DIR/rank<r>.jsonl for writing, creating DIR. */
+zt_status zt_jsonl_open(const char *dir, int rank, FILE **out, zt_error *err);
+zt_status zt_mkdir_p(const char *dir, zt_error *err);
+
+#endif

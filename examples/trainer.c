@@ -1,0 +1,179 @@
+#include "trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "data.h"
+#include "gpt.h"
+#include "train_log.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Linear warm-up, then cosine decay to min_lr_frac * lr at the last step. */
+static float lr_at(const zt_train_config *c, int step) {
+    if (step < c->warmup) return (float)(c->lr * (step + 1) / c->warmup);
+    int span = c->steps - c->warmup;
+    double progress = span > 1 ? (double)(step - c->warmup) / (double)(span - 1) : 1.0;
+    double cosine = 0.5 * (1.0 + cos(M_PI * progress));
+    return (float)(c->lr * (c->min_lr_frac + (1.0 - c->min_lr_frac) * cosine));
+}
+
+typedef struct {
+    zt_data data;
+    zt_gpt gpt;
+    zt_engine eng;
+    int32_t *tokens, *targets; /* host [B,T] */
+    double *losses, *step_times;
+    FILE *jsonl;
+} trainer;
+
+static void trainer_free(trainer *t) {
+    zt_gpt_free_activations(&t->gpt, &t->eng);
+    zt_engine_destroy(&t->eng);
+    zt_gpt_destroy(&t->gpt);
+    zt_data_destroy(&t->data);
+    free(t->tokens);
+    free(t->targets);
+    free(t->losses);
+    free(t->step_times);
+    if (t->jsonl) fclose(t->jsonl);
+}
+
+static zt_status run(const zt_train_config *c, zt_ctx *ctx, trainer *t) {
+    zt_error *err = &ctx->err;
+    int file_data = strcmp(c->data, "markov") != 0;
+    if (file_data) {
+        ZT_TRY(zt_data_file_create(&t->data, c->data, err));
+        if (t->data.nbytes < (size_t)c->seq_len + 1)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "--data %s has %zu bytes; need at least seq-len + 1 = %d", c->data,
+                           t->data.nbytes, c->seq_len + 1);
+    } else {
+        ZT_TRY(zt_data_markov_create(&t->data, c->vocab, c->markov_order, c->markov_branch, (uint64_t)c->seed, err));
+        if (c->markov_order >= c->seq_len)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "--markov-order %d must be below --seq-len %d", c->markov_order, c->seq_len);
+    }
+    double floor = zt_data_loss_floor(&t->data, c->seq_len);
+    if (!file_data)
+        zt_log_rank0(&ctx->log, "data: order-%d Markov source, vocab %d, %d successors per context: entropy rate %.6f nats, "
+                     "loss floor over %d positions %.6f nats", c->markov_order, c->vocab, c->markov_branch,
+                     t->data.entropy_rate, c->seq_len, floor);
+
+    zt_gpt_config gc = {c->layers, c->d_model, c->heads, c->seq_len, t->data.vocab, c->micro_batch, c->tied,
+                        (uint64_t)c->seed};
+    ZT_TRY(zt_gpt_create(&t->gpt, &gc, err));
+    zt_spec_layout(t->gpt.spec, ctx->world_size);
+    zt_engine_config ec = {c->stage, strcmp(c->dtype, "bf16") == 0 ? ZT_BF16 : ZT_FP32, (float)c->beta1,
+                           (float)c->beta2, (float)c->eps, (float)c->weight_decay, (float)c->grad_clip};
+    zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_INIT);
+    ZT_TRY(zt_engine_init(&t->eng, ctx, t->gpt.spec, &ec, zt_gpt_init_param, &t->gpt));
+    zt_log_rank0(&ctx->log, "model: %zu parameters in %d units (largest %zu), dtype %s", t->gpt.spec->total_numel,
+                 t->gpt.spec->nunits, t->gpt.spec->largest_unit_numel, c->dtype);
+
+    int B = c->micro_batch, T = c->seq_len;
+    t->tokens = malloc(sizeof(int32_t) * (size_t)B * T);
+    t->targets = malloc(sizeof(int32_t) * (size_t)B * T);
+    t->losses = calloc((size_t)c->steps + 1, sizeof(double));
+    t->step_times = calloc((size_t)c->steps + 1, sizeof(double));
+    if (!t->tokens || !t->targets || !t->losses || !t->step_times)
+        return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate host buffers");
+    if (c->log_dir[0]) ZT_TRY(zt_jsonl_open(c->log_dir, ctx->rank, &t->jsonl, err));
+
+    double tokens_time = 0.0;
+    long tokens_counted = 0;
+    for (int step = 0; step < c->steps; step++) {
+        double t0 = now_s();
+        zt_mem_window_reset(&ctx->device_mem);
+        ZT_TRY(zt_engine_zero_grads(&t->eng));
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < c->grad_accum; micro++) {
+            zt_data_batch(&t->data, (uint64_t)c->seed, ctx->rank, step, micro, B, T, t->tokens, t->targets);
+            float loss;
+            zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_FORWARD);
+            ZT_TRY(zt_gpt_forward(&t->gpt, &t->eng, t->tokens, t->targets, B, T, &loss));
+            zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_BACKWARD);
+            ZT_TRY(zt_gpt_backward(&t->gpt, &t->eng, 1.0f / ((float)B * (float)T * (float)c->grad_accum)));
+            loss_sum += loss;
+        }
+        float lr = lr_at(c, step);
+        zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_OPTIMIZER);
+        ZT_TRY(zt_engine_step(&t->eng, lr));
+        ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, err));
+        double dt = now_s() - t0;
+        double loss = loss_sum / c->grad_accum;
+        t->losses[step] = loss;
+        t->step_times[step] = dt;
+        double tps = (double)B * T * c->grad_accum * ctx->world_size / dt;
+        if (step > 0 || c->steps == 1) {
+            tokens_time += dt;
+            tokens_counted += (long)B * T * c->grad_accum * ctx->world_size;
+        }
+        if (t->jsonl) {
+            json_t *o = json_object();
+            json_object_set_new(o, "step", json_integer(step + 1));
+            json_object_set_new(o, "loss", json_real(loss));
+            json_object_set_new(o, "lr", json_real(lr));
+            json_object_set_new(o, "grad_norm", json_real(t->eng.last_grad_norm));
+            json_object_set_new(o, "step_time_s", json_real(dt));
+            json_object_set_new(o, "tokens_per_s", json_real(tps));
+            json_object_set_new(o, "memory", zt_mem_step_json(&ctx->device_mem, &ctx->host_mem));
+            char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
+            json_decref(o);
+            if (line) {
+                fprintf(t->jsonl, "%s\n", line);
+                free(line);
+            }
+        }
+        char peak[32];
+        zt_format_bytes(ctx->device_mem.window_allocated_peak, peak, sizeof peak);
+        zt_log_rank0(&ctx->log, "step %5d/%d | loss %.6f | lr %.2e | grad norm %.3f | %.1f ms | %.0f tok/s | peak %s",
+                     step + 1, c->steps, loss, lr, t->eng.last_grad_norm, dt * 1e3, tps, peak);
+    }
+
+    /* Summary. */
+    char digest[33];
+    ZT_TRY(zt_engine_digest(&t->eng, digest));
+    double median = NAN;
+    if (c->steps > 0) {
+        double *sorted = malloc(sizeof(double) * (size_t)c->steps);
+        if (!sorted) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot sort step times");
+        memcpy(sorted, t->step_times, sizeof(double) * (size_t)c->steps);
+        qsort(sorted, (size_t)c->steps, sizeof(double), cmp_double);
+        median = sorted[c->steps / 2];
+        free(sorted);
+    }
+    double tps = tokens_time > 0 ? (double)tokens_counted / tokens_time : NAN;
+    if (c->steps > 0)
+        zt_log_rank0(&ctx->log, "done: final loss %.6f (floor %.6f, gap %.4f), %.0f tokens/s, params digest %s",
+                     t->losses[c->steps - 1], floor, t->losses[c->steps - 1] - floor, tps, digest);
+    if (c->log_dir[0]) {
+        size_t cat_peak[ZT_NUM_CATEGORIES];
+        for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) cat_peak[cc] = ctx->device_mem.by_category[cc].peak;
+        size_t peak_total = ctx->device_mem.allocated.peak, host_peak = ctx->host_mem.allocated.peak;
+        zt_os_mem os = {0};
+        ZT_TRY(zt_os_mem_read(&os, err));
+        size_t os_peak = os.vm_hwm;
+        zt_summary s = {c, ctx->world_size, t->gpt.spec->total_numel, c->steps, t->losses, floor, tps, median,
+                        digest, &peak_total, cat_peak, &host_peak, &os_peak};
+        ZT_TRY(zt_summary_write(&s, c->log_dir, err));
+    }
+    return ZT_OK;
+}
+
+zt_status zt_train_run(const zt_train_config *c, zt_ctx *ctx) {
+    trainer t;
+    memset(&t, 0, sizeof t);
+    zt_status st = run(c, ctx, &t);
+    trainer_free(&t);
+    return st;
+}

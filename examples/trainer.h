@@ -1,0 +1,13 @@
+/* The training loop of zt-train: data, model, engine, steps, logs. */
+#ifndef ZT_TRAINER_H
+#define ZT_TRAINER_H
+
+#include "train_config.h"
+#include "zt_ctx.h"
+
+/* Runs the whole training described by cfg on ctx. On error, ctx->err says
+ * what failed; an OOM leaves ctx->device_mem as it was at the failure so the
+ * caller can report it. */
+zt_status zt_train_run(const zt_train_config *cfg, zt_ctx *ctx);
+
+#endif

@@ -1,0 +1,72 @@
+/* The CPU backend: kernels run at once on the calling thread's OpenMP team, so
+ * every stream operation is complete when it returns and syncs are no-ops. */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+static const zt_ops cpu_ops = {
+    .embedding_fwd = zt_cpu_embedding_fwd,
+    .embedding_bwd = zt_cpu_embedding_bwd,
+    .layernorm_fwd = zt_cpu_layernorm_fwd,
+    .layernorm_bwd = zt_cpu_layernorm_bwd,
+    .matmul_fwd = zt_cpu_matmul_fwd,
+    .matmul_bwd = zt_cpu_matmul_bwd,
+    .attention_fwd = zt_cpu_attention_fwd,
+    .attention_bwd = zt_cpu_attention_bwd,
+    .gelu_fwd = zt_cpu_gelu_fwd,
+    .gelu_bwd = zt_cpu_gelu_bwd,
+    .residual_fwd = zt_cpu_residual_fwd,
+    .residual_bwd = zt_cpu_residual_bwd,
+    .softmax_xent_fwd = zt_cpu_softmax_xent_fwd,
+    .softmax_xent_bwd = zt_cpu_softmax_xent_bwd,
+    .adamw = zt_cpu_adamw,
+    .cast_f32_to_bf16 = zt_cpu_cast_f32_to_bf16,
+    .cast_bf16_to_f32 = zt_cpu_cast_bf16_to_f32,
+    .scale = zt_cpu_scale,
+    .sum_squares = zt_cpu_sum_squares,
+};
+
+const zt_ops *zt_cpu_ops(void) { return &cpu_ops; }
+
+static zt_status cpu_memcpy(zt_backend *be, void *dst, const void *src, size_t bytes,
+                            zt_copy_kind kind, zt_stream *s, zt_error *err) {
+    (void)be, (void)kind, (void)s, (void)err;
+    if (bytes) memmove(dst, src, bytes);
+    return ZT_OK;
+}
+
+static zt_status cpu_memset(zt_backend *be, void *dst, int value, size_t bytes, zt_stream *s,
+                            zt_error *err) {
+    (void)be, (void)s, (void)err;
+    if (bytes) memset(dst, value, bytes);
+    return ZT_OK;
+}
+
+static zt_status cpu_sync(zt_backend *be, zt_stream *s, zt_error *err) {
+    (void)be, (void)s, (void)err;
+    return ZT_OK;
+}
+
+static void cpu_destroy(zt_backend *be) { free(be); }
+
+zt_status zt_backend_cpu_create(int nthreads, zt_backend **out, zt_error *err) {
+    if (nthreads < 1) return ZT_FAIL(err, ZT_ERR_INVALID, "threads must be >= 1 (got %d)", nthreads);
+    zt_backend *be = calloc(1, sizeof *be);
+    if (!be) return ZT_FAIL(err, ZT_ERR_OOM, "cannot allocate the CPU backend");
+    be->device = ZT_DEVICE_CPU;
+    be->name = "cpu";
+    be->ops = &cpu_ops;
+    be->raw_device = zt_raw_allocator_cpu();
+    be->nthreads = nthreads;
+    be->memcpy_async = cpu_memcpy;
+    be->memset_async = cpu_memset;
+    be->stream_sync = cpu_sync;
+    be->destroy = cpu_destroy;
+    /* GEMMs run one per OpenMP thread (see ops_matmul.c), so OpenBLAS itself
+     * stays single-threaded; its setting is per process. */
+    openblas_set_num_threads(1);
+    *out = be;
+    return ZT_OK;
+}

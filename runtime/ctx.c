@@ -1,0 +1,25 @@
+#include "zt_ctx.h"
+
+#include <string.h>
+
+zt_status zt_ctx_init(zt_ctx *ctx, zt_device device, int nthreads, size_t device_limit, int rank,
+                      int world_size, int quiet) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->rank = rank;
+    ctx->world_size = world_size;
+    zt_log_init(&ctx->log, rank, world_size, quiet);
+    ZT_TRY(zt_backend_create(device, nthreads, &ctx->be, &ctx->err));
+    zt_mem_init(&ctx->device_mem, "device", ctx->be->raw_device, device_limit);
+    zt_mem_init(&ctx->host_mem, "host", zt_raw_allocator_cpu(), 0);
+    ctx->compute = zt_backend_stream(ctx->be);
+    return ZT_OK;
+}
+
+void zt_ctx_destroy(zt_ctx *ctx) {
+    if (ctx->be) {
+        zt_mem_destroy(&ctx->device_mem);
+        zt_mem_destroy(&ctx->host_mem);
+        zt_backend_destroy(ctx->be);
+    }
+    ctx->be = NULL;
+}

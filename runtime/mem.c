@@ -1,0 +1,224 @@
+#include "zt_mem.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const category_names[ZT_NUM_CATEGORIES] = {
+    "params", "grads", "master_params", "optimizer", "activations",
+    "gathered_params", "comm_buffers", "workspace", "other",
+};
+static const char *const phase_names[ZT_NUM_PHASES] = {"init", "forward", "backward", "optimizer"};
+
+const char *zt_category_name(zt_category c) {
+    return (c >= 0 && c < ZT_NUM_CATEGORIES) ? category_names[c] : "?";
+}
+const char *zt_phase_name(zt_phase p) { return (p >= 0 && p < ZT_NUM_PHASES) ? phase_names[p] : "?"; }
+
+static void *cpu_raw_alloc(void *ctx, size_t bytes) {
+    (void)ctx;
+    return aligned_alloc(64, bytes); /* bytes is a multiple of 64 (round_bytes) */
+}
+static void cpu_raw_free(void *ctx, void *ptr) {
+    (void)ctx;
+    free(ptr);
+}
+zt_raw_allocator zt_raw_allocator_cpu(void) {
+    zt_raw_allocator r = {cpu_raw_alloc, cpu_raw_free, NULL};
+    return r;
+}
+
+void zt_mem_init(zt_mem *m, const char *space_name, zt_raw_allocator raw, size_t limit_bytes) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->space_name, sizeof m->space_name, "%s", space_name);
+    m->raw = raw;
+    m->limit_bytes = limit_bytes;
+    m->round_bytes = 512;
+}
+
+static void list_push(zt_block **head, zt_block *b) {
+    b->prev = NULL;
+    b->next = *head;
+    if (*head) (*head)->prev = b;
+    *head = b;
+}
+static void list_remove(zt_block **head, zt_block *b) {
+    if (b->prev) b->prev->next = b->next;
+    else *head = b->next;
+    if (b->next) b->next->prev = b->prev;
+    b->prev = b->next = NULL;
+}
+
+static void bump(zt_counter *c, size_t delta) {
+    c->current += delta;
+    if (c->current > c->peak) c->peak = c->current;
+}
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+static void destroy_block(zt_mem *m, zt_block *b) {
+    m->raw.free(m->raw.ctx, b->ptr);
+    m->reserved.current -= b->block_bytes;
+    free(b);
+}
+
+void zt_mem_release_cache(zt_mem *m) {
+    while (m->cached) {
+        zt_block *b = m->cached;
+        list_remove(&m->cached, b);
+        destroy_block(m, b);
+    }
+}
+
+void zt_mem_destroy(zt_mem *m) {
+    zt_mem_release_cache(m);
+    while (m->live) {
+        zt_block *b = m->live;
+        list_remove(&m->live, b);
+        destroy_block(m, b);
+    }
+}
+
+void zt_mem_format_breakdown(const zt_mem *m, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < ZT_NUM_CATEGORIES && used < cap; c++) {
+        int n = snprintf(buf + used, cap - used, "%s%s=%zu", c ? " " : "", category_names[c],
+                         m->by_category[c].current);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+}
+
+static zt_block *take_cached(zt_mem *m, size_t block_bytes) {
+    for (zt_block *b = m->cached; b; b = b->next)
+        if (b->block_bytes == block_bytes) {
+            list_remove(&m->cached, b);
+            return b;
+        }
+    return NULL;
+}
+
+static zt_block *new_block(zt_mem *m, size_t block_bytes) {
+    /* Compared as "request > room left" so a huge request cannot wrap around. */
+    if (m->limit_bytes && block_bytes > m->limit_bytes - m->reserved.current) {
+        zt_mem_release_cache(m);
+        if (block_bytes > m->limit_bytes - m->reserved.current) return NULL;
+    }
+    void *p = m->raw.alloc(m->raw.ctx, block_bytes);
+    if (!p) {
+        zt_mem_release_cache(m);
+        p = m->raw.alloc(m->raw.ctx, block_bytes);
+        if (!p) return NULL;
+    }
+    zt_block *b = calloc(1, sizeof *b);
+    if (!b) {
+        m->raw.free(m->raw.ctx, p);
+        return NULL;
+    }
+    b->ptr = p;
+    b->block_bytes = block_bytes;
+    bump(&m->reserved, block_bytes);
+    m->system_allocs++;
+    return b;
+}
+
+zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *label,
+                       zt_block **out, zt_error *err) {
+    *out = NULL;
+    if (bytes == 0 || cat < 0 || cat >= ZT_NUM_CATEGORIES)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "zt_mem_alloc: bad request (%zu bytes, category %d)",
+                       bytes, (int)cat);
+    if (bytes > SIZE_MAX - m->round_bytes)
+        return ZT_FAIL(err, ZT_ERR_OOM, "zt_mem_alloc: request of %zu bytes overflows", bytes);
+    size_t block_bytes = (bytes + m->round_bytes - 1) / m->round_bytes * m->round_bytes;
+    zt_block *b = take_cached(m, block_bytes);
+    if (!b) b = new_block(m, block_bytes);
+    if (!b) {
+        char breakdown[512], req[32], lim[32];
+        zt_mem_format_breakdown(m, breakdown, sizeof breakdown);
+        zt_format_bytes(bytes, req, sizeof req);
+        zt_format_bytes(m->limit_bytes, lim, sizeof lim);
+        return ZT_FAIL(err, ZT_ERR_OOM,
+                       "out of %s memory in phase '%s': requested %zu bytes (%s) for %s '%s'; "
+                       "allocated %zu, reserved %zu, limit %s; by category: %s",
+                       m->space_name, zt_phase_name(m->phase), bytes, req, zt_category_name(cat),
+                       label ? label : "", m->allocated.current, m->reserved.current,
+                       m->limit_bytes ? lim : "none (system refused)", breakdown);
+    }
+    b->requested_bytes = bytes;
+    b->category = cat;
+    snprintf(b->label, sizeof b->label, "%s", label ? label : "");
+    list_push(&m->live, b);
+
+    bump(&m->by_category[cat], bytes);
+    bump(&m->allocated, bytes);
+    m->alloc_count++;
+    m->phase_peak[m->phase] = max_sz(m->phase_peak[m->phase], m->allocated.current);
+    m->window_cat_peak[cat] = max_sz(m->window_cat_peak[cat], m->by_category[cat].current);
+    m->window_allocated_peak = max_sz(m->window_allocated_peak, m->allocated.current);
+    m->window_reserved_peak = max_sz(m->window_reserved_peak, m->reserved.current);
+    m->window_phase_peak[m->phase] = max_sz(m->window_phase_peak[m->phase], m->allocated.current);
+    *out = b;
+    return ZT_OK;
+}
+
+void zt_mem_free(zt_mem *m, zt_block *b) {
+    if (!b) return;
+    list_remove(&m->live, b);
+    m->by_category[b->category].current -= b->requested_bytes;
+    m->allocated.current -= b->requested_bytes;
+    b->requested_bytes = 0;
+    list_push(&m->cached, b);
+}
+
+void zt_mem_set_phase(zt_mem *m, zt_phase p) {
+    m->phase = p;
+    /* Memory already held when a phase starts counts toward that phase's peak. */
+    m->phase_peak[p] = max_sz(m->phase_peak[p], m->allocated.current);
+    m->window_phase_peak[p] = max_sz(m->window_phase_peak[p], m->allocated.current);
+}
+
+void zt_mem_window_reset(zt_mem *m) {
+    for (int c = 0; c < ZT_NUM_CATEGORIES; c++) m->window_cat_peak[c] = m->by_category[c].current;
+    m->window_allocated_peak = m->allocated.current;
+    m->window_reserved_peak = m->reserved.current;
+    for (int p = 0; p < ZT_NUM_PHASES; p++) m->window_phase_peak[p] = 0;
+    m->window_phase_peak[m->phase] = m->allocated.current;
+}
+
+void zt_mem_report(const zt_mem *m, FILE *f, int top) {
+    char a[32], r[32], l[32];
+    zt_format_bytes(m->allocated.current, a, sizeof a);
+    zt_format_bytes(m->reserved.current, r, sizeof r);
+    zt_format_bytes(m->limit_bytes, l, sizeof l);
+    fprintf(f, "%s memory in phase '%s': allocated %s, reserved %s, limit %s\n", m->space_name,
+            zt_phase_name(m->phase), a, r, m->limit_bytes ? l : "none");
+    for (int c = 0; c < ZT_NUM_CATEGORIES; c++) {
+        char cur[32], pk[32];
+        zt_format_bytes(m->by_category[c].current, cur, sizeof cur);
+        zt_format_bytes(m->by_category[c].peak, pk, sizeof pk);
+        fprintf(f, "  %-16s current %12zu (%s)  peak %12zu (%s)\n", category_names[c],
+                m->by_category[c].current, cur, m->by_category[c].peak, pk);
+    }
+    /* Selection of the largest live blocks without sorting the whole list. */
+    const zt_block *shown[64];
+    int nshown = 0;
+    if (top > 64) top = 64;
+    for (int i = 0; i < top; i++) {
+        const zt_block *best = NULL;
+        for (const zt_block *b = m->live; b; b = b->next) {
+            int taken = 0;
+            for (int j = 0; j < nshown; j++) taken |= (shown[j] == b);
+            if (!taken && (!best || b->requested_bytes > best->requested_bytes)) best = b;
+        }
+        if (!best) break;
+        shown[nshown++] = best;
+    }
+    if (nshown) fprintf(f, "  largest live allocations:\n");
+    for (int i = 0; i < nshown; i++) {
+        char s[32];
+        zt_format_bytes(shown[i]->requested_bytes, s, sizeof s);
+        fprintf(f, "    %12zu (%s)  %-16s %s\n", shown[i]->requested_bytes, s,
+                category_names[shown[i]->category], shown[i]->label);
+    }
+}

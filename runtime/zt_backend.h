@@ -1,0 +1,114 @@
+/* The compute backend. Operations are issued on streams and are asynchronous
+ * in spirit: a caller may only rely on a result after an explicit sync point
+ * (zt_stream_sync, or an event another stream waits on). The CPU backend runs
+ * every operation at once, so its syncs are no-ops; the CUDA backend (later)
+ * enqueues them. Kernels never allocate: callers pass every buffer. */
+#ifndef ZT_BACKEND_H
+#define ZT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zt_dtype.h"
+#include "zt_error.h"
+#include "zt_mem.h"
+
+typedef enum { ZT_DEVICE_CPU = 0, ZT_DEVICE_CUDA = 1 } zt_device;
+
+struct zt_backend;
+
+typedef struct {
+    struct zt_backend *be;
+    void *handle;  /* cudaStream_t on CUDA; unused on CPU */
+    int nthreads;  /* CPU: threads the kernels on this stream may use */
+} zt_stream;
+
+typedef enum { ZT_COPY_H2D, ZT_COPY_D2H, ZT_COPY_D2D } zt_copy_kind;
+
+/* Kernel table. All tensors are contiguous fp32 on the backend's device unless
+ * the name says otherwise. Backward kernels ACCUMULATE (+=) into parameter
+ * gradients and into input gradients, so callers zero those buffers once;
+ * forward kernels overwrite their outputs. Shapes are in the comments:
+ * B batch, T sequence, C channels, NH heads, V vocabulary, N rows. */
+typedef struct {
+    /* out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :] */
+    void (*embedding_fwd)(zt_stream *s, float *out, const int32_t *tokens, const float *wte,
+                          const float *wpe, int B, int T, int C);
+    /* dwte[V,C] += scatter(dout), dwpe[T,C] += sum_b dout */
+    void (*embedding_bwd)(zt_stream *s, float *dwte, float *dwpe, const float *dout,
+                          const int32_t *tokens, int B, int T, int C);
+    /* out[N,C] = (inp - mean) * rstd * w + b; mean[N], rstd[N] saved for backward */
+    void (*layernorm_fwd)(zt_stream *s, float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C);
+    /* dinp[N,C], dw[C], db[C] += ... */
+    void (*layernorm_bwd)(zt_stream *s, float *dinp, float *dw, float *db, const float *dout,
+                          const float *inp, const float *w, const float *mean, const float *rstd,
+                          int N, int C);
+    /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
+    void (*matmul_fwd)(zt_stream *s, float *out, const float *inp, const float *w,
+                       const float *bias, int N, int C, int OC);
+    /* dinp[N,C] += dout @ w; dw[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout (dinp, dbias may be NULL) */
+    void (*matmul_bwd)(zt_stream *s, float *dinp, float *dw, float *dbias, const float *dout,
+                       const float *inp, const float *w, int N, int C, int OC);
+    /* qkv[B,T,3C] -> out[B,T,C]; att[B,NH,T,T] holds the causal softmax probabilities */
+    void (*attention_fwd)(zt_stream *s, float *out, float *att, const float *qkv, int B, int T,
+                          int C, int NH);
+    /* dqkv[B,T,3C] += ...; datt[B,NH,T] is scratch (overwritten) */
+    void (*attention_bwd)(zt_stream *s, float *dqkv, float *datt, const float *dout,
+                          const float *qkv, const float *att, int B, int T, int C, int NH);
+    /* out[N] = gelu_tanh(inp[N]) */
+    void (*gelu_fwd)(zt_stream *s, float *out, const float *inp, size_t N);
+    /* dinp[N] += gelu'(inp) * dout */
+    void (*gelu_bwd)(zt_stream *s, float *dinp, const float *inp, const float *dout, size_t N);
+    /* out[N] = a[N] + b[N]  (the residual connection) */
+    void (*residual_fwd)(zt_stream *s, float *out, const float *a, const float *b, size_t N);
+    /* da[N] += dout; db[N] += dout */
+    void (*residual_bwd)(zt_stream *s, float *da, float *db, const float *dout, size_t N);
+    /* probs[N,V] = softmax(logits[N,V]); losses[N] = -log probs[n, targets[n]]; probs may alias logits */
+    void (*softmax_xent_fwd)(zt_stream *s, float *losses, float *probs, const float *logits,
+                             const int32_t *targets, int N, int V);
+    /* dlogits[N,V] = (probs - onehot(targets)) * dloss (overwrite) */
+    void (*softmax_xent_bwd)(zt_stream *s, float *dlogits, const float *probs,
+                             const int32_t *targets, int N, int V, float dloss);
+    /* AdamW on n contiguous elements, t = 1-based step for bias correction:
+     * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p) */
+    void (*adamw)(zt_stream *s, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float wd, int t);
+    /* dst[n] = bf16(src[n]) with round-to-nearest-even, and back */
+    void (*cast_f32_to_bf16)(zt_stream *s, zt_bf16 *dst, const float *src, size_t n);
+    void (*cast_bf16_to_f32)(zt_stream *s, float *dst, const zt_bf16 *src, size_t n);
+    /* x[n] *= alpha */
+    void (*scale)(zt_stream *s, float *x, float alpha, size_t n);
+    /* *out = sum x[i]^2, accumulated in double in a fixed order */
+    void (*sum_squares)(zt_stream *s, double *out, const float *x, size_t n);
+} zt_ops;
+
+typedef struct zt_backend {
+    zt_device device;
+    const char *name;
+    const zt_ops *ops;
+    zt_raw_allocator raw_device; /* blocks for the tracked device allocator */
+    int nthreads;
+    /* Copies and fills, ordered on stream s. */
+    zt_status (*memcpy_async)(struct zt_backend *be, void *dst, const void *src, size_t bytes,
+                              zt_copy_kind kind, zt_stream *s, zt_error *err);
+    zt_status (*memset_async)(struct zt_backend *be, void *dst, int value, size_t bytes,
+                              zt_stream *s, zt_error *err);
+    zt_status (*stream_sync)(struct zt_backend *be, zt_stream *s, zt_error *err);
+    void (*destroy)(struct zt_backend *be);
+    void *impl;
+} zt_backend;
+
+/* Creates the backend for `device` with `nthreads` CPU threads per process.
+ * CUDA is refused with a clear message until the CUDA backend lands or when
+ * no device is visible. */
+zt_status zt_backend_create(zt_device device, int nthreads, zt_backend **out, zt_error *err);
+void zt_backend_destroy(zt_backend *be);
+zt_stream zt_backend_stream(zt_backend *be);
+
+/* Implementation entry points (one per backend). */
+zt_status zt_backend_cpu_create(int nthreads, zt_backend **out, zt_error *err);
+const zt_ops *zt_cpu_ops(void);
+
+#endif

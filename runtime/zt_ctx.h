@@ -1,0 +1,29 @@
+/* The per-process runtime context: everything that would otherwise be a
+ * global (error slot, logger, memory spaces, backend, compute stream, rank)
+ * lives here and is passed explicitly. */
+#ifndef ZT_CTX_H
+#define ZT_CTX_H
+
+#include "zt_backend.h"
+#include "zt_error.h"
+#include "zt_log.h"
+#include "zt_mem.h"
+
+typedef struct {
+    zt_error err;
+    zt_logger log;
+    zt_mem device_mem; /* the compute device: every tracked category */
+    zt_mem host_mem;   /* the host offload pool, counted apart */
+    zt_backend *be;
+    zt_stream compute;
+    int rank;
+    int world_size;
+} zt_ctx;
+
+/* Creates the backend and both memory spaces. device_limit caps device_mem
+ * (0: none). */
+zt_status zt_ctx_init(zt_ctx *ctx, zt_device device, int nthreads, size_t device_limit, int rank,
+                      int world_size, int quiet);
+void zt_ctx_destroy(zt_ctx *ctx);
+
+#endif

@@ -1,0 +1,124 @@
+/* The tracked allocator. Every byte the runtime places in a memory space (the
+ * compute device, or the host offload pool) goes through one zt_mem, tagged with
+ * a category, so per-rank memory is exact to the byte and can be compared with
+ * closed-form formulas.
+ *
+ * It caches freed blocks (like a GPU caching allocator) because fresh pages are
+ * slow to first-touch; so "allocated" (bytes the caller asked for and holds) and
+ * "reserved" (bytes of blocks obtained from the system, live or cached) differ,
+ * and their gap is the fragmentation a user sees. A cap (--mem-limit) applies to
+ * reserved bytes: exceeding it fails the way a full GPU does, after the cache has
+ * been released once (as PyTorch retries after emptying its cache). */
+#ifndef ZT_MEM_H
+#define ZT_MEM_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "zt_error.h"
+
+typedef enum {
+    ZT_CAT_PARAMS = 0,
+    ZT_CAT_GRADS,
+    ZT_CAT_MASTER_PARAMS,
+    ZT_CAT_OPTIMIZER,
+    ZT_CAT_ACTIVATIONS,
+    ZT_CAT_GATHERED_PARAMS,
+    ZT_CAT_COMM_BUFFERS,
+    ZT_CAT_WORKSPACE,
+    ZT_CAT_OTHER,
+    ZT_NUM_CATEGORIES
+} zt_category;
+
+typedef enum {
+    ZT_PHASE_INIT = 0,
+    ZT_PHASE_FORWARD,
+    ZT_PHASE_BACKWARD,
+    ZT_PHASE_OPTIMIZER,
+    ZT_NUM_PHASES
+} zt_phase;
+
+const char *zt_category_name(zt_category c);
+const char *zt_phase_name(zt_phase p);
+
+/* Where blocks come from: malloc on the CPU, cudaMalloc or cudaHostAlloc later. */
+typedef struct {
+    void *(*alloc)(void *ctx, size_t bytes); /* NULL when the system refuses */
+    void (*free)(void *ctx, void *ptr);
+    void *ctx;
+} zt_raw_allocator;
+
+typedef struct zt_block {
+    void *ptr;
+    size_t block_bytes;     /* size obtained from the system (rounded) */
+    size_t requested_bytes; /* size the caller asked for; 0 while cached */
+    zt_category category;
+    char label[40];
+    struct zt_block *prev, *next; /* in the live list or the cache list */
+} zt_block;
+
+typedef struct {
+    size_t current;
+    size_t peak;
+} zt_counter;
+
+typedef struct {
+    char space_name[16]; /* "device" or "host" */
+    zt_raw_allocator raw;
+    size_t limit_bytes; /* 0: no cap */
+    size_t round_bytes; /* block size granularity */
+
+    zt_phase phase;
+    zt_counter by_category[ZT_NUM_CATEGORIES];
+    zt_counter allocated; /* sum over categories */
+    zt_counter reserved;  /* live + cached blocks */
+    size_t phase_peak[ZT_NUM_PHASES];
+    size_t alloc_count;  /* successful zt_mem_alloc calls */
+    size_t system_allocs; /* blocks obtained from raw.alloc */
+
+    /* Peaks since the last zt_mem_window_reset: one training step's view. */
+    size_t window_cat_peak[ZT_NUM_CATEGORIES];
+    size_t window_allocated_peak;
+    size_t window_reserved_peak;
+    size_t window_phase_peak[ZT_NUM_PHASES];
+
+    zt_block *live;   /* doubly linked, newest first */
+    zt_block *cached; /* doubly linked */
+} zt_mem;
+
+void zt_mem_init(zt_mem *m, const char *space_name, zt_raw_allocator raw, size_t limit_bytes);
+/* Frees every block, live or cached; live ones are a leak the caller made. */
+void zt_mem_destroy(zt_mem *m);
+
+/* Allocates bytes (> 0) with 64-byte alignment, tagged with category and label.
+ * On refusal returns ZT_ERR_OOM with the phase, the request and the
+ * per-category breakdown in err. */
+zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *label,
+                       zt_block **out, zt_error *err);
+void zt_mem_free(zt_mem *m, zt_block *b); /* NULL is a no-op */
+void zt_mem_release_cache(zt_mem *m);     /* return cached blocks to the system */
+
+void zt_mem_set_phase(zt_mem *m, zt_phase p);
+void zt_mem_window_reset(zt_mem *m);
+
+/* Writes the per-category breakdown as "params=... grads=... ..." into buf. */
+void zt_mem_format_breakdown(const zt_mem *m, char *buf, size_t cap);
+/* Prints phase, categories and the `top` largest live allocations. */
+void zt_mem_report(const zt_mem *m, FILE *f, int top);
+
+/* The CPU raw allocator (aligned malloc). */
+zt_raw_allocator zt_raw_allocator_cpu(void);
+
+/* Parses "512MiB", "4GiB", "1.5GB", "123" into bytes. */
+zt_status zt_parse_size(const char *s, size_t *out, zt_error *err);
+/* Formats bytes as "12.3 MiB". */
+void zt_format_bytes(size_t bytes, char *buf, size_t cap);
+
+/* The OS view of this process: VmRSS and VmHWM from /proc/self/status, bytes. */
+typedef struct {
+    size_t vm_rss;
+    size_t vm_hwm;
+} zt_os_mem;
+zt_status zt_os_mem_read(zt_os_mem *out, zt_error *err);
+
+#endif

@@ -1,0 +1,56 @@
+#include "zt_units.h"
+
+#include <stdio.h>
+#include <string.h>
+
+zt_status zt_spec_add_unit(zt_model_spec *spec, const char *name, int *unit, zt_error *err) {
+    if (spec->nunits >= ZT_MAX_UNITS)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "too many units (max %d)", ZT_MAX_UNITS);
+    zt_unit_spec *u = &spec->units[spec->nunits];
+    memset(u, 0, sizeof *u);
+    snprintf(u->name, sizeof u->name, "%s", name);
+    *unit = spec->nunits++;
+    return ZT_OK;
+}
+
+zt_status zt_spec_add_param(zt_model_spec *spec, int unit, const char *name, int ndim,
+                            const int64_t *shape, int decay, int *param, zt_error *err) {
+    if (unit < 0 || unit >= spec->nunits)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "parameter '%s': no unit %d", name, unit);
+    zt_unit_spec *u = &spec->units[unit];
+    if (u->nparams >= ZT_MAX_UNIT_PARAMS)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "unit '%s': too many parameters", u->name);
+    if (ndim < 1 || ndim > 4)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "parameter '%s': %d dims", name, ndim);
+    zt_param_spec *p = &u->params[u->nparams];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] <= 0)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "parameter '%s': dim %d is %lld", name, i,
+                           (long long)shape[i]);
+        p->shape[i] = shape[i];
+        p->numel *= (size_t)shape[i];
+    }
+    p->offset = u->numel;
+    p->decay = decay;
+    u->numel += p->numel;
+    *param = u->nparams++;
+    return ZT_OK;
+}
+
+void zt_spec_layout(zt_model_spec *spec, int world_size) {
+    size_t align = world_size > 1 ? 16 : 1;
+    size_t quantum = (size_t)world_size * align;
+    spec->total_numel = spec->total_padded_numel = spec->largest_unit_numel = 0;
+    for (int i = 0; i < spec->nunits; i++) {
+        zt_unit_spec *u = &spec->units[i];
+        u->padded_numel = (u->numel + quantum - 1) / quantum * quantum;
+        u->shard_numel = u->padded_numel / (size_t)world_size;
+        spec->total_numel += u->numel;
+        spec->total_padded_numel += u->padded_numel;
+        if (u->padded_numel > spec->largest_unit_numel) spec->largest_unit_numel = u->padded_numel;
+    }
+}
