@@ -122,7 +122,7 @@ void zt_gpt_free_activations(zt_gpt *g, zt_engine *eng) {
     zt_tensor_free(&g->tokens, mem);
     zt_tensor_free(&g->targets, mem);
     zt_tensor_free(&g->encoded, mem);
-    for (int l = 0; l < g->cfg.layers; l++) zt_tensor_free(&g->block_acts[l], mem);
+    for (int l = 0; g->block_acts && l < g->cfg.layers; l++) zt_tensor_free(&g->block_acts[l], mem);
     zt_tensor_free(&g->head_acts, mem);
 }
 

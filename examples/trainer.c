@@ -39,7 +39,7 @@ typedef struct {
 } trainer;
 
 static void trainer_free(trainer *t) {
-    zt_gpt_free_activations(&t->gpt, &t->eng);
+    if (t->eng.ctx) zt_gpt_free_activations(&t->gpt, &t->eng); /* engine exists only after init */
     zt_engine_destroy(&t->eng);
     zt_gpt_destroy(&t->gpt);
     zt_data_destroy(&t->data);
@@ -174,6 +174,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_ctx *ctx) {
     trainer t;
     memset(&t, 0, sizeof t);
     zt_status st = run(c, ctx, &t);
+    if (st == ZT_ERR_OOM) zt_ctx_capture_oom_report(ctx); /* before cleanup frees the evidence */
     trainer_free(&t);
     return st;
 }

@@ -27,8 +27,8 @@ static void report_error(const zt_error *err, const char *prog) {
 /* On OOM the failing rank prints the allocator's view and, with a log dir,
  * keeps it in DIR/oom_rank<r>.txt. */
 static void report_oom(const zt_ctx *ctx, const zt_train_config *cfg) {
-    fprintf(stderr, "[rank %d] out-of-memory report:\n", ctx->rank);
-    zt_mem_report(&ctx->device_mem, stderr, 10);
+    const char *report = ctx->oom_report ? ctx->oom_report : "(no report captured)\n";
+    fprintf(stderr, "[rank %d] out-of-memory report:\n%s", ctx->rank, report);
     if (!cfg->log_dir[0]) return;
     zt_error ignore = {0};
     if (zt_mkdir_p(cfg->log_dir, &ignore) != ZT_OK) return;
@@ -36,8 +36,7 @@ static void report_oom(const zt_ctx *ctx, const zt_train_config *cfg) {
     snprintf(path, sizeof path, "%s/oom_rank%d.txt", cfg->log_dir, ctx->rank);
     FILE *f = fopen(path, "w");
     if (!f) return;
-    fprintf(f, "%s\n", ctx->err.msg);
-    zt_mem_report(&ctx->device_mem, f, 10);
+    fprintf(f, "%s\n%s", ctx->err.msg, report);
     fclose(f);
 }
 

@@ -1,5 +1,7 @@
 #include "zt_ctx.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 zt_status zt_ctx_init(zt_ctx *ctx, zt_device device, int nthreads, size_t device_limit, int rank,
@@ -15,7 +17,19 @@ zt_status zt_ctx_init(zt_ctx *ctx, zt_device device, int nthreads, size_t device
     return ZT_OK;
 }
 
+void zt_ctx_capture_oom_report(zt_ctx *ctx) {
+    free(ctx->oom_report);
+    ctx->oom_report = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&ctx->oom_report, &len);
+    if (!f) return;
+    zt_mem_report(&ctx->device_mem, f, 10);
+    fclose(f);
+}
+
 void zt_ctx_destroy(zt_ctx *ctx) {
+    free(ctx->oom_report);
+    ctx->oom_report = NULL;
     if (ctx->be) {
         zt_mem_destroy(&ctx->device_mem);
         zt_mem_destroy(&ctx->host_mem);

@@ -18,7 +18,13 @@ typedef struct {
     zt_stream compute;
     int rank;
     int world_size;
+    /* The device memory report taken at the moment an allocation failed
+     * (before cleanup frees everything); owned, NULL when none. */
+    char *oom_report;
 } zt_ctx;
+
+/* Captures zt_mem_report of the device space into ctx->oom_report. */
+void zt_ctx_capture_oom_report(zt_ctx *ctx);
 
 /* Creates the backend and both memory spaces. device_limit caps device_mem
  * (0: none). */
