@@ -54,6 +54,9 @@ static const opt_spec options[] = {
     {"device", OPT_CHOICE, S(device), 0, 0, "cpu|cuda", "compute device"},
     {"bucket-size", OPT_SIZE, F(bucket_size), 0, 1, 1e15, NULL, "gradient reduction bucket size"},
     {"prefetch", OPT_INT, F(prefetch), 0, 0, 16, NULL, "units gathered ahead at stage 3"},
+    {"prefetch-bucket-size", OPT_INT64, F(prefetch_bucket_size), 0, 0, 9e18, NULL,
+     "stage 3: parameters to gather ahead (sets --prefetch in units; 0: unused)"},
+    {"overlap-comm", OPT_BOOL, F(overlap_comm), 0, 0, 1, NULL, "overlap collectives with compute (0: wait at once)"},
     {"mem-limit", OPT_SIZE, F(mem_limit), 0, 0, 1e18, NULL, "device memory cap, e.g. 512MiB (0: none)"},
     {"threads", OPT_INT, F(threads), 0, 0, 1024, NULL, "threads per process (0: cores / ranks on this node)"},
     {"log-dir", OPT_STRING, S(log_dir), 0, 0, NULL, "directory for rank<r>.jsonl and summary.json"},
@@ -93,6 +96,9 @@ void zt_train_config_defaults(zt_train_config *c) {
     snprintf(c->dtype, sizeof c->dtype, "fp32");
     snprintf(c->device, sizeof c->device, "cpu");
     c->bucket_size = 25u << 20;
+    c->overlap_comm = 1;
+    c->test_exit_rank = -1;
+    c->test_exit_step = -1;
 }
 
 static const opt_spec *find_option(const char *name, int json_key, int *index) {
@@ -185,6 +191,99 @@ static const char *kind_name(opt_kind k) {
     return "?";
 }
 
+/* Sets option o (index idx) from a JSON value, checking its type. */
+static zt_status set_from_json(zt_train_config *c, const opt_spec *o, int idx, json_t *val, const char *where,
+                               zt_error *err) {
+    char text[600];
+    int ok = 1;
+    switch (o->kind) {
+    case OPT_INT:
+    case OPT_INT64:
+        ok = json_is_integer(val);
+        if (ok) snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
+        break;
+    case OPT_FLOAT:
+        ok = json_is_number(val);
+        if (ok) snprintf(text, sizeof text, "%.17g", json_number_value(val));
+        break;
+    case OPT_SIZE:
+        ok = json_is_integer(val) || json_is_string(val);
+        if (json_is_integer(val)) {
+            ok = json_integer_value(val) >= 0;
+            snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
+        } else if (ok) snprintf(text, sizeof text, "%s", json_string_value(val));
+        break;
+    case OPT_STRING:
+    case OPT_CHOICE:
+        ok = json_is_string(val);
+        if (ok) snprintf(text, sizeof text, "%s", json_string_value(val));
+        break;
+    case OPT_BOOL:
+        ok = json_is_boolean(val);
+        if (ok) snprintf(text, sizeof text, "%s", json_is_true(val) ? "true" : "false");
+        break;
+    }
+    if (!ok) return ZT_FAIL(err, ZT_ERR_INVALID, "%s must be %s", where, kind_name(o->kind));
+    ZT_TRY(set_from_text(c, o, text, where, err));
+    c->given[idx] = 1;
+    return ZT_OK;
+}
+
+static zt_status set_named(zt_train_config *c, const char *option, json_t *val, const char *where, zt_error *err) {
+    int idx;
+    const opt_spec *o = find_option(option, 0, &idx);
+    if (!o) return ZT_FAIL(err, ZT_ERR_INTERNAL, "%s: no option %s", where, option);
+    return set_from_json(c, o, idx, val, where, err);
+}
+
+/* A boolean DeepSpeed key that describes what zerotrain always does: true is
+ * accepted, false is refused rather than silently ignored. */
+static zt_status require_true(json_t *val, const char *where, const char *why, zt_error *err) {
+    if (!json_is_boolean(val)) return ZT_FAIL(err, ZT_ERR_INVALID, "%s must be a boolean", where);
+    if (!json_is_true(val)) return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "%s: false is not supported (%s)", where, why);
+    return ZT_OK;
+}
+
+/* The DeepSpeed keys a user brings, where they have a meaning here. */
+static zt_status load_deepspeed_zero(zt_train_config *c, json_t *obj, const char *path, zt_error *err) {
+    if (!json_is_object(obj))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: \"zero_optimization\" must be an object", path);
+    const char *key;
+    json_t *val;
+    json_object_foreach(obj, key, val) {
+        char where[600];
+        snprintf(where, sizeof where, "--config %s: key \"zero_optimization.%s\"", path, key);
+        if (strcmp(key, "stage") == 0) ZT_TRY(set_named(c, "stage", val, where, err));
+        else if (strcmp(key, "reduce_bucket_size") == 0) ZT_TRY(set_named(c, "bucket-size", val, where, err));
+        else if (strcmp(key, "overlap_comm") == 0) ZT_TRY(set_named(c, "overlap-comm", val, where, err));
+        else if (strcmp(key, "stage3_prefetch_bucket_size") == 0)
+            ZT_TRY(set_named(c, "prefetch-bucket-size", val, where, err));
+        else if (strcmp(key, "reduce_scatter") == 0)
+            ZT_TRY(require_true(val, where, "gradients are always reduce-scattered", err));
+        else if (strcmp(key, "contiguous_gradients") == 0)
+            ZT_TRY(require_true(val, where, "each unit's gradients are always one flat buffer", err));
+        else return ZT_FAIL(err, ZT_ERR_INVALID, "%s is not supported by zerotrain", where);
+    }
+    return ZT_OK;
+}
+
+static zt_status load_deepspeed_bf16(zt_train_config *c, json_t *obj, const char *path, zt_error *err) {
+    if (!json_is_object(obj)) return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: \"bf16\" must be an object", path);
+    const char *key;
+    json_t *val;
+    json_object_foreach(obj, key, val) {
+        char where[600];
+        snprintf(where, sizeof where, "--config %s: key \"bf16.%s\"", path, key);
+        if (strcmp(key, "enabled") != 0) return ZT_FAIL(err, ZT_ERR_INVALID, "%s is not supported by zerotrain", where);
+        if (!json_is_boolean(val)) return ZT_FAIL(err, ZT_ERR_INVALID, "%s must be a boolean", where);
+        json_t *dt = json_string(json_is_true(val) ? "bf16" : "fp32");
+        zt_status st = set_named(c, "dtype", dt, where, err);
+        json_decref(dt);
+        ZT_TRY(st);
+    }
+    return ZT_OK;
+}
+
 static zt_status load_json(zt_train_config *c, const char *path, zt_error *err) {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -196,52 +295,41 @@ static zt_status load_json(zt_train_config *c, const char *path, zt_error *err) 
         st = ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: the top level must be a JSON object", path);
         goto done;
     }
+    /* DeepSpeed's top-level names, as aliases of ours. */
+    static const struct {
+        const char *deepspeed, *option;
+    } aliases[] = {
+        {"train_micro_batch_size_per_gpu", "micro-batch"},
+        {"gradient_accumulation_steps", "grad-accum"},
+        {"gradient_clipping", "grad-clip"},
+    };
     const char *key;
     json_t *val;
     json_object_foreach(root, key, val) {
-        int idx;
-        const opt_spec *o = find_option(key, 1, &idx);
         char where[600];
         snprintf(where, sizeof where, "--config %s: key \"%s\"", path, key);
+        if (strcmp(key, "zero_optimization") == 0) {
+            if ((st = load_deepspeed_zero(c, val, path, err)) != ZT_OK) goto done;
+            continue;
+        }
+        if (strcmp(key, "bf16") == 0) {
+            if ((st = load_deepspeed_bf16(c, val, path, err)) != ZT_OK) goto done;
+            continue;
+        }
+        const char *option = NULL;
+        for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+            if (strcmp(key, aliases[i].deepspeed) == 0) option = aliases[i].option;
+        if (option) {
+            if ((st = set_named(c, option, val, where, err)) != ZT_OK) goto done;
+            continue;
+        }
+        int idx;
+        const opt_spec *o = find_option(key, 1, &idx);
         if (!o || strcmp(key, "config") == 0) {
             st = ZT_FAIL(err, ZT_ERR_INVALID, "%s is not a known option (see --help)", where);
             goto done;
         }
-        char text[600];
-        int ok = 1;
-        switch (o->kind) {
-        case OPT_INT:
-        case OPT_INT64:
-            ok = json_is_integer(val);
-            if (ok) snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
-            break;
-        case OPT_FLOAT:
-            ok = json_is_number(val);
-            if (ok) snprintf(text, sizeof text, "%.17g", json_number_value(val));
-            break;
-        case OPT_SIZE:
-            ok = json_is_integer(val) || json_is_string(val);
-            if (json_is_integer(val)) {
-                ok = json_integer_value(val) >= 0;
-                snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
-            } else if (ok) snprintf(text, sizeof text, "%s", json_string_value(val));
-            break;
-        case OPT_STRING:
-        case OPT_CHOICE:
-            ok = json_is_string(val);
-            if (ok) snprintf(text, sizeof text, "%s", json_string_value(val));
-            break;
-        case OPT_BOOL:
-            ok = json_is_boolean(val);
-            if (ok) snprintf(text, sizeof text, "%s", json_is_true(val) ? "true" : "false");
-            break;
-        }
-        if (!ok) {
-            st = ZT_FAIL(err, ZT_ERR_INVALID, "%s must be %s", where, kind_name(o->kind));
-            goto done;
-        }
-        if ((st = set_from_text(c, o, text, where, err)) != ZT_OK) goto done;
-        c->given[idx] = 1;
+        if ((st = set_from_json(c, o, idx, val, where, err)) != ZT_OK) goto done;
     }
 done:
     json_decref(root);
@@ -305,18 +393,12 @@ zt_status zt_train_config_validate(const zt_train_config *c, zt_error *err) {
     if (strcmp(c->data, "markov") != 0 && zt_train_config_given(c, "vocab") && c->vocab != 256)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--data FILE reads bytes, so --vocab must be 256 (got %d)", c->vocab);
     /* Named now so scripts can be written against them; they arrive with
-     * the sharding, offload and recompute issues. */
-    if (c->stage != 0)
-        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--stage %d: only stage 0 is available until sharding lands", c->stage);
+     * the offload and recompute issues. */
     if (strcmp(c->offload, "none") != 0)
         return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--offload %s: optimizer offload is not available yet", c->offload);
     if (strcmp(c->recompute, "none") != 0)
         return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--recompute %s: activation recomputation is not available yet",
                        c->recompute);
-    if (zt_train_config_given(c, "bucket-size"))
-        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--bucket-size: gradient buckets arrive with sharding (not available yet)");
-    if (zt_train_config_given(c, "prefetch"))
-        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--prefetch: stage-3 prefetch arrives with sharding (not available yet)");
     return ZT_OK;
 }
 

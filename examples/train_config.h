@@ -21,11 +21,15 @@ typedef struct {
     int64_t seed;
     double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
     /* runtime */
-    int stage, prefetch, threads, quiet;
+    int stage, prefetch, threads, quiet, overlap_comm;
+    int64_t prefetch_bucket_size; /* DeepSpeed's stage3_prefetch_bucket_size (parameters); 0: use prefetch */
     char offload[16], recompute[16], dtype[16], device[16];
     size_t bucket_size, mem_limit;
     char log_dir[512];
     char config[512];
+    /* Fault injection for tests (from the environment, not flags):
+     * ZT_TEST_EXIT_RANK / ZT_TEST_EXIT_STEP make that rank exit abruptly. */
+    int test_exit_rank, test_exit_step;
     /* which options were given (by flag or config file), by option index */
     unsigned char given[64];
 } zt_train_config;

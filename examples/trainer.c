@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "data.h"
 #include "gpt.h"
@@ -50,7 +51,29 @@ static void trainer_free(trainer *t) {
     if (t->jsonl) fclose(t->jsonl);
 }
 
-static zt_status run(const zt_train_config *c, zt_ctx *ctx, trainer *t) {
+static json_t *comm_json(const zt_comm *comm, const zt_coll_stats *before) {
+    json_t *o = json_object();
+    for (int k = 0; k < ZT_COLL_KINDS; k++) {
+        const zt_coll_stats *s = &comm->stats[k];
+        long calls = s->calls - before[k].calls;
+        if (calls == 0) continue;
+        double bytes = s->bytes - before[k].bytes, time_s = s->time_s - before[k].time_s;
+        double n = comm->world_size, alg = time_s > 0 ? bytes / time_s / 1e9 : 0.0;
+        double factor = k == ZT_COLL_ALL_REDUCE ? 2.0 * (n - 1) / n
+                        : (k == ZT_COLL_ALL_GATHER || k == ZT_COLL_REDUCE_SCATTER) ? (n - 1) / n : 1.0;
+        json_t *kj = json_object();
+        json_object_set_new(kj, "calls", json_integer(calls));
+        json_object_set_new(kj, "bytes", json_real(bytes));
+        json_object_set_new(kj, "time_s", json_real(time_s));
+        json_object_set_new(kj, "wait_s", json_real(s->wait_s - before[k].wait_s));
+        json_object_set_new(kj, "algbw_gbs", json_real(alg));
+        json_object_set_new(kj, "busbw_gbs", json_real(alg * factor));
+        json_object_set_new(o, zt_coll_name(k), kj);
+    }
+    return o;
+}
+
+static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, trainer *t) {
     zt_error *err = &ctx->err;
     int file_data = strcmp(c->data, "markov") != 0;
     if (file_data) {
@@ -72,13 +95,25 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, trainer *t) {
     zt_gpt_config gc = {c->layers, c->d_model, c->heads, c->seq_len, t->data.vocab, c->micro_batch, c->tied,
                         (uint64_t)c->seed};
     ZT_TRY(zt_gpt_create(&t->gpt, &gc, err));
-    zt_spec_layout(t->gpt.spec, ctx->world_size);
-    zt_engine_config ec = {c->stage, strcmp(c->dtype, "bf16") == 0 ? ZT_BF16 : ZT_FP32, (float)c->beta1,
-                           (float)c->beta2, (float)c->eps, (float)c->weight_decay, (float)c->grad_clip};
+    zt_spec_layout(t->gpt.spec, comm->world_size);
+    int prefetch = c->prefetch;
+    if (c->prefetch_bucket_size > 0) /* DeepSpeed's knob counts parameters; ours counts units */
+        prefetch = (int)(c->prefetch_bucket_size / (int64_t)t->gpt.spec->largest_unit_numel);
+    zt_engine_config ec = {c->stage,
+                           strcmp(c->dtype, "bf16") == 0 ? ZT_BF16 : ZT_FP32,
+                           (float)c->beta1,
+                           (float)c->beta2,
+                           (float)c->eps,
+                           (float)c->weight_decay,
+                           (float)c->grad_clip,
+                           c->bucket_size,
+                           prefetch,
+                           c->overlap_comm};
     zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_INIT);
-    ZT_TRY(zt_engine_init(&t->eng, ctx, t->gpt.spec, &ec, zt_gpt_init_param, &t->gpt));
-    zt_log_rank0(&ctx->log, "model: %zu parameters in %d units (largest %zu), dtype %s", t->gpt.spec->total_numel,
-                 t->gpt.spec->nunits, t->gpt.spec->largest_unit_numel, c->dtype);
+    ZT_TRY(zt_engine_init(&t->eng, ctx, comm, t->gpt.spec, &ec, zt_gpt_init_param, &t->gpt));
+    zt_log_rank0(&ctx->log, "model: %zu parameters in %d units (largest %zu padded), dtype %s, ZeRO stage %d on %d rank(s)",
+                 t->gpt.spec->total_numel, t->gpt.spec->nunits, t->gpt.spec->largest_unit_numel, c->dtype, c->stage,
+                 comm->world_size);
 
     int B = c->micro_batch, T = c->seq_len;
     t->tokens = malloc(sizeof(int32_t) * (size_t)B * T);
@@ -94,29 +129,40 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, trainer *t) {
     for (int step = 0; step < c->steps; step++) {
         double t0 = now_s();
         zt_mem_window_reset(&ctx->device_mem);
+        zt_coll_stats comm_before[ZT_COLL_KINDS];
+        memcpy(comm_before, comm->stats, sizeof comm_before);
         ZT_TRY(zt_engine_zero_grads(&t->eng));
         double loss_sum = 0.0;
         for (int micro = 0; micro < c->grad_accum; micro++) {
             zt_data_batch(&t->data, (uint64_t)c->seed, ctx->rank, step, micro, B, T, t->tokens, t->targets);
             float loss;
+            zt_engine_begin_micro(&t->eng, micro == c->grad_accum - 1);
             zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_FORWARD);
             ZT_TRY(zt_gpt_forward(&t->gpt, &t->eng, t->tokens, t->targets, B, T, &loss));
             zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_BACKWARD);
             ZT_TRY(zt_gpt_backward(&t->gpt, &t->eng, 1.0f / ((float)B * (float)T * (float)c->grad_accum)));
+            ZT_TRY(zt_engine_sync_grads(&t->eng));
             loss_sum += loss;
+        }
+        if (c->test_exit_step == step + 1 && c->test_exit_rank == ctx->rank) {
+            zt_log_error(&ctx->log, "test hook: rank %d exits abruptly at step %d", ctx->rank, step + 1);
+            _exit(7);
         }
         float lr = lr_at(c, step);
         zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_OPTIMIZER);
         ZT_TRY(zt_engine_step(&t->eng, lr));
         ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, err));
         double dt = now_s() - t0;
-        double loss = loss_sum / c->grad_accum;
+        /* The global mean loss: per-rank means added in rank order. */
+        double loss;
+        ZT_TRY(zt_comm_sum_f64(comm, loss_sum / c->grad_accum, &loss, err));
+        loss /= comm->world_size;
         t->losses[step] = loss;
         t->step_times[step] = dt;
-        double tps = (double)B * T * c->grad_accum * ctx->world_size / dt;
+        double tps = (double)B * T * c->grad_accum * comm->world_size / dt;
         if (step > 0 || c->steps == 1) {
             tokens_time += dt;
-            tokens_counted += (long)B * T * c->grad_accum * ctx->world_size;
+            tokens_counted += (long)B * T * c->grad_accum * comm->world_size;
         }
         if (t->jsonl) {
             json_t *o = json_object();
@@ -127,6 +173,8 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, trainer *t) {
             json_object_set_new(o, "step_time_s", json_real(dt));
             json_object_set_new(o, "tokens_per_s", json_real(tps));
             json_object_set_new(o, "memory", zt_mem_step_json(&ctx->device_mem, &ctx->host_mem));
+            json_object_set_new(o, "comm", comm_json(comm, comm_before));
+            json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)t->eng.gathered_inflight_peak));
             char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
             json_decref(o);
             if (line) {
@@ -156,24 +204,49 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, trainer *t) {
     if (c->steps > 0)
         zt_log_rank0(&ctx->log, "done: final loss %.6f (floor %.6f, gap %.4f), %.0f tokens/s, params digest %s",
                      t->losses[c->steps - 1], floor, t->losses[c->steps - 1] - floor, tps, digest);
-    if (c->log_dir[0]) {
-        size_t cat_peak[ZT_NUM_CATEGORIES];
-        for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) cat_peak[cc] = ctx->device_mem.by_category[cc].peak;
-        size_t peak_total = ctx->device_mem.allocated.peak, host_peak = ctx->host_mem.allocated.peak;
-        zt_os_mem os = {0};
-        ZT_TRY(zt_os_mem_read(&os, err));
-        size_t os_peak = os.vm_hwm;
-        zt_summary s = {c, ctx->world_size, t->gpt.spec->total_numel, c->steps, t->losses, floor, tps, median,
-                        digest, &peak_total, cat_peak, &host_peak, &os_peak};
-        ZT_TRY(zt_summary_write(&s, c->log_dir, err));
+    /* Every rank's peaks go to every rank (rank 0 writes them). */
+    int N = comm->world_size;
+    enum { NV = ZT_NUM_CATEGORIES + 3 };
+    unsigned long long mine[NV], *all = calloc((size_t)N * NV, sizeof *all);
+    size_t *rank_peak = calloc((size_t)N * (NV), sizeof *rank_peak);
+    if (!all || !rank_peak) {
+        free(all);
+        free(rank_peak);
+        return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
     }
+    zt_os_mem os = {0};
+    zt_status st = zt_os_mem_read(&os, err);
+    for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) mine[cc] = ctx->device_mem.by_category[cc].peak;
+    mine[ZT_NUM_CATEGORIES] = ctx->device_mem.allocated.peak;
+    mine[ZT_NUM_CATEGORIES + 1] = ctx->host_mem.allocated.peak;
+    mine[ZT_NUM_CATEGORIES + 2] = os.vm_hwm;
+    for (int k = 0; k < NV && st == ZT_OK; k++) {
+        unsigned long long *col = all + (size_t)k * N;
+        st = zt_comm_all_gather_u64(comm, mine[k], col, err);
+    }
+    if (st == ZT_OK && c->log_dir[0] && ctx->rank == 0) {
+        size_t *peak = rank_peak, *cat = peak + N, *host = cat + (size_t)N * ZT_NUM_CATEGORIES, *osp = host + N;
+        for (int r = 0; r < N; r++) {
+            for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++)
+                cat[(size_t)r * ZT_NUM_CATEGORIES + cc] = all[(size_t)cc * N + r];
+            peak[r] = all[(size_t)ZT_NUM_CATEGORIES * N + r];
+            host[r] = all[(size_t)(ZT_NUM_CATEGORIES + 1) * N + r];
+            osp[r] = all[(size_t)(ZT_NUM_CATEGORIES + 2) * N + r];
+        }
+        zt_summary s = {c, N, t->gpt.spec->total_numel, c->steps, t->losses, floor, tps, median,
+                        digest, peak, cat, host, osp};
+        st = zt_summary_write(&s, c->log_dir, err);
+    }
+    free(all);
+    free(rank_peak);
+    if (st != ZT_OK) return st;
     return ZT_OK;
 }
 
-zt_status zt_train_run(const zt_train_config *c, zt_ctx *ctx) {
+zt_status zt_train_run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm) {
     trainer t;
     memset(&t, 0, sizeof t);
-    zt_status st = run(c, ctx, &t);
+    zt_status st = run(c, ctx, comm, &t);
     if (st == ZT_ERR_OOM) zt_ctx_capture_oom_report(ctx); /* before cleanup frees the evidence */
     trainer_free(&t);
     return st;

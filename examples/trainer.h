@@ -3,11 +3,13 @@
 #define ZT_TRAINER_H
 
 #include "train_config.h"
+#include "zt_comm.h"
 #include "zt_ctx.h"
 
-/* Runs the whole training described by cfg on ctx. On error, ctx->err says
+/* Runs the whole training described by cfg on ctx, this rank's part of it.
+ * Collective: every rank of comm calls it. On error, ctx->err says
  * what failed; an OOM leaves ctx->device_mem as it was at the failure so the
  * caller can report it. */
-zt_status zt_train_run(const zt_train_config *cfg, zt_ctx *ctx);
+zt_status zt_train_run(const zt_train_config *cfg, zt_ctx *ctx, zt_comm *comm);
 
 #endif

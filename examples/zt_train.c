@@ -1,13 +1,16 @@
 /* zt-train: the command-line driver. Only this file decides exit codes:
  * 0 success, 1 runtime failure, 2 bad input (flags, config, unsupported
  * option), 3 out of memory (the tracked allocator or the system refused). */
+#include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "train_config.h"
 #include "train_log.h"
 #include "trainer.h"
+#include "zt_comm.h"
 #include "zt_ctx.h"
 
 static int exit_code_for(zt_status st) {
@@ -40,45 +43,83 @@ static void report_oom(const zt_ctx *ctx, const zt_train_config *cfg) {
     fclose(f);
 }
 
+/* Ends the whole job: with several ranks, the others may be blocked in a
+ * collective, so MPI_Abort takes them down too (within seconds, no hang). */
+static int finish(int code, int world) {
+    if (code != 0 && world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    MPI_Finalize();
+    return code;
+}
+
+static int env_int(const char *name, int fallback) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : fallback;
+}
+
 int main(int argc, char **argv) {
     const char *prog = "zt-train";
+    MPI_Init(&argc, &argv);
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+
     zt_train_config cfg;
     zt_train_config_defaults(&cfg);
+    cfg.test_exit_rank = env_int("ZT_TEST_EXIT_RANK", -1);
+    cfg.test_exit_step = env_int("ZT_TEST_EXIT_STEP", -1);
     zt_error err = {0};
     int want_help = 0;
-    if (zt_train_config_parse(&cfg, argc, argv, &want_help, &err) != ZT_OK ||
-        (!want_help && zt_train_config_validate(&cfg, &err) != ZT_OK)) {
-        report_error(&err, prog);
-        return exit_code_for(err.code);
+    int bad = zt_train_config_parse(&cfg, argc, argv, &want_help, &err) != ZT_OK ||
+              (!want_help && zt_train_config_validate(&cfg, &err) != ZT_OK);
+    /* Ranks may have been given different flags (MPMD): agree before going on. */
+    int any_bad = bad;
+    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any_bad) {
+        if (bad && (rank == 0 || err.code != ZT_OK)) report_error(&err, prog);
+        MPI_Finalize();
+        return bad ? exit_code_for(err.code) : 2;
     }
     if (want_help) {
-        zt_train_config_print_help(stdout, prog);
+        if (rank == 0) zt_train_config_print_help(stdout, prog);
+        MPI_Finalize();
         return 0;
     }
 
-    int rank = 0, world = 1, local_size = 1;
+    zt_comm comm;
+    if (zt_comm_create_mpi(&comm, &err) != ZT_OK) {
+        report_error(&err, prog);
+        return finish(1, world);
+    }
     int threads = cfg.threads;
-    if (threads == 0) {
+    if (threads == 0) { /* cores / ranks on this node, so ranks do not oversubscribe it */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cores > local_size ? (int)(cores / local_size) : 1;
+        threads = cores > comm.local_size ? (int)(cores / comm.local_size) : 1;
     }
     zt_device device = strcmp(cfg.device, "cuda") == 0 ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
     zt_ctx ctx;
     zt_status st = zt_ctx_init(&ctx, device, threads, cfg.mem_limit, rank, world, cfg.quiet);
     if (st != ZT_OK) {
-        report_error(&ctx.err, prog);
+        if (rank == 0) report_error(&ctx.err, prog);
         zt_ctx_destroy(&ctx);
+        zt_comm_destroy(&comm);
+        MPI_Finalize(); /* every rank fails the same way here */
         return exit_code_for(st);
     }
     if (rank == 0 && !cfg.quiet) {
-        printf("zerotrain: %d rank(s), %d thread(s) per rank, device %s\n", world, threads, ctx.be->name);
+        printf("zerotrain: %d rank(s) (%d on this node), %d thread(s) per rank, device %s\n", world,
+               comm.local_size, threads, ctx.be->name);
         zt_train_config_print(&cfg, stdout);
+        fflush(stdout);
     }
-    st = zt_train_run(&cfg, &ctx);
+    st = zt_train_run(&cfg, &ctx, &comm);
     if (st != ZT_OK) {
-        report_error(&ctx.err, prog);
+        char prefixed[64];
+        snprintf(prefixed, sizeof prefixed, "%s [rank %d]", prog, rank);
+        report_error(&ctx.err, prefixed);
         if (st == ZT_ERR_OOM) report_oom(&ctx, &cfg);
+        fflush(stderr);
     }
     zt_ctx_destroy(&ctx);
-    return exit_code_for(st);
+    zt_comm_destroy(&comm);
+    return finish(exit_code_for(st), world);
 }

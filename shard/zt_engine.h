@@ -1,13 +1,25 @@
-/* The engine owns each unit's persistent state (params, grads, fp32 master,
- * Adam m and v) and implements the runtime API the model calls:
- *   gather(u)      -> an fp32 view of u's parameters, valid until release(u)
- *   grad_buffer(u) -> an fp32 buffer the backward pass accumulates into
+/* The engine owns each unit's persistent state and implements the runtime API
+ * the model calls:
+ *   gather(u)      -> an fp32 view of u's full parameters, valid until release(u)
+ *   grad_buffer(u) -> an fp32 buffer u's backward accumulates into
  *   grads_ready(u) -> u's backward is complete for this micro-batch
- * and the optimizer step. Which of these allocate, reduce or communicate is
- * decided here by the stage, never by the model. */
+ * and the optimizer step. What these allocate, reduce or communicate is
+ * decided here by the ZeRO stage, never by the model:
+ *
+ *   stage | params   grads    fp32 master + Adam m, v
+ *   0     | full     full     full        (every rank steps on everything)
+ *   1     | full     full     shard       (each rank steps its slice, then all-gather)
+ *   2     | full     shard    shard       (full grads live only until reduce-scattered)
+ *   3     | shard    shard    shard       (params gathered just in time, freed after use)
+ *
+ * Every stage reduces gradients with the same deterministic reduce-scatter over
+ * the same padded layout, averages once (x 1/N) after it, and computes the
+ * gradient norm per shard, summed over ranks in rank order; so in fp32 all
+ * stages give bitwise-identical results at a given world size. */
 #ifndef ZT_ENGINE_H
 #define ZT_ENGINE_H
 
+#include "zt_comm.h"
 #include "zt_ctx.h"
 #include "zt_tensor.h"
 #include "zt_units.h"
@@ -16,28 +28,53 @@ typedef struct {
     int stage;      /* ZeRO stage 0..3 */
     zt_dtype dtype; /* storage dtype of params and grads; compute is fp32 */
     float beta1, beta2, eps, weight_decay;
-    float grad_clip; /* global-norm clipping threshold; 0 disables */
+    float grad_clip;     /* global-norm clipping threshold; 0 disables */
+    size_t bucket_bytes; /* reduce-scatter bucket size (fp32 gradient bytes) */
+    int prefetch;        /* stage 3: units gathered ahead of the one in use */
+    int overlap_comm;    /* 0: wait for every collective right after starting it */
 } zt_engine_config;
 
+typedef enum { ZT_GATHER_NONE = 0, ZT_GATHER_IN_FLIGHT, ZT_GATHER_READY } zt_gather_state;
+
 typedef struct {
-    zt_tensor params;  /* [padded_numel] dtype: the compute copy */
-    zt_tensor grads;   /* [padded_numel] dtype */
-    zt_tensor master;  /* [padded_numel] fp32, only when dtype is bf16 */
-    zt_tensor adam_m;  /* [padded_numel] fp32 */
-    zt_tensor adam_v;  /* [padded_numel] fp32 */
-    zt_tensor view32;  /* [padded_numel] fp32 up-cast of params while gathered (bf16 only) */
-    zt_tensor grad32;  /* [padded_numel] fp32 accumulation while backward runs (bf16 only) */
+    zt_tensor params;   /* [padded] or [shard] dtype: the compute copy */
+    zt_tensor grads;    /* [padded] or [shard] dtype */
+    zt_tensor master;   /* [padded] or [shard] fp32, only when dtype is bf16 */
+    zt_tensor adam_m;   /* [padded] or [shard] fp32 */
+    zt_tensor adam_v;   /* [padded] or [shard] fp32 */
+    zt_tensor gathered; /* [padded] dtype, stage 3 while gathered (gathered_params) */
+    zt_tensor view32;   /* [padded] fp32 up-cast of params while in use (bf16 only) */
+    zt_tensor grad32;   /* [padded] fp32 gradients of this micro-batch (bf16, or stage >= 2) */
+    zt_gather_state gather_state;
+    zt_comm_handle gather_handle;
     int gather_count;
     int grad_open;
+    int queued; /* in the bucket being filled or in flight */
 } zt_unit_state;
+
+/* Gradients of several units on their way through one reduce-scatter. */
+typedef struct {
+    int units[ZT_MAX_UNITS > 64 ? 64 : ZT_MAX_UNITS];
+    int nunits;
+    size_t numel;       /* sum of padded sizes */
+    zt_tensor send;     /* [numel] fp32, packed rank-major: slice r of every unit, then r+1 */
+    zt_tensor staging;  /* [numel] fp32, the chunks received from every rank */
+    zt_tensor reduced;  /* [numel / N] fp32, this rank's summed slices */
+    zt_comm_handle handle;
+} zt_bucket;
 
 typedef struct {
     zt_ctx *ctx;
+    zt_comm *comm;
     const zt_model_spec *spec;
     zt_engine_config cfg;
     zt_unit_state *units; /* [spec->nunits] */
+    zt_bucket filling, in_flight;
+    int sync_this_micro; /* stages 0-1 reduce once per step, on the last micro-batch */
     int steps_taken;
     double last_grad_norm;
+    size_t gathered_inflight_peak; /* stage 3: most bytes of gathered params at once */
+    size_t gathered_inflight_now;
 } zt_engine;
 
 /* Fills dst[numel] with the initial values of parameter `param` of `unit`.
@@ -45,7 +82,9 @@ typedef struct {
  * from the same model. */
 typedef void (*zt_param_init_fn)(void *arg, int unit, int param, float *dst);
 
-zt_status zt_engine_init(zt_engine *eng, zt_ctx *ctx, const zt_model_spec *spec,
+/* spec must already be laid out for comm->world_size (zt_spec_layout). All
+ * ranks must call this; they check they agree on layout and configuration. */
+zt_status zt_engine_init(zt_engine *eng, zt_ctx *ctx, zt_comm *comm, const zt_model_spec *spec,
                          const zt_engine_config *cfg, zt_param_init_fn init, void *init_arg);
 void zt_engine_destroy(zt_engine *eng);
 
@@ -53,11 +92,23 @@ zt_status zt_engine_gather(zt_engine *eng, int unit, const float **params32);
 void zt_engine_release(zt_engine *eng, int unit);
 zt_status zt_engine_grad_buffer(zt_engine *eng, int unit, float **grads32);
 zt_status zt_engine_grads_ready(zt_engine *eng, int unit);
+
+/* Step structure: zero_grads; for each micro-batch: begin_micro, forward,
+ * backward, sync_grads; then step. */
 zt_status zt_engine_zero_grads(zt_engine *eng);
+void zt_engine_begin_micro(zt_engine *eng, int is_last_micro);
+/* Flushes the partly filled bucket and completes every reduction in flight. */
+zt_status zt_engine_sync_grads(zt_engine *eng);
 /* Clips by the global gradient norm and applies AdamW with learning rate lr. */
 zt_status zt_engine_step(zt_engine *eng, float lr);
-/* Hex XXH3-128 digest of the full parameters (fp32 master where it exists),
- * units in order, padding excluded. */
+/* Hex XXH3-128 digest of the full fp32 parameters (master where it exists),
+ * units in order, padding excluded. Collective: every rank must call it. */
 zt_status zt_engine_digest(zt_engine *eng, char hex[33]);
+
+/* Closed-form bytes this rank owns per persistent category for a spec/stage. */
+typedef struct {
+    size_t params, grads, master_params, optimizer;
+} zt_state_bytes;
+zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype);
 
 #endif

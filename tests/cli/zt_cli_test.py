@@ -50,11 +50,16 @@ def case_bad_input(zt, work):
     expect_error(zt, ["--steps"], 2, "--steps", "needs a value")
     expect_error(zt, ["--d-model", "30", "--heads", "4"], 2, "divisible")
     expect_error(zt, ["--mem-limit", "12XB"], 2, "--mem-limit", "unknown unit")
-    expect_error(zt, ["--stage", "3"], 2, "--stage 3")
     expect_error(zt, ["--stage", "7"], 2, "--stage", "out of range")
     expect_error(zt, ["--offload", "cpu"], 2, "--offload")
     expect_error(zt, ["--recompute", "full"], 2, "--recompute")
-    expect_error(zt, ["--bucket-size", "1MiB"], 2, "--bucket-size")
+    expect_error(zt, ["--bucket-size", "0"], 2, "--bucket-size", "out of range")
+    expect_error(zt, ["--config", cfg("ds_bad.json", '{"zero_optimization": {"stage": 2, "offload_param": {}}}')], 2,
+                 '"zero_optimization.offload_param"', "not supported")
+    expect_error(zt, ["--config", cfg("ds_rs.json", '{"zero_optimization": {"reduce_scatter": false}}')], 2,
+                 '"zero_optimization.reduce_scatter"', "false is not supported")
+    expect_error(zt, ["--config", cfg("ds_bf16.json", '{"bf16": {"enabled": "yes"}}')], 2, '"bf16.enabled"', "boolean")
+    expect_error(zt, ["--config", cfg("ds_batch.json", '{"train_batch_size": 32}')], 2, '"train_batch_size"')
     expect_error(zt, ["--device", "cuda"], 2, "--device cuda")
     expect_error(zt, ["--data", os.path.join(work, "missing.txt")], 1, "cannot open")
     expect_error(zt, ["--config", cfg("syntax.json", '{"layers": 2,,}')], 2, "syntax.json", "line 1")
@@ -90,6 +95,25 @@ def case_config_precedence(zt, work):
     assert s["steps"] == 2 and len(s["losses"]) == 2, s          # the flag wins
     assert s["dtype"] == "bf16", s                                 # the file applies
     print("ok: flags override --config, config keys apply")
+
+
+def case_deepspeed_config(zt, work):
+    path = os.path.join(work, "ds.json")
+    with open(path, "w") as f:
+        json.dump({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5,
+                   "bf16": {"enabled": True},
+                   "zero_optimization": {"stage": 3, "reduce_bucket_size": 100000, "overlap_comm": True,
+                                         "stage3_prefetch_bucket_size": 1, "reduce_scatter": True,
+                                         "contiguous_gradients": True},
+                   "layers": 1, "d_model": 16, "heads": 2, "seq_len": 16, "vocab": 16, "threads": 1}, f)
+    d = os.path.join(work, "ds")
+    p = run(zt, ["--config", path, "--steps", "2", "--log-dir", d], expect_rc=0)
+    s = summary(d)
+    assert s["stage"] == 3 and s["dtype"] == "bf16", s
+    for needle in ["| micro-batch          | 2 ", "| grad-accum           | 2 ", "| grad-clip            | 0.5 ",
+                   "| bucket-size          | 100000 "]:
+        assert needle in p.stdout, (needle, p.stdout)
+    print("ok: DeepSpeed keys map onto zerotrain options")
 
 
 def case_determinism(zt, work):

@@ -1,0 +1,84 @@
+/* The communicator: rank topology and collectives with asynchronous handles,
+ * plus per-collective statistics (calls, bytes, time, algbw and busbw as
+ * nccl-tests defines them).
+ *
+ * The MPI implementation works on host buffers with MPI-3 nonblocking
+ * collectives. Its reduce-scatter is deterministic by construction: ranks
+ * exchange chunks with an all-to-all and each rank adds the N contributions
+ * to its chunk in rank order 0..N-1. So a sum never depends on the message
+ * size, the bucket it travelled in, or the algorithm MPI picked, which is what
+ * lets every ZeRO stage produce bitwise-identical results. */
+#ifndef ZT_COMM_H
+#define ZT_COMM_H
+
+#include <stddef.h>
+
+#include "zt_error.h"
+
+typedef enum {
+    ZT_COLL_ALL_GATHER = 0,
+    ZT_COLL_REDUCE_SCATTER,
+    ZT_COLL_ALL_REDUCE,
+    ZT_COLL_BROADCAST,
+    ZT_COLL_BARRIER,
+    ZT_COLL_KINDS
+} zt_coll_kind;
+
+const char *zt_coll_name(zt_coll_kind k);
+
+typedef struct {
+    long calls;
+    double bytes;  /* nccl-tests "size": the full buffer (N x per-rank count) */
+    double time_s; /* start to completion, summed */
+    double wait_s; /* time the caller was blocked in wait, summed */
+} zt_coll_stats;
+
+struct zt_comm;
+
+typedef struct {
+    int active;
+    zt_coll_kind kind;
+    double t_start;
+    size_t bytes;
+    void *impl_req;  /* implementation request (MPI_Request) */
+    /* reduce-scatter completion: out[count] = sum over ranks of staging[r][count] */
+    const float *staging;
+    float *out;
+    size_t count;
+} zt_comm_handle;
+
+typedef struct zt_comm {
+    int rank, world_size;
+    int local_rank, local_size; /* within this node */
+    zt_coll_stats stats[ZT_COLL_KINDS];
+    void *impl; /* MPI communicators */
+} zt_comm;
+
+/* From MPI_COMM_WORLD (MPI must be initialised by the caller). */
+zt_status zt_comm_create_mpi(zt_comm *c, zt_error *err);
+void zt_comm_destroy(zt_comm *c);
+
+/* recv[N * bytes_per_rank] gets every rank's send[bytes_per_rank] in rank
+ * order. send == NULL means in place: this rank's part is already at
+ * recv + rank * bytes_per_rank. */
+zt_status zt_comm_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
+                                   zt_comm_handle *h, zt_error *err);
+/* send[N * count] (chunk r goes to rank r) -> out[count] = sum over ranks in
+ * rank order. staging[N * count] receives the chunks and must stay untouched
+ * until zt_comm_wait; out may alias neither. */
+zt_status zt_comm_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out, size_t count,
+                                       zt_comm_handle *h, zt_error *err);
+zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err);
+
+/* Blocking helpers. */
+/* out = sum over ranks of v, added in rank order (same bits on every rank). */
+zt_status zt_comm_sum_f64(zt_comm *c, double v, double *out, zt_error *err);
+/* recv[N] = every rank's value. */
+zt_status zt_comm_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err);
+zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err);
+zt_status zt_comm_barrier(zt_comm *c, zt_error *err);
+
+/* algbw (bytes / time) and busbw (algbw x (n-1)/n, or 2(n-1)/n for all-reduce) in GB/s. */
+void zt_coll_bandwidth(const zt_comm *c, zt_coll_kind k, double *algbw_gbs, double *busbw_gbs);
+
+#endif

@@ -1,0 +1,31 @@
+/* Shared by the engine's source files (not a public interface). */
+#ifndef ZT_ENGINE_INTERNAL_H
+#define ZT_ENGINE_INTERNAL_H
+
+#include "zt_engine.h"
+
+/* Does this stage keep the full (padded) buffer of each kind, or a shard? */
+static inline int full_params(const zt_engine *e) { return e->cfg.stage < 3; }
+static inline int full_grads(const zt_engine *e) { return e->cfg.stage < 2; }
+static inline int full_optim(const zt_engine *e) { return e->cfg.stage < 1; }
+
+/* This rank's slice [lo, hi) of unit u in unit coordinates. */
+static inline size_t shard_lo(const zt_engine *e, int u) {
+    return (size_t)e->comm->rank * e->spec->units[u].shard_numel;
+}
+
+/* Allocates a zeroed 1-d tensor labelled "<unit> <what>". */
+zt_status zt_engine_alloc(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
+                          const char *what, int unit);
+/* Element i (unit coordinates) of a buffer that is full or holds [lo, lo+shard). */
+static inline size_t local_index(int is_full, size_t i, size_t lo) { return is_full ? i : i - lo; }
+
+/* Stage 3: frees gathers that were prefetched but never used (the embedding
+ * is prefetched in backward though only its gradient is needed); they would
+ * hold parameters from before the optimizer step. */
+zt_status zt_engine_drop_prefetched(zt_engine *e);
+
+/* Completes the bucket in flight (if any). */
+zt_status zt_engine_complete_bucket(zt_engine *e);
+
+#endif

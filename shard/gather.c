@@ -1,0 +1,90 @@
+/* Parameter access for compute: just-in-time all-gather with prefetch at
+ * stage 3, and the fp32 up-cast of bf16 parameters. */
+#include <string.h>
+
+#include "engine_internal.h"
+
+static zt_status check_unit(zt_engine *e, int unit) {
+    if (unit < 0 || unit >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", unit);
+    return ZT_OK;
+}
+
+/* Stage 3: allocate u's full buffer, put our shard in place, start the gather. */
+static zt_status start_gather(zt_engine *e, int u) {
+    zt_unit_state *st = &e->units[u];
+    const zt_unit_spec *us = &e->spec->units[u];
+    size_t d = zt_dtype_size(e->cfg.dtype);
+    ZT_TRY(zt_engine_alloc(e, &st->gathered, e->cfg.dtype, us->padded_numel, ZT_CAT_GATHERED_PARAMS, "gathered", u));
+    e->gathered_inflight_now += zt_tensor_bytes(&st->gathered);
+    if (e->gathered_inflight_now > e->gathered_inflight_peak) e->gathered_inflight_peak = e->gathered_inflight_now;
+    memcpy((char *)st->gathered.data + shard_lo(e, u) * d, st->params.data, us->shard_numel * d);
+    ZT_TRY(zt_comm_all_gather_start(e->comm, NULL, st->gathered.data, us->shard_numel * d, &st->gather_handle,
+                                    &e->ctx->err));
+    st->gather_state = ZT_GATHER_IN_FLIGHT;
+    if (!e->cfg.overlap_comm) {
+        ZT_TRY(zt_comm_wait(e->comm, &st->gather_handle, &e->ctx->err));
+        st->gather_state = ZT_GATHER_READY;
+    }
+    return ZT_OK;
+}
+
+/* Forward visits units in increasing order, backward in decreasing order. */
+static zt_status prefetch_after(zt_engine *e, int u) {
+    int dir = e->ctx->device_mem.phase == ZT_PHASE_BACKWARD ? -1 : 1;
+    for (int k = 1; k <= e->cfg.prefetch; k++) {
+        int v = u + dir * k;
+        if (v < 0 || v >= e->spec->nunits) break;
+        if (e->units[v].gather_state == ZT_GATHER_NONE) ZT_TRY(start_gather(e, v));
+    }
+    return ZT_OK;
+}
+
+zt_status zt_engine_gather(zt_engine *e, int unit, const float **params32) {
+    ZT_TRY(check_unit(e, unit));
+    zt_ctx *ctx = e->ctx;
+    zt_unit_state *st = &e->units[unit];
+    const void *full = st->params.data; /* [padded] dtype */
+    if (e->cfg.stage == 3) {
+        if (st->gather_state == ZT_GATHER_NONE) ZT_TRY(start_gather(e, unit));
+        if (st->gather_state == ZT_GATHER_IN_FLIGHT) {
+            ZT_TRY(zt_comm_wait(e->comm, &st->gather_handle, &ctx->err));
+            st->gather_state = ZT_GATHER_READY;
+        }
+        if (st->gather_count == 0) ZT_TRY(prefetch_after(e, unit));
+        full = st->gathered.data;
+    }
+    if (e->cfg.dtype == ZT_BF16 && st->gather_count == 0) {
+        size_t P = e->spec->units[unit].padded_numel;
+        ZT_TRY(zt_engine_alloc(e, &st->view32, ZT_FP32, P, ZT_CAT_WORKSPACE, "fp32 view", unit));
+        ctx->be->ops->cast_bf16_to_f32(&ctx->compute, zt_f32(&st->view32), full, P);
+    }
+    st->gather_count++;
+    *params32 = e->cfg.dtype == ZT_BF16 ? zt_f32(&st->view32) : (const float *)full;
+    return ZT_OK;
+}
+
+void zt_engine_release(zt_engine *e, int unit) {
+    if (unit < 0 || unit >= e->spec->nunits) return;
+    zt_unit_state *st = &e->units[unit];
+    if (st->gather_count <= 0 || --st->gather_count > 0) return;
+    zt_mem *mem = &e->ctx->device_mem;
+    zt_tensor_free(&st->view32, mem);
+    if (e->cfg.stage == 3) {
+        /* reshard_after_forward: the full copy goes as soon as it is unused. */
+        e->gathered_inflight_now -= zt_tensor_bytes(&st->gathered);
+        zt_tensor_free(&st->gathered, mem);
+        st->gather_state = ZT_GATHER_NONE;
+    }
+}
+
+zt_status zt_engine_drop_prefetched(zt_engine *e) {
+    for (int u = 0; u < e->spec->nunits; u++) {
+        zt_unit_state *st = &e->units[u];
+        if (st->gather_state == ZT_GATHER_NONE || st->gather_count > 0) continue;
+        if (st->gather_state == ZT_GATHER_IN_FLIGHT) ZT_TRY(zt_comm_wait(e->comm, &st->gather_handle, &e->ctx->err));
+        e->gathered_inflight_now -= zt_tensor_bytes(&st->gathered);
+        zt_tensor_free(&st->gathered, &e->ctx->device_mem);
+        st->gather_state = ZT_GATHER_NONE;
+    }
+    return ZT_OK;
+}

@@ -1,0 +1,160 @@
+/* Gradient buffers and their bucketed, deterministic reduce-scatter. */
+#include <string.h>
+
+#include "engine_internal.h"
+
+zt_status zt_engine_zero_grads(zt_engine *e) {
+    zt_ctx *ctx = e->ctx;
+    for (int u = 0; u < e->spec->nunits; u++) {
+        zt_tensor *g = &e->units[u].grads;
+        ZT_TRY(ctx->be->memset_async(ctx->be, g->data, 0, zt_tensor_bytes(g), &ctx->compute, &ctx->err));
+    }
+    return ZT_OK;
+}
+
+void zt_engine_begin_micro(zt_engine *e, int is_last_micro) { e->sync_this_micro = is_last_micro; }
+
+/* Does u accumulate straight into its persistent grads (fp32, full grads)? */
+static int direct_grads(const zt_engine *e) { return e->cfg.dtype == ZT_FP32 && full_grads(e); }
+
+zt_status zt_engine_grad_buffer(zt_engine *e, int unit, float **grads32) {
+    if (unit < 0 || unit >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", unit);
+    zt_unit_state *st = &e->units[unit];
+    if (direct_grads(e)) {
+        st->grad_open = 1;
+        *grads32 = zt_f32(&st->grads);
+        return ZT_OK;
+    }
+    if (!st->grad_open) {
+        /* Full-size grads waiting to be reduce-scattered are comm buffers. */
+        zt_category cat = full_grads(e) ? ZT_CAT_WORKSPACE : ZT_CAT_COMM_BUFFERS;
+        ZT_TRY(zt_engine_alloc(e, &st->grad32, ZT_FP32, e->spec->units[unit].padded_numel, cat, "fp32 grad", unit));
+        st->grad_open = 1;
+    }
+    *grads32 = zt_f32(&st->grad32);
+    return ZT_OK;
+}
+
+/* Packs slice r of every unit of the bucket into send (rank-major), so that
+ * the all-to-all delivers to rank r exactly its slices. */
+static void pack_bucket(zt_engine *e, zt_bucket *b) {
+    int N = e->comm->world_size;
+    float *dst = zt_f32(&b->send);
+    for (int r = 0; r < N; r++)
+        for (int i = 0; i < b->nunits; i++) {
+            int u = b->units[i];
+            zt_unit_state *st = &e->units[u];
+            size_t S = e->spec->units[u].shard_numel, off = (size_t)r * S;
+            if (st->grad32.data) {
+                memcpy(dst, zt_f32(&st->grad32) + off, S * sizeof(float));
+            } else if (e->cfg.dtype == ZT_FP32) {
+                memcpy(dst, zt_f32(&st->grads) + off, S * sizeof(float));
+            } else {
+                const zt_bf16 *g = (const zt_bf16 *)st->grads.data + off;
+                for (size_t k = 0; k < S; k++) dst[k] = zt_bf16_to_f32(g[k]);
+            }
+            dst += S;
+        }
+}
+
+/* Averages (once, here) and stores this rank's reduced slices. */
+static zt_status unpack_bucket(zt_engine *e, zt_bucket *b) {
+    zt_ctx *ctx = e->ctx;
+    float inv_n = 1.0f / (float)e->comm->world_size;
+    const float *src = zt_f32(&b->reduced);
+    for (int i = 0; i < b->nunits; i++) {
+        int u = b->units[i];
+        zt_unit_state *st = &e->units[u];
+        size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
+        size_t at = local_index(full_grads(e), lo, lo);
+        if (e->cfg.dtype == ZT_FP32) {
+            float *g = zt_f32(&st->grads) + at;
+            /* Full grads were reduced once per step: overwrite. A shard
+             * accumulates across micro-batches (0 + x is exact for the first). */
+            if (full_grads(e)) for (size_t k = 0; k < S; k++) g[k] = src[k] * inv_n;
+            else for (size_t k = 0; k < S; k++) g[k] += src[k] * inv_n;
+        } else {
+            zt_bf16 *g = (zt_bf16 *)st->grads.data + at;
+            if (full_grads(e)) for (size_t k = 0; k < S; k++) g[k] = zt_f32_to_bf16(src[k] * inv_n);
+            else for (size_t k = 0; k < S; k++) g[k] = zt_f32_to_bf16(zt_bf16_to_f32(g[k]) + src[k] * inv_n);
+        }
+        src += S;
+        if (e->cfg.stage == 0) {
+            /* Stage 0 all-reduces as reduce-scatter + all-gather over the same layout. */
+            zt_comm_handle h = {0};
+            size_t d = zt_dtype_size(e->cfg.dtype);
+            ZT_TRY(zt_comm_all_gather_start(e->comm, NULL, st->grads.data, S * d, &h, &ctx->err));
+            ZT_TRY(zt_comm_wait(e->comm, &h, &ctx->err));
+        }
+        st->queued = 0;
+    }
+    return ZT_OK;
+}
+
+static void free_bucket_buffers(zt_engine *e, zt_bucket *b) {
+    zt_mem *mem = &e->ctx->device_mem;
+    zt_tensor_free(&b->send, mem);
+    zt_tensor_free(&b->staging, mem);
+    zt_tensor_free(&b->reduced, mem);
+    b->nunits = 0;
+    b->numel = 0;
+}
+
+zt_status zt_engine_complete_bucket(zt_engine *e) {
+    zt_bucket *b = &e->in_flight;
+    if (b->nunits == 0) return ZT_OK;
+    ZT_TRY(zt_comm_wait(e->comm, &b->handle, &e->ctx->err));
+    ZT_TRY(unpack_bucket(e, b));
+    free_bucket_buffers(e, b);
+    return ZT_OK;
+}
+
+/* Sends the filling bucket: pack, free the units' full grads (their data is
+ * in the packed buffer now), start the all-to-all. One bucket in flight. */
+static zt_status flush_bucket(zt_engine *e) {
+    zt_bucket *b = &e->filling;
+    if (b->nunits == 0) return ZT_OK;
+    ZT_TRY(zt_engine_complete_bucket(e));
+    int N = e->comm->world_size;
+    ZT_TRY(zt_engine_alloc(e, &b->send, ZT_FP32, b->numel, ZT_CAT_COMM_BUFFERS, "bucket send", -1));
+    ZT_TRY(zt_engine_alloc(e, &b->staging, ZT_FP32, b->numel, ZT_CAT_COMM_BUFFERS, "bucket recv", -1));
+    ZT_TRY(zt_engine_alloc(e, &b->reduced, ZT_FP32, b->numel / (size_t)N, ZT_CAT_COMM_BUFFERS, "bucket reduced", -1));
+    pack_bucket(e, b);
+    for (int i = 0; i < b->nunits; i++) zt_tensor_free(&e->units[b->units[i]].grad32, &e->ctx->device_mem);
+    ZT_TRY(zt_comm_reduce_scatter_start(e->comm, zt_f32(&b->send), zt_f32(&b->staging), zt_f32(&b->reduced),
+                                        b->numel / (size_t)N, &b->handle, &e->ctx->err));
+    e->in_flight = *b;
+    memset(b, 0, sizeof *b);
+    if (!e->cfg.overlap_comm) ZT_TRY(zt_engine_complete_bucket(e));
+    return ZT_OK;
+}
+
+zt_status zt_engine_grads_ready(zt_engine *e, int unit) {
+    if (unit < 0 || unit >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", unit);
+    zt_unit_state *st = &e->units[unit];
+    if (!st->grad_open) return ZT_OK; /* no gradient flowed into this unit */
+    st->grad_open = 0;
+    if (full_grads(e)) {
+        if (e->cfg.dtype == ZT_BF16) {
+            /* Fold this micro-batch into the bf16 store (one rounding per micro-batch). */
+            zt_bf16 *g = st->grads.data;
+            const float *g32 = zt_f32(&st->grad32);
+            for (size_t i = 0; i < st->grads.numel; i++) g[i] = zt_f32_to_bf16(zt_bf16_to_f32(g[i]) + g32[i]);
+            zt_tensor_free(&st->grad32, &e->ctx->device_mem);
+        }
+        if (!e->sync_this_micro) return ZT_OK; /* stages 0-1 reduce once per step */
+    }
+    zt_bucket *b = &e->filling;
+    if (st->queued) return ZT_FAIL(&e->ctx->err, ZT_ERR_INTERNAL, "unit %d reported ready twice", unit);
+    st->queued = 1;
+    b->units[b->nunits++] = unit;
+    b->numel += e->spec->units[unit].padded_numel;
+    int cap = (int)(sizeof b->units / sizeof b->units[0]);
+    if (b->numel * sizeof(float) >= e->cfg.bucket_bytes || b->nunits == cap) ZT_TRY(flush_bucket(e));
+    return ZT_OK;
+}
+
+zt_status zt_engine_sync_grads(zt_engine *e) {
+    ZT_TRY(flush_bucket(e));
+    return zt_engine_complete_bucket(e);
+}
