@@ -84,20 +84,21 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
         ZT_TRY(zt_engine_alloc(e, &st->adam_m, ZT_FP32, full_optim(e) ? P : S, ZT_CAT_OPTIMIZER, "adam m", u));
         ZT_TRY(zt_engine_alloc(e, &st->adam_v, ZT_FP32, full_optim(e) ? P : S, ZT_CAT_OPTIMIZER, "adam v", u));
 
-        /* The full initial values, then each buffer takes its part. */
-        zt_tensor full;
-        ZT_TRY(zt_engine_alloc(e, &full, ZT_FP32, P, ZT_CAT_WORKSPACE, "init values", u));
-        float *vals = zt_f32(&full); /* [P] */
+        /* The full initial values, then each buffer takes its part. They are
+         * generated straight into the fp32 buffer that holds the whole unit
+         * when there is one, else into a temporary. */
+        zt_tensor *fp32_store = bf16 ? &st->master : &st->params;
+        int store_full = bf16 ? full_optim(e) : full_params(e);
+        zt_tensor temp = {0};
+        if (!store_full) ZT_TRY(zt_engine_alloc(e, &temp, ZT_FP32, P, ZT_CAT_WORKSPACE, "init values", u));
+        float *vals = zt_f32(store_full ? fp32_store : &temp); /* [P] */
         for (int p = 0; p < us->nparams; p++) init(init_arg, u, p, vals + us->params[p].offset);
-        size_t plo = full_params(e) ? 0 : lo, pn = full_params(e) ? P : S;
+        if (!store_full) memcpy(fp32_store->data, vals + lo, S * sizeof(float));
         if (bf16) {
-            size_t mlo = full_optim(e) ? 0 : lo, mn = full_optim(e) ? P : S;
-            memcpy(st->master.data, vals + mlo, mn * sizeof(float));
+            size_t plo = full_params(e) ? 0 : lo, pn = full_params(e) ? P : S;
             ops->cast_f32_to_bf16(&ctx->compute, st->params.data, vals + plo, pn);
-        } else {
-            memcpy(st->params.data, vals + plo, pn * sizeof(float));
         }
-        zt_tensor_free(&full, &ctx->device_mem);
+        zt_tensor_free(&temp, &ctx->device_mem);
     }
     return ZT_OK;
 }

@@ -4,7 +4,7 @@
 # including --mem-limit refusals per phase.
 foreach(zt_model_test test_model_gradcheck test_accounting)
   add_executable(${zt_model_test} ${CMAKE_CURRENT_SOURCE_DIR}/${zt_model_test}.c)
-  target_link_libraries(${zt_model_test} PRIVATE zt_gpt)
+  target_link_libraries(${zt_model_test} PRIVATE zt_gpt MPI::MPI_C)
   add_test(NAME ${zt_model_test} COMMAND ${zt_model_test})
   set_tests_properties(${zt_model_test} PROPERTIES LABELS "model" TIMEOUT 300)
 endforeach()

@@ -1,0 +1,8 @@
+# Multi-rank tests: real processes under mpirun (np 1..4, including 3).
+foreach(zt_mpi_case np1_equals_single stages_np2 stages_np3 stages_np4 bf16_stages stage3_gathered_bound
+                    grad_accum mismatch rank_dies data_differs_by_rank)
+  add_test(NAME mpi_${zt_mpi_case}
+           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_mpi_test.py ${zt_mpi_case}
+                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+  set_tests_properties(mpi_${zt_mpi_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
+endforeach()
