@@ -47,16 +47,43 @@ typedef struct {
     size_t count;
 } zt_comm_handle;
 
+/* One implementation of the collectives (MPI on host buffers, NCCL on
+ * device buffers). Statistics are kept by the dispatchers in comm.c. */
+typedef struct {
+    const char *name;
+    zt_status (*all_gather_start)(struct zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
+                                  zt_comm_handle *h, zt_error *err);
+    zt_status (*reduce_scatter_start)(struct zt_comm *c, const float *send, float *staging, float *out,
+                                      size_t count, zt_comm_handle *h, zt_error *err);
+    /* Blocks until h completes (and, for reduce-scatter, out holds the sum). */
+    zt_status (*wait)(struct zt_comm *c, zt_comm_handle *h, zt_error *err);
+    /* Lets h progress without blocking; sets *done. */
+    zt_status (*test)(struct zt_comm *c, zt_comm_handle *h, int *done, zt_error *err);
+    zt_status (*sum_f64)(struct zt_comm *c, double v, double *out, zt_error *err);
+    zt_status (*all_gather_u64)(struct zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err);
+    zt_status (*broadcast)(struct zt_comm *c, void *buf, size_t bytes, int root, zt_error *err);
+    zt_status (*barrier)(struct zt_comm *c, zt_error *err);
+    void (*destroy)(struct zt_comm *c);
+} zt_comm_ops;
+
 typedef struct zt_comm {
     int rank, world_size;
     int local_rank, local_size; /* within this node */
     zt_coll_stats stats[ZT_COLL_KINDS];
-    void *impl; /* MPI communicators */
+    const zt_comm_ops *ops;
+    void *impl;
 } zt_comm;
 
 /* From MPI_COMM_WORLD (MPI must be initialised by the caller). */
 zt_status zt_comm_create_mpi(zt_comm *c, zt_error *err);
+/* NCCL over the GPU of this rank's local rank, bootstrapped over MPI (rank 0's
+ * ncclUniqueId is broadcast). Buffers passed to it are device memory. Refused
+ * when the build has no CUDA. */
+zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err);
 void zt_comm_destroy(zt_comm *c);
+/* Lets every collective in flight on h progress (MPI only advances
+ * nonblocking collectives inside MPI calls); never blocks. */
+zt_status zt_comm_progress(zt_comm *c, zt_comm_handle *h, zt_error *err);
 
 /* recv[N * bytes_per_rank] gets every rank's send[bytes_per_rank] in rank
  * order. send == NULL means in place: this rank's part is already at

@@ -25,6 +25,10 @@ static inline size_t local_index(int is_full, size_t i, size_t lo) { return is_f
  * hold parameters from before the optimizer step. */
 zt_status zt_engine_drop_prefetched(zt_engine *e);
 
+/* Lets every collective in flight advance (MPI only moves nonblocking
+ * collectives inside MPI calls, so the engine pokes them at each API call). */
+zt_status zt_engine_progress(zt_engine *e);
+
 /* Completes the bucket in flight (if any). */
 zt_status zt_engine_complete_bucket(zt_engine *e);
 

@@ -41,6 +41,7 @@ static zt_status prefetch_after(zt_engine *e, int u) {
 
 zt_status zt_engine_gather(zt_engine *e, int unit, const float **params32) {
     ZT_TRY(check_unit(e, unit));
+    ZT_TRY(zt_engine_progress(e));
     zt_ctx *ctx = e->ctx;
     zt_unit_state *st = &e->units[unit];
     const void *full = st->params.data; /* [padded] dtype */
@@ -87,4 +88,12 @@ zt_status zt_engine_drop_prefetched(zt_engine *e) {
         st->gather_state = ZT_GATHER_NONE;
     }
     return ZT_OK;
+}
+
+zt_status zt_engine_progress(zt_engine *e) {
+    if (e->comm->world_size == 1) return ZT_OK;
+    for (int u = 0; u < e->spec->nunits; u++)
+        if (e->units[u].gather_state == ZT_GATHER_IN_FLIGHT)
+            ZT_TRY(zt_comm_progress(e->comm, &e->units[u].gather_handle, &e->ctx->err));
+    return zt_comm_progress(e->comm, &e->in_flight.handle, &e->ctx->err);
 }

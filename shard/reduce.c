@@ -20,6 +20,7 @@ static int direct_grads(const zt_engine *e) { return e->cfg.dtype == ZT_FP32 && 
 zt_status zt_engine_grad_buffer(zt_engine *e, int unit, float **grads32) {
     if (unit < 0 || unit >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", unit);
     zt_unit_state *st = &e->units[unit];
+    ZT_TRY(zt_engine_progress(e));
     if (direct_grads(e)) {
         st->grad_open = 1;
         *grads32 = zt_f32(&st->grads);

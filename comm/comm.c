@@ -1,0 +1,126 @@
+/* Dispatch to the implementation, and the per-collective statistics. */
+#include <string.h>
+#include <time.h>
+
+#include "zt_comm.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *zt_coll_name(zt_coll_kind k) {
+    static const char *const names[ZT_COLL_KINDS] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
+                                                      "barrier"};
+    return (k >= 0 && k < ZT_COLL_KINDS) ? names[k] : "?";
+}
+
+void zt_comm_destroy(zt_comm *c) {
+    if (c->ops && c->ops->destroy) c->ops->destroy(c);
+    c->ops = NULL;
+    c->impl = NULL;
+}
+
+static zt_status begin(zt_comm_handle *h, zt_coll_kind kind, size_t bytes, zt_error *err) {
+    if (h->active) return ZT_FAIL(err, ZT_ERR_INTERNAL, "comm: handle already in flight");
+    memset(h, 0, sizeof *h);
+    h->kind = kind;
+    h->bytes = bytes;
+    h->t_start = now_s();
+    return ZT_OK;
+}
+
+zt_status zt_comm_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
+                                   zt_comm_handle *h, zt_error *err) {
+    ZT_TRY(begin(h, ZT_COLL_ALL_GATHER, bytes_per_rank * (size_t)c->world_size, err));
+    ZT_TRY(c->ops->all_gather_start(c, send, recv, bytes_per_rank, h, err));
+    h->active = 1;
+    return ZT_OK;
+}
+
+zt_status zt_comm_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out, size_t count,
+                                       zt_comm_handle *h, zt_error *err) {
+    ZT_TRY(begin(h, ZT_COLL_REDUCE_SCATTER, count * sizeof(float) * (size_t)c->world_size, err));
+    h->staging = staging;
+    h->out = out;
+    h->count = count;
+    ZT_TRY(c->ops->reduce_scatter_start(c, send, staging, out, count, h, err));
+    h->active = 1;
+    return ZT_OK;
+}
+
+zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
+    if (!h->active) return ZT_OK;
+    double t0 = now_s();
+    zt_status st = c->ops->wait(c, h, err);
+    h->active = 0;
+    ZT_TRY(st);
+    double t1 = now_s();
+    zt_coll_stats *s = &c->stats[h->kind];
+    s->calls++;
+    s->bytes += (double)h->bytes;
+    s->time_s += t1 - h->t_start;
+    s->wait_s += t1 - t0;
+    return ZT_OK;
+}
+
+zt_status zt_comm_progress(zt_comm *c, zt_comm_handle *h, zt_error *err) {
+    if (!h->active) return ZT_OK;
+    int done = 0;
+    return c->ops->test(c, h, &done, err);
+}
+
+static void record(zt_comm *c, zt_coll_kind k, size_t bytes, double t0) {
+    double dt = now_s() - t0;
+    c->stats[k].calls++;
+    c->stats[k].bytes += (double)bytes;
+    c->stats[k].time_s += dt;
+    c->stats[k].wait_s += dt;
+}
+
+zt_status zt_comm_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
+    double t0 = now_s();
+    ZT_TRY(c->ops->sum_f64(c, v, out, err));
+    record(c, ZT_COLL_ALL_REDUCE, sizeof(double), t0);
+    return ZT_OK;
+}
+
+zt_status zt_comm_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err) {
+    double t0 = now_s();
+    ZT_TRY(c->ops->all_gather_u64(c, v, recv, err));
+    record(c, ZT_COLL_ALL_GATHER, sizeof v * (size_t)c->world_size, t0);
+    return ZT_OK;
+}
+
+zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err) {
+    double t0 = now_s();
+    ZT_TRY(c->ops->broadcast(c, buf, bytes, root, err));
+    record(c, ZT_COLL_BROADCAST, bytes, t0);
+    return ZT_OK;
+}
+
+zt_status zt_comm_barrier(zt_comm *c, zt_error *err) {
+    double t0 = now_s();
+    ZT_TRY(c->ops->barrier(c, err));
+    record(c, ZT_COLL_BARRIER, 0, t0);
+    return ZT_OK;
+}
+
+void zt_coll_bandwidth(const zt_comm *c, zt_coll_kind k, double *algbw_gbs, double *busbw_gbs) {
+    const zt_coll_stats *s = &c->stats[k];
+    double n = c->world_size;
+    double alg = s->time_s > 0 ? s->bytes / s->time_s / 1e9 : 0.0;
+    double factor = k == ZT_COLL_ALL_REDUCE ? 2.0 * (n - 1) / n
+                    : (k == ZT_COLL_ALL_GATHER || k == ZT_COLL_REDUCE_SCATTER) ? (n - 1) / n
+                    : 1.0;
+    *algbw_gbs = alg;
+    *busbw_gbs = alg * factor;
+}
+
+#ifndef ZT_HAVE_NCCL
+zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
+    memset(c, 0, sizeof *c);
+    return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "this build has no NCCL (configure with CUDA to get it)");
+}
+#endif
