@@ -20,7 +20,7 @@ run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # LeakSanitizer stays on; OpenMP's and Open MPI's own one-time allocations are
 # not ours, so leaks inside those libraries are suppressed.
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DZT_SANITIZE=ON
 echo "=== all suites passed"
