@@ -2,13 +2,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "zt_time.h"
 #include "zt_comm.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 const char *zt_coll_name(zt_coll_kind k) {
     static const char *const names[ZT_COLL_KINDS] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
@@ -27,7 +22,7 @@ static zt_status begin(zt_comm_handle *h, zt_coll_kind kind, size_t bytes, zt_er
     memset(h, 0, sizeof *h);
     h->kind = kind;
     h->bytes = bytes;
-    h->t_start = now_s();
+    h->t_start = zt_now_s();
     return ZT_OK;
 }
 
@@ -52,16 +47,17 @@ zt_status zt_comm_reduce_scatter_start(zt_comm *c, const float *send, float *sta
 
 zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
     if (!h->active) return ZT_OK;
-    double t0 = now_s();
+    double t0 = zt_now_s();
     zt_status st = c->ops->wait(c, h, err);
     h->active = 0;
     ZT_TRY(st);
-    double t1 = now_s();
+    double t1 = zt_now_s();
     zt_coll_stats *s = &c->stats[h->kind];
     s->calls++;
     s->bytes += (double)h->bytes;
     s->time_s += t1 - h->t_start;
     s->wait_s += t1 - t0;
+    zt_trace_span(c->trace, zt_coll_name(h->kind), "comm", 1, h->t_start);
     return ZT_OK;
 }
 
@@ -72,7 +68,7 @@ zt_status zt_comm_progress(zt_comm *c, zt_comm_handle *h, zt_error *err) {
 }
 
 static void record(zt_comm *c, zt_coll_kind k, size_t bytes, double t0) {
-    double dt = now_s() - t0;
+    double dt = zt_now_s() - t0;
     c->stats[k].calls++;
     c->stats[k].bytes += (double)bytes;
     c->stats[k].time_s += dt;
@@ -80,28 +76,28 @@ static void record(zt_comm *c, zt_coll_kind k, size_t bytes, double t0) {
 }
 
 zt_status zt_comm_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
-    double t0 = now_s();
+    double t0 = zt_now_s();
     ZT_TRY(c->ops->sum_f64(c, v, out, err));
     record(c, ZT_COLL_ALL_REDUCE, sizeof(double), t0);
     return ZT_OK;
 }
 
 zt_status zt_comm_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err) {
-    double t0 = now_s();
+    double t0 = zt_now_s();
     ZT_TRY(c->ops->all_gather_u64(c, v, recv, err));
     record(c, ZT_COLL_ALL_GATHER, sizeof v * (size_t)c->world_size, t0);
     return ZT_OK;
 }
 
 zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err) {
-    double t0 = now_s();
+    double t0 = zt_now_s();
     ZT_TRY(c->ops->broadcast(c, buf, bytes, root, err));
     record(c, ZT_COLL_BROADCAST, bytes, t0);
     return ZT_OK;
 }
 
 zt_status zt_comm_barrier(zt_comm *c, zt_error *err) {
-    double t0 = now_s();
+    double t0 = zt_now_s();
     ZT_TRY(c->ops->barrier(c, err));
     record(c, ZT_COLL_BARRIER, 0, t0);
     return ZT_OK;

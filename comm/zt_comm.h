@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "zt_error.h"
+#include "zt_trace.h"
 
 typedef enum {
     ZT_COLL_ALL_GATHER = 0,
@@ -72,6 +73,7 @@ typedef struct zt_comm {
     zt_coll_stats stats[ZT_COLL_KINDS];
     const zt_comm_ops *ops;
     void *impl;
+    zt_trace *trace; /* collectives appear on the timeline when set */
 } zt_comm;
 
 /* From MPI_COMM_WORLD (MPI must be initialised by the caller). */

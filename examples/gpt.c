@@ -1,9 +1,11 @@
+#include "zt_time.h"
 #include "gpt.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "zt_rng.h"
 
@@ -21,8 +23,9 @@ zt_status zt_gpt_create(zt_gpt *g, const zt_gpt_config *cfg, zt_error *err) {
         return ZT_FAIL(err, ZT_ERR_INVALID, "d_model (%d) must be divisible by heads (%d)", C, cfg->heads);
     if (L + 2 > ZT_MAX_UNITS) return ZT_FAIL(err, ZT_ERR_INVALID, "too many layers (%d)", L);
     g->spec = calloc(1, sizeof *g->spec);
-    g->block_acts = calloc((size_t)L, sizeof *g->block_acts);
-    if (!g->spec || !g->block_acts) return ZT_FAIL(err, ZT_ERR_OOM, "gpt: cannot allocate tables");
+    g->block_acts = calloc((size_t)(L > 0 ? L : 1), sizeof *g->block_acts);
+    g->block_out = calloc((size_t)(L > 0 ? L : 1), sizeof *g->block_out);
+    if (!g->spec || !g->block_acts || !g->block_out) return ZT_FAIL(err, ZT_ERR_OOM, "gpt: cannot allocate tables");
 
     ZT_TRY(zt_spec_add_unit(g->spec, "embedding", &g->unit_embed, err));
     ZT_TRY(add_param(g, g->unit_embed, "wte", 2, V, C, 1, &g->p_wte, err));
@@ -58,8 +61,10 @@ zt_status zt_gpt_create(zt_gpt *g, const zt_gpt_config *cfg, zt_error *err) {
 void zt_gpt_destroy(zt_gpt *g) {
     free(g->spec);
     free(g->block_acts);
+    free(g->block_out);
     g->spec = NULL;
     g->block_acts = NULL;
+    g->block_out = NULL;
 }
 
 void zt_gpt_init_param(void *arg, int unit, int param, float *dst) {
@@ -110,6 +115,16 @@ static zt_status alloc_f32(zt_ctx *ctx, zt_tensor *t, size_t numel, zt_category 
     return zt_tensor_alloc(t, &ctx->device_mem, ctx->be->device, ZT_FP32, 1, shape, cat, label, &ctx->err);
 }
 
+/* Output [B,T,C] of block l: kept alone under recompute, else inside its activations. */
+static const float *block_output(const zt_gpt *g, int l, const zt_gpt_block_layout *lay) {
+    return g->cfg.recompute ? zt_f32(&g->block_out[l]) : zt_f32(&g->block_acts[l]) + lay->res3;
+}
+
+/* Input [B,T,C] of block l. */
+static const float *block_input(const zt_gpt *g, int l, const zt_gpt_block_layout *lay) {
+    return l > 0 ? block_output(g, l - 1, lay) : zt_f32(&g->encoded);
+}
+
 static const float *param_ptr(const zt_gpt *g, const float *unit_base, int unit, int param) {
     return unit_base + g->spec->units[unit].params[param].offset;
 }
@@ -123,6 +138,7 @@ void zt_gpt_free_activations(zt_gpt *g, zt_engine *eng) {
     zt_tensor_free(&g->targets, mem);
     zt_tensor_free(&g->encoded, mem);
     for (int l = 0; g->block_acts && l < g->cfg.layers; l++) zt_tensor_free(&g->block_acts[l], mem);
+    for (int l = 0; g->block_out && l < g->cfg.layers; l++) zt_tensor_free(&g->block_out[l], mem);
     zt_tensor_free(&g->head_acts, mem);
 }
 
@@ -175,17 +191,24 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
     zt_engine_release(eng, g->unit_embed);
 
     zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T);
-    const float *x = zt_f32(&g->encoded);
     for (int l = 0; l < L; l++) {
         int u = g->first_block + l;
         char label[32];
         snprintf(label, sizeof label, "block%d acts", l);
         ZT_TRY(alloc_f32(ctx, &g->block_acts[l], lay.total, ZT_CAT_ACTIVATIONS, label));
         ZT_TRY(zt_engine_gather(eng, u, &w));
-        block_forward(g, s, ops, zt_f32(&g->block_acts[l]), &lay, x, w, u);
+        block_forward(g, s, ops, zt_f32(&g->block_acts[l]), &lay, block_input(g, l, &lay), w, u);
         zt_engine_release(eng, u);
-        x = zt_f32(&g->block_acts[l]) + lay.res3;
+        if (g->cfg.recompute) {
+            /* Keep only the output (the next block's input); the rest is replayed. */
+            snprintf(label, sizeof label, "block%d out", l);
+            ZT_TRY(alloc_f32(ctx, &g->block_out[l], N * C, ZT_CAT_ACTIVATIONS, label));
+            ZT_TRY(ctx->be->memcpy_async(ctx->be, g->block_out[l].data, zt_f32(&g->block_acts[l]) + lay.res3,
+                                         N * C * sizeof(float), ZT_COPY_D2D, s, &ctx->err));
+            zt_tensor_free(&g->block_acts[l], &ctx->device_mem);
+        }
     }
+    const float *x = L > 0 ? block_output(g, L - 1, &lay) : zt_f32(&g->encoded);
 
     /* Head: lnf [N,C] | lnf_mean [N] | lnf_rstd [N] | probs [N,V] | losses [N] */
     ZT_TRY(alloc_f32(ctx, &g->head_acts, N * C + 2 * N + N * V + N, ZT_CAT_ACTIVATIONS, "head acts"));
@@ -278,7 +301,7 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
     float *lnf = zt_f32(&g->head_acts), *lnf_mean = lnf + NC, *lnf_rstd = lnf_mean + N;
     float *probs = lnf_rstd + N;
     zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T);
-    const float *xL = L > 0 ? zt_f32(&g->block_acts[L - 1]) + lay.res3 : zt_f32(&g->encoded);
+    const float *xL = L > 0 ? block_output(g, L - 1, &lay) : zt_f32(&g->encoded);
 
     /* Head. */
     const float *w, *wemb = NULL;
@@ -308,13 +331,25 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
     /* Blocks, last to first. */
     for (int l = L - 1; l >= 0; l--) {
         int u = g->first_block + l;
-        const float *x = l > 0 ? zt_f32(&g->block_acts[l - 1]) + lay.res3 : zt_f32(&g->encoded);
+        const float *x = block_input(g, l, &lay);
         ZT_TRY(zt_engine_gather(eng, u, &w));
+        if (g->cfg.recompute) {
+            /* Replay the forward with the parameters just gathered for
+             * backward (one gather at stage 3, not two). */
+            char label[32];
+            snprintf(label, sizeof label, "block%d acts", l);
+            ZT_TRY(alloc_f32(ctx, &g->block_acts[l], lay.total, ZT_CAT_ACTIVATIONS, label));
+            double t0 = zt_now_s();
+            block_forward(g, s, ops, zt_f32(&g->block_acts[l]), &lay, x, w, u);
+            ZT_TRY(ctx->be->stream_sync(ctx->be, s, &ctx->err));
+            g->recompute_time_s += zt_now_s() - t0;
+        }
         ZT_TRY(zt_engine_grad_buffer(eng, u, &dw));
         block_backward(g, s, ops, zt_f32(&g->block_acts[l]), &lay, x, w, dw, u, &ws);
         zt_engine_release(eng, u);
         ZT_TRY(zt_engine_grads_ready(eng, u));
         zt_tensor_free(&g->block_acts[l], &ctx->device_mem);
+        if (g->cfg.recompute) zt_tensor_free(&g->block_out[l], &ctx->device_mem);
     }
 
     /* Embedding. */
@@ -325,4 +360,17 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
     zt_tensor_free(&ws.buf, &ctx->device_mem);
     zt_gpt_free_activations(g, eng);
     return ZT_OK;
+}
+
+void zt_gpt_activation_bytes(const zt_gpt *g, int B, int T, int recompute, size_t *per_unit,
+                             size_t *transient_bytes) {
+    size_t N = (size_t)B * T, C = (size_t)g->cfg.d_model, V = (size_t)g->cfg.vocab, NH = (size_t)g->cfg.heads;
+    zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T);
+    for (int u = 0; u < g->spec->nunits; u++) per_unit[u] = 0;
+    per_unit[g->unit_embed] = N * C * 4;
+    for (int l = 0; l < g->cfg.layers; l++) per_unit[g->first_block + l] = (recompute ? N * C : lay.total) * 4;
+    per_unit[g->unit_head] = (N * C + 2 * N + N * V + N) * 4;
+    /* backward workspace (see zt_gpt_backward) plus, under recompute, one replayed block */
+    size_t ws = (N * C * 14 + (size_t)B * NH * T) * 4;
+    *transient_bytes = ws + (recompute && g->cfg.layers > 0 ? lay.total * 4 : 0);
 }

@@ -16,6 +16,7 @@ typedef struct {
     int layers, d_model, heads, seq_len, vocab, micro_batch;
     int tied; /* 1: the LM head reuses the token embedding */
     uint64_t seed;
+    int recompute; /* 1: blocks keep only their output and replay forward before backward */
 } zt_gpt_config;
 
 /* Parameter indices inside each block unit (declared in this order). */
@@ -43,6 +44,8 @@ typedef struct {
     zt_tensor targets;         /* [B,T] int32 */
     zt_tensor encoded;         /* [B,T,C] activations: embedding output */
     zt_tensor *block_acts;     /* [layers] one buffer each, laid out by zt_gpt_block_layout */
+    zt_tensor *block_out;      /* [layers] [B,T,C] block outputs kept under recompute */
+    double recompute_time_s;   /* forward replays since the last reset */
     zt_tensor head_acts;       /* lnf [B,T,C], lnf_mean [B*T], lnf_rstd [B*T], probs [B,T,V], losses [B*T] */
 } zt_gpt;
 
@@ -59,6 +62,13 @@ zt_status zt_gpt_forward(zt_gpt *gpt, zt_engine *eng, const int32_t *tokens, con
 /* Backward of the last forward; the loss gradient per position is dloss
  * (1/(B*T*grad_accum) for a mean). Frees the activations as it goes. */
 zt_status zt_gpt_backward(zt_gpt *gpt, zt_engine *eng, float dloss);
+/* Planner hook: bytes of activations each unit keeps from its forward to its
+ * backward for a [B,T] micro-batch (per_unit[nunits]), and the transient
+ * bytes the largest step adds on top (a block replayed under recompute, or the
+ * backward workspace). Token ids (category other) are not included. */
+void zt_gpt_activation_bytes(const zt_gpt *gpt, int B, int T, int recompute, size_t *per_unit,
+                             size_t *transient_bytes);
+
 /* Frees any activations still held (after an error, or forward without backward). */
 void zt_gpt_free_activations(zt_gpt *gpt, zt_engine *eng);
 

@@ -60,6 +60,8 @@ static const opt_spec options[] = {
     {"mem-limit", OPT_SIZE, F(mem_limit), 0, 0, 1e18, NULL, "device memory cap, e.g. 512MiB (0: none)"},
     {"threads", OPT_INT, F(threads), 0, 0, 1024, NULL, "threads per process (0: cores / ranks on this node)"},
     {"log-dir", OPT_STRING, S(log_dir), 0, 0, NULL, "directory for rank<r>.jsonl and summary.json"},
+    {"trace", OPT_BOOL, F(trace), 0, 0, 1, NULL, "with --log-dir, write DIR/trace.json (Chrome trace format)"},
+    {"trace-max-events", OPT_INT64, F(trace_max_events), 0, 0, 9e18, NULL, "per rank; later events are dropped (0: no cap)"},
     {"quiet", OPT_BOOL, F(quiet), 0, 0, 1, NULL, "print only warnings and errors"},
 };
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
@@ -97,6 +99,8 @@ void zt_train_config_defaults(zt_train_config *c) {
     snprintf(c->device, sizeof c->device, "cpu");
     c->bucket_size = 25u << 20;
     c->overlap_comm = 1;
+    c->trace = 1;
+    c->trace_max_events = 200000;
     c->test_exit_rank = -1;
     c->test_exit_step = -1;
 }
@@ -392,13 +396,6 @@ zt_status zt_train_config_validate(const zt_train_config *c, zt_error *err) {
         return ZT_FAIL(err, ZT_ERR_INVALID, "--markov-branch %d exceeds --vocab %d", c->markov_branch, c->vocab);
     if (strcmp(c->data, "markov") != 0 && zt_train_config_given(c, "vocab") && c->vocab != 256)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--data FILE reads bytes, so --vocab must be 256 (got %d)", c->vocab);
-    /* Named now so scripts can be written against them; they arrive with
-     * the offload and recompute issues. */
-    if (strcmp(c->offload, "none") != 0)
-        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--offload %s: optimizer offload is not available yet", c->offload);
-    if (strcmp(c->recompute, "none") != 0)
-        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--recompute %s: activation recomputation is not available yet",
-                       c->recompute);
     return ZT_OK;
 }
 

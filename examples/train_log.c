@@ -30,6 +30,11 @@ json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host) {
     json_object_set_new(o, "alloc_count", json_integer((json_int_t)dev->alloc_count));
     json_object_set_new(o, "host_bytes", json_integer((json_int_t)host->allocated.current));
     json_object_set_new(o, "host_peak_bytes", json_integer((json_int_t)host->allocated.peak));
+    json_t *hcur = json_object();
+    for (int c = 0; c < ZT_NUM_CATEGORIES; c++)
+        if (host->by_category[c].peak)
+            json_object_set_new(hcur, zt_category_name(c), json_integer((json_int_t)host->by_category[c].current));
+    json_object_set_new(o, "host_by_category", hcur);
     zt_os_mem os;
     zt_error ignore = {0};
     if (zt_os_mem_read(&os, &ignore) == ZT_OK) {
@@ -98,6 +103,11 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
                                 json_integer((json_int_t)s->rank_cat_peak[(size_t)r * ZT_NUM_CATEGORIES + cc]));
         json_object_set_new(rj, "peak_by_category", cats);
         json_object_set_new(rj, "host_peak_bytes", json_integer((json_int_t)s->rank_host_peak[r]));
+        json_t *hcats = json_object();
+        for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++)
+            json_object_set_new(hcats, zt_category_name(cc),
+                                json_integer((json_int_t)s->rank_host_cat_peak[(size_t)r * ZT_NUM_CATEGORIES + cc]));
+        json_object_set_new(rj, "host_peak_by_category", hcats);
         json_object_set_new(rj, "os_peak_bytes", json_integer((json_int_t)s->rank_os_peak[r]));
         json_array_append_new(ranks, rj);
     }

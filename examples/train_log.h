@@ -29,6 +29,7 @@ typedef struct {
     const char *params_digest;
     /* per rank [world_size]: total peak, per-category peaks, host and OS peaks */
     const size_t *rank_peak, *rank_cat_peak, *rank_host_peak, *rank_os_peak;
+    const size_t *rank_host_cat_peak; /* [world_size x categories] */
 } zt_summary;
 
 /* Writes DIR/summary.json (via a temporary file and a rename). */

@@ -1,3 +1,4 @@
+#include "zt_time.h"
 #include "trainer.h"
 
 #include <math.h>
@@ -9,12 +10,6 @@
 #include "data.h"
 #include "gpt.h"
 #include "train_log.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -37,6 +32,7 @@ typedef struct {
     int32_t *tokens, *targets; /* host [B,T] */
     double *losses, *step_times;
     FILE *jsonl;
+    zt_trace trace;
 } trainer;
 
 static void trainer_free(trainer *t) {
@@ -49,6 +45,7 @@ static void trainer_free(trainer *t) {
     free(t->losses);
     free(t->step_times);
     if (t->jsonl) fclose(t->jsonl);
+    zt_trace_close(&t->trace);
 }
 
 static json_t *comm_json(const zt_comm *comm, const zt_coll_stats *before) {
@@ -93,7 +90,7 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
                      t->data.entropy_rate, c->seq_len, floor);
 
     zt_gpt_config gc = {c->layers, c->d_model, c->heads, c->seq_len, t->data.vocab, c->micro_batch, c->tied,
-                        (uint64_t)c->seed};
+                        (uint64_t)c->seed, strcmp(c->recompute, "full") == 0};
     ZT_TRY(zt_gpt_create(&t->gpt, &gc, err));
     zt_spec_layout(t->gpt.spec, comm->world_size);
     int prefetch = c->prefetch;
@@ -108,7 +105,9 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
                            (float)c->grad_clip,
                            c->bucket_size,
                            prefetch,
-                           c->overlap_comm};
+                           c->overlap_comm,
+                           strcmp(c->offload, "cpu") == 0,
+                           ctx->be->nthreads};
     zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_INIT);
     ZT_TRY(zt_engine_init(&t->eng, ctx, comm, t->gpt.spec, &ec, zt_gpt_init_param, &t->gpt));
     zt_log_rank0(&ctx->log, "model: %zu parameters in %d units (largest %zu padded), dtype %s, ZeRO stage %d on %d rank(s)",
@@ -123,14 +122,24 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
     if (!t->tokens || !t->targets || !t->losses || !t->step_times)
         return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate host buffers");
     if (c->log_dir[0]) ZT_TRY(zt_jsonl_open(c->log_dir, ctx->rank, &t->jsonl, err));
+    if (c->log_dir[0] && c->trace) {
+        char part[1100];
+        snprintf(part, sizeof part, "%s/trace.rank%d.part", c->log_dir, ctx->rank);
+        ZT_TRY(zt_trace_open(&t->trace, part, ctx->rank, (long)c->trace_max_events, err));
+        ctx->trace = comm->trace = &t->trace;
+        zt_trace_watch_mem(&t->trace, &ctx->device_mem);
+        zt_trace_watch_mem(&t->trace, &ctx->host_mem);
+    }
 
     double tokens_time = 0.0;
     long tokens_counted = 0;
     for (int step = 0; step < c->steps; step++) {
-        double t0 = now_s();
+        double t0 = zt_now_s();
         zt_mem_window_reset(&ctx->device_mem);
+        t->gpt.recompute_time_s = 0.0;
         zt_coll_stats comm_before[ZT_COLL_KINDS];
         memcpy(comm_before, comm->stats, sizeof comm_before);
+        double xfer_before[4] = {t->eng.d2h_bytes, t->eng.d2h_time_s, t->eng.h2d_bytes, t->eng.h2d_time_s};
         ZT_TRY(zt_engine_zero_grads(&t->eng));
         double loss_sum = 0.0;
         for (int micro = 0; micro < c->grad_accum; micro++) {
@@ -138,10 +147,14 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
             float loss;
             zt_engine_begin_micro(&t->eng, micro == c->grad_accum - 1);
             zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_FORWARD);
+            double tf = zt_now_s();
             ZT_TRY(zt_gpt_forward(&t->gpt, &t->eng, t->tokens, t->targets, B, T, &loss));
+            zt_trace_span(ctx->trace, "forward", "phase", 0, tf);
             zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_BACKWARD);
+            double tb = zt_now_s();
             ZT_TRY(zt_gpt_backward(&t->gpt, &t->eng, 1.0f / ((float)B * (float)T * (float)c->grad_accum)));
             ZT_TRY(zt_engine_sync_grads(&t->eng));
+            zt_trace_span(ctx->trace, "backward", "phase", 0, tb);
             loss_sum += loss;
         }
         if (c->test_exit_step == step + 1 && c->test_exit_rank == ctx->rank) {
@@ -150,9 +163,14 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         }
         float lr = lr_at(c, step);
         zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_OPTIMIZER);
+        double to = zt_now_s();
         ZT_TRY(zt_engine_step(&t->eng, lr));
         ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, err));
-        double dt = now_s() - t0;
+        zt_trace_span(ctx->trace, "optimizer", "phase", 0, to);
+        char step_name[32];
+        snprintf(step_name, sizeof step_name, "step %d", step + 1);
+        zt_trace_span(ctx->trace, step_name, "step", 0, t0);
+        double dt = zt_now_s() - t0;
         /* The global mean loss: per-rank means added in rank order. */
         double loss;
         ZT_TRY(zt_comm_sum_f64(comm, loss_sum / c->grad_accum, &loss, err));
@@ -171,10 +189,23 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
             json_object_set_new(o, "lr", json_real(lr));
             json_object_set_new(o, "grad_norm", json_real(t->eng.last_grad_norm));
             json_object_set_new(o, "step_time_s", json_real(dt));
+            json_object_set_new(o, "recompute_time_s", json_real(t->gpt.recompute_time_s));
             json_object_set_new(o, "tokens_per_s", json_real(tps));
             json_object_set_new(o, "memory", zt_mem_step_json(&ctx->device_mem, &ctx->host_mem));
             json_object_set_new(o, "comm", comm_json(comm, comm_before));
             json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)t->eng.gathered_inflight_peak));
+            if (t->eng.cfg.offload) {
+                double d2h = t->eng.d2h_bytes - xfer_before[0], d2h_s = t->eng.d2h_time_s - xfer_before[1];
+                double h2d = t->eng.h2d_bytes - xfer_before[2], h2d_s = t->eng.h2d_time_s - xfer_before[3];
+                json_t *x = json_object();
+                json_object_set_new(x, "d2h_bytes", json_real(d2h));
+                json_object_set_new(x, "d2h_gbs", json_real(d2h_s > 0 ? d2h / d2h_s / 1e9 : 0.0));
+                json_object_set_new(x, "h2d_bytes", json_real(h2d));
+                json_object_set_new(x, "h2d_gbs", json_real(h2d_s > 0 ? h2d / h2d_s / 1e9 : 0.0));
+                json_object_set_new(x, "host_locked_bytes", json_integer((json_int_t)ctx->host_lock.locked_bytes));
+                json_object_set_new(x, "host_unlocked_bytes", json_integer((json_int_t)ctx->host_lock.unlocked_bytes));
+                json_object_set_new(o, "offload", x);
+            }
             char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
             json_decref(o);
             if (line) {
@@ -204,41 +235,53 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
     if (c->steps > 0)
         zt_log_rank0(&ctx->log, "done: final loss %.6f (floor %.6f, gap %.4f), %.0f tokens/s, params digest %s",
                      t->losses[c->steps - 1], floor, t->losses[c->steps - 1] - floor, tps, digest);
-    /* Every rank's peaks go to every rank (rank 0 writes them). */
+    /* Every rank's peaks go to every rank (rank 0 writes them): device
+     * categories, device total, host total, OS peak, host categories. */
     int N = comm->world_size;
-    enum { NV = ZT_NUM_CATEGORIES + 3 };
+    enum { NC = ZT_NUM_CATEGORIES, NV = 2 * ZT_NUM_CATEGORIES + 3 };
     unsigned long long mine[NV], *all = calloc((size_t)N * NV, sizeof *all);
-    size_t *rank_peak = calloc((size_t)N * (NV), sizeof *rank_peak);
-    if (!all || !rank_peak) {
+    size_t *table = calloc((size_t)N * NV, sizeof *table);
+    if (!all || !table) {
         free(all);
-        free(rank_peak);
+        free(table);
         return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
     }
     zt_os_mem os = {0};
     zt_status st = zt_os_mem_read(&os, err);
-    for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) mine[cc] = ctx->device_mem.by_category[cc].peak;
-    mine[ZT_NUM_CATEGORIES] = ctx->device_mem.allocated.peak;
-    mine[ZT_NUM_CATEGORIES + 1] = ctx->host_mem.allocated.peak;
-    mine[ZT_NUM_CATEGORIES + 2] = os.vm_hwm;
-    for (int k = 0; k < NV && st == ZT_OK; k++) {
-        unsigned long long *col = all + (size_t)k * N;
-        st = zt_comm_all_gather_u64(comm, mine[k], col, err);
+    for (int cc = 0; cc < NC; cc++) {
+        mine[cc] = ctx->device_mem.by_category[cc].peak;
+        mine[NC + 3 + cc] = ctx->host_mem.by_category[cc].peak;
     }
+    mine[NC] = ctx->device_mem.allocated.peak;
+    mine[NC + 1] = ctx->host_mem.allocated.peak;
+    mine[NC + 2] = os.vm_hwm;
+    for (int k = 0; k < NV && st == ZT_OK; k++) st = zt_comm_all_gather_u64(comm, mine[k], all + (size_t)k * N, err);
     if (st == ZT_OK && c->log_dir[0] && ctx->rank == 0) {
-        size_t *peak = rank_peak, *cat = peak + N, *host = cat + (size_t)N * ZT_NUM_CATEGORIES, *osp = host + N;
+        /* Regroup value-major columns into the per-rank rows zt_summary wants. */
+        size_t *peak = table, *cat = peak + N, *host = cat + (size_t)N * NC, *osp = host + N, *hcat = osp + N;
         for (int r = 0; r < N; r++) {
-            for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++)
-                cat[(size_t)r * ZT_NUM_CATEGORIES + cc] = all[(size_t)cc * N + r];
-            peak[r] = all[(size_t)ZT_NUM_CATEGORIES * N + r];
-            host[r] = all[(size_t)(ZT_NUM_CATEGORIES + 1) * N + r];
-            osp[r] = all[(size_t)(ZT_NUM_CATEGORIES + 2) * N + r];
+            for (int cc = 0; cc < NC; cc++) {
+                cat[(size_t)r * NC + cc] = all[(size_t)cc * N + r];
+                hcat[(size_t)r * NC + cc] = all[(size_t)(NC + 3 + cc) * N + r];
+            }
+            peak[r] = all[(size_t)NC * N + r];
+            host[r] = all[(size_t)(NC + 1) * N + r];
+            osp[r] = all[(size_t)(NC + 2) * N + r];
         }
         zt_summary s = {c, N, t->gpt.spec->total_numel, c->steps, t->losses, floor, tps, median,
-                        digest, peak, cat, host, osp};
+                        digest, peak, cat, host, osp, hcat};
         st = zt_summary_write(&s, c->log_dir, err);
     }
     free(all);
-    free(rank_peak);
+    free(table);
+    if (st == ZT_OK && t->trace.f) {
+        /* Every rank's part is complete before rank 0 joins them. */
+        ctx->trace = comm->trace = NULL;
+        ctx->device_mem.observer = ctx->host_mem.observer = NULL;
+        zt_trace_close(&t->trace);
+        st = zt_comm_barrier(comm, err);
+        if (st == ZT_OK && ctx->rank == 0) st = zt_trace_merge(c->log_dir, comm->world_size, err);
+    }
     if (st != ZT_OK) return st;
     return ZT_OK;
 }
@@ -248,6 +291,9 @@ zt_status zt_train_run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm) {
     memset(&t, 0, sizeof t);
     zt_status st = run(c, ctx, comm, &t);
     if (st == ZT_ERR_OOM) zt_ctx_capture_oom_report(ctx); /* before cleanup frees the evidence */
+    /* The timeline lives in t: unhook it before anything else is freed. */
+    ctx->trace = comm->trace = NULL;
+    ctx->device_mem.observer = ctx->host_mem.observer = NULL;
     trainer_free(&t);
     return st;
 }

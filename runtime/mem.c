@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static const char *const category_names[ZT_NUM_CATEGORIES] = {
     "params", "grads", "master_params", "optimizer", "activations",
@@ -25,6 +26,46 @@ static void cpu_raw_free(void *ctx, void *ptr) {
 }
 zt_raw_allocator zt_raw_allocator_cpu(void) {
     zt_raw_allocator r = {cpu_raw_alloc, cpu_raw_free, NULL};
+    return r;
+}
+
+/* The locked allocator remembers each block's size and lock state in a small
+ * header in front of it (64 bytes, so the user pointer stays aligned). */
+typedef struct {
+    size_t bytes;
+    int locked;
+} lock_header;
+
+static void *locked_alloc(void *ctx, size_t bytes) {
+    zt_host_lock_stats *st = ctx;
+    char *base = aligned_alloc(64, bytes + 64);
+    if (!base) return NULL;
+    lock_header *h = (lock_header *)base;
+    h->bytes = bytes;
+    h->locked = mlock(base, bytes + 64) == 0;
+    if (h->locked) st->locked_bytes += bytes;
+    else {
+        st->unlocked_bytes += bytes;
+        st->lock_failures++;
+    }
+    return base + 64;
+}
+
+static void locked_free(void *ctx, void *ptr) {
+    zt_host_lock_stats *st = ctx;
+    char *base = (char *)ptr - 64;
+    lock_header *h = (lock_header *)base;
+    if (h->locked) {
+        munlock(base, h->bytes + 64);
+        st->locked_bytes -= h->bytes;
+    } else {
+        st->unlocked_bytes -= h->bytes;
+    }
+    free(base);
+}
+
+zt_raw_allocator zt_raw_allocator_host_locked(zt_host_lock_stats *stats) {
+    zt_raw_allocator r = {locked_alloc, locked_free, stats};
     return r;
 }
 
@@ -159,6 +200,7 @@ zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *lab
     m->window_reserved_peak = max_sz(m->window_reserved_peak, m->reserved.current);
     m->window_phase_peak[m->phase] = max_sz(m->window_phase_peak[m->phase], m->allocated.current);
     *out = b;
+    if (m->observer) m->observer(m->observer_arg, m, cat);
     return ZT_OK;
 }
 
@@ -169,6 +211,7 @@ void zt_mem_free(zt_mem *m, zt_block *b) {
     m->allocated.current -= b->requested_bytes;
     b->requested_bytes = 0;
     list_push(&m->cached, b);
+    if (m->observer) m->observer(m->observer_arg, m, b->category);
 }
 
 void zt_mem_set_phase(zt_mem *m, zt_phase p) {

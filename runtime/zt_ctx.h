@@ -8,12 +8,15 @@
 #include "zt_error.h"
 #include "zt_log.h"
 #include "zt_mem.h"
+#include "zt_trace.h"
 
 typedef struct {
     zt_error err;
     zt_logger log;
     zt_mem device_mem; /* the compute device: every tracked category */
-    zt_mem host_mem;   /* the host offload pool, counted apart */
+    zt_mem host_mem;   /* the host offload pool (page-locked), counted apart */
+    zt_host_lock_stats host_lock;
+    zt_trace *trace; /* the timeline, or NULL */
     zt_backend *be;
     zt_stream compute;
     int rank;

@@ -62,7 +62,7 @@ typedef struct {
     size_t peak;
 } zt_counter;
 
-typedef struct {
+typedef struct zt_mem {
     char space_name[16]; /* "device" or "host" */
     zt_raw_allocator raw;
     size_t limit_bytes; /* 0: no cap */
@@ -84,6 +84,10 @@ typedef struct {
 
     zt_block *live;   /* doubly linked, newest first */
     zt_block *cached; /* doubly linked */
+
+    /* Called after every allocation and free (the timeline hooks in here). */
+    void (*observer)(void *arg, const struct zt_mem *m, zt_category changed);
+    void *observer_arg;
 } zt_mem;
 
 void zt_mem_init(zt_mem *m, const char *space_name, zt_raw_allocator raw, size_t limit_bytes);
@@ -108,6 +112,16 @@ void zt_mem_report(const zt_mem *m, FILE *f, int top);
 
 /* The CPU raw allocator (aligned malloc). */
 zt_raw_allocator zt_raw_allocator_cpu(void);
+
+/* Page-locked host memory for the offload pool: aligned malloc + mlock, so
+ * the pages stay resident as pinned memory does for a GPU's DMA. Where
+ * RLIMIT_MEMLOCK refuses, the block is kept unlocked and counted. */
+typedef struct {
+    size_t locked_bytes;   /* currently locked */
+    size_t unlocked_bytes; /* currently held without a lock */
+    size_t lock_failures;
+} zt_host_lock_stats;
+zt_raw_allocator zt_raw_allocator_host_locked(zt_host_lock_stats *stats);
 
 /* Parses "512MiB", "4GiB", "1.5GB", "123" into bytes. */
 zt_status zt_parse_size(const char *s, size_t *out, zt_error *err);

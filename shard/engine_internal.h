@@ -14,9 +14,24 @@ static inline size_t shard_lo(const zt_engine *e, int u) {
     return (size_t)e->comm->rank * e->spec->units[u].shard_numel;
 }
 
-/* Allocates a zeroed 1-d tensor labelled "<unit> <what>". */
+/* The part of unit u whose optimizer state this rank owns: everything at
+ * stage 0, its slice otherwise. */
+static inline size_t owned_lo(const zt_engine *e, int u) { return full_optim(e) ? 0 : shard_lo(e, u); }
+static inline size_t owned_numel(const zt_engine *e, int u) {
+    return full_optim(e) ? e->spec->units[u].padded_numel : e->spec->units[u].shard_numel;
+}
+
+/* Allocates a zeroed 1-d tensor labelled "<unit> <what>", on the device or
+ * (zt_engine_alloc_host) in the host pool. */
 zt_status zt_engine_alloc(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
                           const char *what, int unit);
+zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
+                               const char *what, int unit);
+
+/* Offload: copies unit u's owned reduced gradients device -> host (fp32). */
+zt_status zt_engine_offload_grads(zt_engine *e, int u);
+/* Offload: CPU AdamW of unit u's owned part, new params copied to the device. */
+zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr, int t);
 /* Element i (unit coordinates) of a buffer that is full or holds [lo, lo+shard). */
 static inline size_t local_index(int is_full, size_t i, size_t lo) { return is_full ? i : i - lo; }
 

@@ -1,5 +1,6 @@
 /* Parameter access for compute: just-in-time all-gather with prefetch at
  * stage 3, and the fp32 up-cast of bf16 parameters. */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine_internal.h"
@@ -21,6 +22,9 @@ static zt_status start_gather(zt_engine *e, int u) {
     ZT_TRY(zt_comm_all_gather_start(e->comm, NULL, st->gathered.data, us->shard_numel * d, &st->gather_handle,
                                     &e->ctx->err));
     st->gather_state = ZT_GATHER_IN_FLIGHT;
+    char name[48];
+    snprintf(name, sizeof name, "gather %s", us->name);
+    zt_trace_instant(e->ctx->trace, name, "unit", 1);
     if (!e->cfg.overlap_comm) {
         ZT_TRY(zt_comm_wait(e->comm, &st->gather_handle, &e->ctx->err));
         st->gather_state = ZT_GATHER_READY;
@@ -75,6 +79,9 @@ void zt_engine_release(zt_engine *e, int unit) {
         e->gathered_inflight_now -= zt_tensor_bytes(&st->gathered);
         zt_tensor_free(&st->gathered, mem);
         st->gather_state = ZT_GATHER_NONE;
+        char name[48];
+        snprintf(name, sizeof name, "free %s", e->spec->units[unit].name);
+        zt_trace_instant(e->ctx->trace, name, "unit", 0);
     }
 }
 

@@ -67,6 +67,16 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
     for (int u = 0; u < spec->nunits && st == ZT_OK; u++) {
         zt_unit_state *us = &e->units[u];
         size_t P = spec->units[u].padded_numel, S = spec->units[u].shard_numel, lo = shard_lo(e, u);
+        if (e->cfg.offload) {
+            st = zt_engine_offload_step_unit(e, u, clip, lr, t);
+            if (st == ZT_OK && (e->cfg.stage == 1 || e->cfg.stage == 2)) {
+                zt_comm_handle h = {0};
+                size_t d = zt_dtype_size(e->cfg.dtype);
+                st = zt_comm_all_gather_start(e->comm, NULL, us->params.data, S * d, &h, &ctx->err);
+                if (st == ZT_OK) st = zt_comm_wait(e->comm, &h, &ctx->err);
+            }
+            continue;
+        }
         /* Stage 0 updates everything on every rank; others their slice. */
         size_t rlo = full_optim(e) ? 0 : lo, rn = full_optim(e) ? P : S;
         float *g;

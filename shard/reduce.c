@@ -87,6 +87,9 @@ static zt_status unpack_bucket(zt_engine *e, zt_bucket *b) {
             ZT_TRY(zt_comm_all_gather_start(e->comm, NULL, st->grads.data, S * d, &h, &ctx->err));
             ZT_TRY(zt_comm_wait(e->comm, &h, &ctx->err));
         }
+        /* Offload: the reduced gradients leave for the host now, while the
+         * rest of backward runs. */
+        if (e->cfg.offload) ZT_TRY(zt_engine_offload_grads(e, u));
         st->queued = 0;
     }
     return ZT_OK;

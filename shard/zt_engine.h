@@ -32,6 +32,8 @@ typedef struct {
     size_t bucket_bytes; /* reduce-scatter bucket size (fp32 gradient bytes) */
     int prefetch;        /* stage 3: units gathered ahead of the one in use */
     int overlap_comm;    /* 0: wait for every collective right after starting it */
+    int offload;         /* 1: fp32 master and Adam m, v of the owned part live in the host pool */
+    int host_threads;    /* threads of the CPU Adam under offload */
 } zt_engine_config;
 
 typedef enum { ZT_GATHER_NONE = 0, ZT_GATHER_IN_FLIGHT, ZT_GATHER_READY } zt_gather_state;
@@ -45,6 +47,11 @@ typedef struct {
     zt_tensor gathered; /* [padded] dtype, stage 3 while gathered (gathered_params) */
     zt_tensor view32;   /* [padded] fp32 up-cast of params while in use (bf16 only) */
     zt_tensor grad32;   /* [padded] fp32 gradients of this micro-batch (bf16, or stage >= 2) */
+    /* Offload (host pool): the owned part ([padded] at stage 0, else [shard]). */
+    zt_tensor host_master; /* fp32 master_params */
+    zt_tensor host_m;      /* fp32 optimizer */
+    zt_tensor host_v;      /* fp32 optimizer */
+    zt_tensor host_grads;  /* fp32 reduced gradients copied device->host (comm_buffers, one step) */
     zt_gather_state gather_state;
     zt_comm_handle gather_handle;
     int gather_count;
@@ -75,6 +82,8 @@ typedef struct {
     double last_grad_norm;
     size_t gathered_inflight_peak; /* stage 3: most bytes of gathered params at once */
     size_t gathered_inflight_now;
+    /* Offload transfers since init: bytes and seconds in each direction. */
+    double d2h_bytes, d2h_time_s, h2d_bytes, h2d_time_s;
 } zt_engine;
 
 /* Fills dst[numel] with the initial values of parameter `param` of `unit`.
@@ -107,8 +116,9 @@ zt_status zt_engine_digest(zt_engine *eng, char hex[33]);
 
 /* Closed-form bytes this rank owns per persistent category for a spec/stage. */
 typedef struct {
-    size_t params, grads, master_params, optimizer;
+    size_t params, grads, master_params, optimizer; /* on the device */
+    size_t host_master_params, host_optimizer;      /* in the host pool (offload) */
 } zt_state_bytes;
-zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype);
+zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype, int offload);
 
 #endif
