@@ -10,6 +10,8 @@
 #include "data.h"
 #include "gpt.h"
 #include "train_log.h"
+#include "zt_imbalance.h"
+#include "zt_rng.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -68,6 +70,69 @@ static json_t *comm_json(const zt_comm *comm, const zt_coll_stats *before) {
         json_object_set_new(o, zt_coll_name(k), kj);
     }
     return o;
+}
+
+/* One row per rank of everything the imbalance report and summary need. */
+enum {
+    ROW_DEV_CAT = 0,
+    ROW_DEV_PEAK = ZT_NUM_CATEGORIES,
+    ROW_HOST_PEAK,
+    ROW_OS_PEAK,
+    ROW_HOST_CAT,
+    RANK_ROW = ROW_HOST_CAT + ZT_NUM_CATEGORIES
+};
+
+/* Every rank's row goes to every rank: table[N][RANK_ROW]. */
+static zt_status gather_rank_rows(zt_ctx *ctx, zt_comm *comm, size_t *table) {
+    int N = comm->world_size;
+    size_t row[RANK_ROW];
+    zt_os_mem os = {0};
+    ZT_TRY(zt_os_mem_read(&os, &ctx->err));
+    for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
+        row[ROW_DEV_CAT + cc] = ctx->device_mem.by_category[cc].peak;
+        row[ROW_HOST_CAT + cc] = ctx->host_mem.by_category[cc].peak;
+    }
+    row[ROW_DEV_PEAK] = ctx->device_mem.allocated.peak;
+    row[ROW_HOST_PEAK] = ctx->host_mem.allocated.peak;
+    row[ROW_OS_PEAK] = os.vm_hwm;
+    unsigned long long *col = calloc((size_t)N, sizeof *col);
+    if (!col) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate");
+    zt_status st = ZT_OK;
+    for (int k = 0; k < RANK_ROW && st == ZT_OK; k++) {
+        st = zt_comm_all_gather_u64(comm, row[k], col, &ctx->err);
+        for (int r = 0; r < N; r++) table[(size_t)r * RANK_ROW + k] = (size_t)col[r];
+    }
+    free(col);
+    return st;
+}
+
+/* Rank 0 prints rank x category peaks (MiB) and what drives the imbalance. */
+static void print_rank_table(const zt_ctx *ctx, int N, const size_t *table, const char *when) {
+    if (ctx->rank != 0) return;
+    size_t *peaks = calloc((size_t)N, sizeof *peaks), *cats = calloc((size_t)N * ZT_NUM_CATEGORIES, sizeof *cats);
+    if (!peaks || !cats) {
+        free(peaks);
+        free(cats);
+        return;
+    }
+    printf("memory by rank (%s), peak MiB per category:\nrank", when);
+    for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) printf(" %15s", zt_category_name(cc));
+    printf(" %12s %12s %12s\n", "device peak", "host peak", "os (VmHWM)");
+    for (int r = 0; r < N; r++) {
+        const size_t *row = table + (size_t)r * RANK_ROW;
+        printf("%4d", r);
+        for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) printf(" %15.3f", (double)row[ROW_DEV_CAT + cc] / 1048576.0);
+        printf(" %12.3f %12.3f %12.3f\n", (double)row[ROW_DEV_PEAK] / 1048576.0,
+               (double)row[ROW_HOST_PEAK] / 1048576.0, (double)row[ROW_OS_PEAK] / 1048576.0);
+        peaks[r] = row[ROW_DEV_PEAK];
+        memcpy(cats + (size_t)r * ZT_NUM_CATEGORIES, row + ROW_DEV_CAT, ZT_NUM_CATEGORIES * sizeof *row);
+    }
+    zt_imbalance im = zt_imbalance_compute(peaks, cats, N);
+    printf("imbalance: max/mean %.4f, max-min %.3f MiB, highest rank %d, driven by %s\n", im.peak_max_over_mean,
+           (double)im.peak_max_minus_min_bytes / 1048576.0, im.max_rank, zt_category_name(im.top_category));
+    fflush(stdout);
+    free(peaks);
+    free(cats);
 }
 
 static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, trainer *t) {
@@ -142,17 +207,25 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         double xfer_before[4] = {t->eng.d2h_bytes, t->eng.d2h_time_s, t->eng.h2d_bytes, t->eng.h2d_time_s};
         ZT_TRY(zt_engine_zero_grads(&t->eng));
         double loss_sum = 0.0;
+        /* Sequence-length jitter: a real cause of unequal activations. */
+        int Tstep = T;
+        if (c->seq_len_jitter > 0.0) {
+            zt_rng jr = zt_rng_keyed((uint64_t)c->seed, 0x6a17u, (uint64_t)ctx->rank, (uint64_t)step);
+            int lo = (int)ceil((1.0 - c->seq_len_jitter) * T);
+            if (lo < 1) lo = 1;
+            Tstep = lo + (int)zt_rng_below(&jr, (uint32_t)(T - lo + 1));
+        }
         for (int micro = 0; micro < c->grad_accum; micro++) {
-            zt_data_batch(&t->data, (uint64_t)c->seed, ctx->rank, step, micro, B, T, t->tokens, t->targets);
+            zt_data_batch(&t->data, (uint64_t)c->seed, ctx->rank, step, micro, B, Tstep, t->tokens, t->targets);
             float loss;
             zt_engine_begin_micro(&t->eng, micro == c->grad_accum - 1);
             zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_FORWARD);
             double tf = zt_now_s();
-            ZT_TRY(zt_gpt_forward(&t->gpt, &t->eng, t->tokens, t->targets, B, T, &loss));
+            ZT_TRY(zt_gpt_forward(&t->gpt, &t->eng, t->tokens, t->targets, B, Tstep, &loss));
             zt_trace_span(ctx->trace, "forward", "phase", 0, tf);
             zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_BACKWARD);
             double tb = zt_now_s();
-            ZT_TRY(zt_gpt_backward(&t->gpt, &t->eng, 1.0f / ((float)B * (float)T * (float)c->grad_accum)));
+            ZT_TRY(zt_gpt_backward(&t->gpt, &t->eng, 1.0f / ((float)B * (float)Tstep * (float)c->grad_accum)));
             ZT_TRY(zt_engine_sync_grads(&t->eng));
             zt_trace_span(ctx->trace, "backward", "phase", 0, tb);
             loss_sum += loss;
@@ -177,10 +250,10 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         loss /= comm->world_size;
         t->losses[step] = loss;
         t->step_times[step] = dt;
-        double tps = (double)B * T * c->grad_accum * comm->world_size / dt;
+        double tps = (double)B * Tstep * c->grad_accum * comm->world_size / dt;
         if (step > 0 || c->steps == 1) {
             tokens_time += dt;
-            tokens_counted += (long)B * T * c->grad_accum * comm->world_size;
+            tokens_counted += (long)B * Tstep * c->grad_accum * comm->world_size;
         }
         if (t->jsonl) {
             json_t *o = json_object();
@@ -191,6 +264,7 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
             json_object_set_new(o, "step_time_s", json_real(dt));
             json_object_set_new(o, "recompute_time_s", json_real(t->gpt.recompute_time_s));
             json_object_set_new(o, "tokens_per_s", json_real(tps));
+            json_object_set_new(o, "seq_len", json_integer(Tstep));
             json_object_set_new(o, "memory", zt_mem_step_json(&ctx->device_mem, &ctx->host_mem));
             json_object_set_new(o, "comm", comm_json(comm, comm_before));
             json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)t->eng.gathered_inflight_peak));
@@ -215,6 +289,16 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         }
         char peak[32];
         zt_format_bytes(ctx->device_mem.window_allocated_peak, peak, sizeof peak);
+        if (c->report_every > 0 && (step + 1) % c->report_every == 0 && step + 1 < c->steps) {
+            size_t *rows = calloc((size_t)comm->world_size * RANK_ROW, sizeof *rows);
+            if (!rows) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
+            zt_status rs = gather_rank_rows(ctx, comm, rows);
+            char when[32];
+            snprintf(when, sizeof when, "after step %d", step + 1);
+            if (rs == ZT_OK && !c->quiet) print_rank_table(ctx, comm->world_size, rows, when);
+            free(rows);
+            ZT_TRY(rs);
+        }
         zt_log_rank0(&ctx->log, "step %5d/%d | loss %.6f | lr %.2e | grad norm %.3f | %.1f ms | %.0f tok/s | peak %s",
                      step + 1, c->steps, loss, lr, t->eng.last_grad_norm, dt * 1e3, tps, peak);
     }
@@ -235,44 +319,33 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
     if (c->steps > 0)
         zt_log_rank0(&ctx->log, "done: final loss %.6f (floor %.6f, gap %.4f), %.0f tokens/s, params digest %s",
                      t->losses[c->steps - 1], floor, t->losses[c->steps - 1] - floor, tps, digest);
-    /* Every rank's peaks go to every rank (rank 0 writes them): device
-     * categories, device total, host total, OS peak, host categories. */
     int N = comm->world_size;
-    enum { NC = ZT_NUM_CATEGORIES, NV = 2 * ZT_NUM_CATEGORIES + 3 };
-    unsigned long long mine[NV], *all = calloc((size_t)N * NV, sizeof *all);
-    size_t *table = calloc((size_t)N * NV, sizeof *table);
-    if (!all || !table) {
-        free(all);
-        free(table);
-        return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
-    }
-    zt_os_mem os = {0};
-    zt_status st = zt_os_mem_read(&os, err);
-    for (int cc = 0; cc < NC; cc++) {
-        mine[cc] = ctx->device_mem.by_category[cc].peak;
-        mine[NC + 3 + cc] = ctx->host_mem.by_category[cc].peak;
-    }
-    mine[NC] = ctx->device_mem.allocated.peak;
-    mine[NC + 1] = ctx->host_mem.allocated.peak;
-    mine[NC + 2] = os.vm_hwm;
-    for (int k = 0; k < NV && st == ZT_OK; k++) st = zt_comm_all_gather_u64(comm, mine[k], all + (size_t)k * N, err);
+    size_t *table = calloc((size_t)N * RANK_ROW, sizeof *table);
+    if (!table) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
+    zt_status st = gather_rank_rows(ctx, comm, table);
+    if (st == ZT_OK && !c->quiet) print_rank_table(ctx, N, table, "at exit");
     if (st == ZT_OK && c->log_dir[0] && ctx->rank == 0) {
-        /* Regroup value-major columns into the per-rank rows zt_summary wants. */
-        size_t *peak = table, *cat = peak + N, *host = cat + (size_t)N * NC, *osp = host + N, *hcat = osp + N;
+        /* Columns of the per-rank rows, in the layout zt_summary wants. */
+        size_t *cols = calloc((size_t)N * RANK_ROW, sizeof *cols);
+        if (!cols) {
+            free(table);
+            return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate the summary table");
+        }
+        size_t *peak = cols, *cat = peak + N, *host = cat + (size_t)N * ZT_NUM_CATEGORIES, *osp = host + N;
+        size_t *hcat = osp + N;
         for (int r = 0; r < N; r++) {
-            for (int cc = 0; cc < NC; cc++) {
-                cat[(size_t)r * NC + cc] = all[(size_t)cc * N + r];
-                hcat[(size_t)r * NC + cc] = all[(size_t)(NC + 3 + cc) * N + r];
-            }
-            peak[r] = all[(size_t)NC * N + r];
-            host[r] = all[(size_t)(NC + 1) * N + r];
-            osp[r] = all[(size_t)(NC + 2) * N + r];
+            const size_t *row = table + (size_t)r * RANK_ROW;
+            memcpy(cat + (size_t)r * ZT_NUM_CATEGORIES, row + ROW_DEV_CAT, ZT_NUM_CATEGORIES * sizeof *row);
+            memcpy(hcat + (size_t)r * ZT_NUM_CATEGORIES, row + ROW_HOST_CAT, ZT_NUM_CATEGORIES * sizeof *row);
+            peak[r] = row[ROW_DEV_PEAK];
+            host[r] = row[ROW_HOST_PEAK];
+            osp[r] = row[ROW_OS_PEAK];
         }
         zt_summary s = {c, N, t->gpt.spec->total_numel, c->steps, t->losses, floor, tps, median,
                         digest, peak, cat, host, osp, hcat};
         st = zt_summary_write(&s, c->log_dir, err);
+        free(cols);
     }
-    free(all);
     free(table);
     if (st == ZT_OK && t->trace.f) {
         /* Every rank's part is complete before rank 0 joins them. */

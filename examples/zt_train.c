@@ -105,6 +105,12 @@ int main(int argc, char **argv) {
         MPI_Finalize(); /* every rank fails the same way here */
         return exit_code_for(st);
     }
+    /* Tests: ZT_TEST_OOM_PHASE=init|forward|backward|optimizer makes rank
+     * ZT_TEST_OOM_RANK (default 0) refuse its first allocation in that phase. */
+    const char *oom_phase = getenv("ZT_TEST_OOM_PHASE");
+    if (oom_phase && *oom_phase && env_int("ZT_TEST_OOM_RANK", 0) == rank)
+        for (int p = 0; p < ZT_NUM_PHASES; p++)
+            if (strcmp(oom_phase, zt_phase_name((zt_phase)p)) == 0) ctx.device_mem.inject_phase = p + 1;
     if (rank == 0 && !cfg.quiet) {
         printf("zerotrain: %d rank(s) (%d on this node), %d thread(s) per rank, device %s\n", world,
                comm.local_size, threads, ctx.be->name);

@@ -130,13 +130,12 @@ size_t zt_cpu_adam_chunk_begin(const float *p, size_t n, int k, int parts) {
     /* n * k / parts without overflow. */
     size_t x = (n / (size_t)parts) * (size_t)k + (n % (size_t)parts) * (size_t)k / (size_t)parts;
     /* Elements before the first 128-byte boundary of p. */
+    const size_t step = ZT_ADAM_CHUNK_ELEMS, step_bytes = ZT_ADAM_CHUNK_ELEMS * sizeof(float);
     uintptr_t addr = (uintptr_t)p;
     size_t lead = 0;
-    if (addr % sizeof(float) == 0)
-        lead = (size_t)((ZT_ADAM_CHUNK_ELEMS * sizeof(float) - addr % (ZT_ADAM_CHUNK_ELEMS * sizeof(float))) %
-                        (ZT_ADAM_CHUNK_ELEMS * sizeof(float))) /
-               sizeof(float);
-    size_t y = x <= lead ? lead : lead + (x - lead + ZT_ADAM_CHUNK_ELEMS - 1) / ZT_ADAM_CHUNK_ELEMS * ZT_ADAM_CHUNK_ELEMS;
+    if (addr % sizeof(float) == 0) lead = (size_t)((step_bytes - addr % step_bytes) % step_bytes) / sizeof(float);
+    /* Round x up to the next boundary. */
+    size_t y = x <= lead ? lead : lead + (x - lead + step - 1) / step * step;
     return y < n ? y : n;
 }
 

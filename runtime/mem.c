@@ -172,8 +172,10 @@ zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *lab
     if (bytes > SIZE_MAX - m->round_bytes)
         return ZT_FAIL(err, ZT_ERR_OOM, "zt_mem_alloc: request of %zu bytes overflows", bytes);
     size_t block_bytes = (bytes + m->round_bytes - 1) / m->round_bytes * m->round_bytes;
-    zt_block *b = take_cached(m, block_bytes);
-    if (!b) b = new_block(m, block_bytes);
+    int injected = m->inject_phase == (int)m->phase + 1;
+    if (injected) m->inject_phase = 0;
+    zt_block *b = injected ? NULL : take_cached(m, block_bytes);
+    if (!b && !injected) b = new_block(m, block_bytes);
     if (!b) {
         char breakdown[512], req[32], lim[32];
         zt_mem_format_breakdown(m, breakdown, sizeof breakdown);
@@ -184,7 +186,8 @@ zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *lab
                        "allocated %zu, reserved %zu, limit %s; by category: %s",
                        m->space_name, zt_phase_name(m->phase), bytes, req, zt_category_name(cat),
                        label ? label : "", m->allocated.current, m->reserved.current,
-                       m->limit_bytes ? lim : "none (system refused)", breakdown);
+                       injected ? "none (refusal injected by a test)" : m->limit_bytes ? lim : "none (system refused)",
+                       breakdown);
     }
     b->requested_bytes = bytes;
     b->category = cat;

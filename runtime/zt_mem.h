@@ -85,6 +85,10 @@ typedef struct zt_mem {
     zt_block *live;   /* doubly linked, newest first */
     zt_block *cached; /* doubly linked */
 
+    /* Fault injection for tests: refuse the first allocation made in phase
+     * inject_phase - 1 (0: off), as a full device would. */
+    int inject_phase;
+
     /* Called after every allocation and free (the timeline hooks in here). */
     void (*observer)(void *arg, const struct zt_mem *m, zt_category changed);
     void *observer_arg;

@@ -229,8 +229,8 @@ static int run_one(const char *what, zt_adam_isa isa, int nthreads, int misalign
 
     int ok = 1;
     const char *names[4] = {"p", "m", "v", "out"};
-    const void *got[4] = {p, m, v, out}, *want[4] = {cd->rp, cd->rm, cd->rv, out_kind == 2 ? (const void *)cd->rbf
-                                                                                             : (const void *)cd->rout};
+    const void *want_out = out_kind == 2 ? (const void *)cd->rbf : (const void *)cd->rout;
+    const void *got[4] = {p, m, v, out}, *want[4] = {cd->rp, cd->rm, cd->rv, want_out};
     size_t elems[4] = {4, 4, 4, oelem};
     for (int a = 0; a < (out_kind == 0 ? 3 : 4); a++) {
         size_t i = first_diff(got[a], want[a], n, elems[a]);
@@ -247,6 +247,10 @@ static int run_one(const char *what, zt_adam_isa isa, int nthreads, int misalign
                   (double)h->grad_scale, names[a], i, (unsigned)gb, (unsigned)wb, (double)cd->p0[i],
                   (double)cd->g0[i], (double)cd->m0[i], (double)cd->v0[i]);
         }
+    }
+    if (n && memcmp(g, cd->g0, n * 4) != 0) {
+        ok = 0;
+        CHECK(0, "%s isa=%s threads=%d n=%zu: the gradients were modified", what, zt_adam_isa_name(isa), nthreads, n);
     }
     guarded *bufs[5] = {&bp, &bg, &bm, &bv, &bo};
     const char *bnames[5] = {"p", "g", "m", "v", "out"};
@@ -386,7 +390,8 @@ static void test_auto_stream(const zt_ops *ops, zt_stream *s) {
     int ok = 1;
     for (int isa = 0; isa < ZT_ADAM_NUM_ISAS; isa++)
         for (int out_kind = 1; out_kind < 3; out_kind++)
-            for (int mis = 0; mis < 2; mis++) ok &= run_one("auto-stream", (zt_adam_isa)isa, 2, mis, out_kind, &h, &cd);
+            for (int mis = 0; mis < 2; mis++)
+                ok &= run_one("auto-stream", (zt_adam_isa)isa, 2, mis, out_kind, &h, &cd);
     if (ok)
         printf("ok cpu_adam n=%zu (out >= ZT_ADAM_STREAM_MIN_BYTES: streamed): bitwise equal, fp32 and bf16, "
                "2 threads, aligned and misaligned\n",
@@ -442,7 +447,8 @@ static void test_isa(void) {
     zt_adam_isa best = zt_cpu_adam_best_isa();
     CHECK(zt_cpu_adam_isa_supported(ZT_ADAM_SCALAR), "scalar must always be supported");
     CHECK(zt_cpu_adam_isa_supported(best), "the best ISA %s is not supported", zt_adam_isa_name(best));
-    CHECK(strcmp(zt_adam_isa_name(ZT_ADAM_SCALAR), "scalar") == 0 && strcmp(zt_adam_isa_name(ZT_ADAM_AVX2), "avx2") == 0 &&
+    CHECK(strcmp(zt_adam_isa_name(ZT_ADAM_SCALAR), "scalar") == 0 &&
+              strcmp(zt_adam_isa_name(ZT_ADAM_AVX2), "avx2") == 0 &&
               strcmp(zt_adam_isa_name(ZT_ADAM_AVX512), "avx512") == 0,
           "ISA names");
     printf("cpu_adam ISAs on this CPU (best: %s):", zt_adam_isa_name(best));

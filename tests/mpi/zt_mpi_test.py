@@ -228,6 +228,83 @@ def case_recompute_cuts_activations(ctx):
     assert all(x["recompute_time_s"] > 0 for x in steps)
 
 
+def case_planner_matches(ctx):
+    """zt-plan's predicted peak is within 5% of the measured mean per-rank peak
+    for every stage x offload x recompute at np 1..4 (default model)."""
+    plan = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
+    worst = 0.0
+    for np_ in (1, 2, 3, 4):
+        for stage in range(4):
+            for off in ("none", "cpu"):
+                for rc in ("none", "full"):
+                    args = ["--stage", str(stage), "--offload", off, "--recompute", rc]
+                    d = os.path.join(ctx["work"], f"plan-{np_}-{stage}-{off}-{rc}")
+                    launch(ctx["zt_run"], ctx["zt"], np_, args + ["--steps", "2", "--quiet", "--trace", "0",
+                                                                  "--log-dir", d])
+                    s = json.load(open(os.path.join(d, "summary.json")))
+                    measured = sum(r["peak_bytes"] for r in s["ranks"]) / len(s["ranks"])
+                    p = subprocess.run([plan, "--world", str(np_), "--json"] + args, capture_output=True, text=True)
+                    predicted = json.loads(p.stdout)["peak_bytes"]
+                    err = predicted / measured - 1
+                    worst = max(worst, abs(err))
+                    assert abs(err) <= 0.05, (np_, stage, off, rc, predicted, measured)
+    print(f"ok: planner within 5% of measurement in 64 configurations (worst {worst:.2%})")
+
+
+def case_imbalance_jitter(ctx):
+    """Sequence-length jitter makes ranks unequal, driven by activations;
+    without it, stage 3 ranks are within 1% of each other."""
+    a = train(ctx, 4, ["--steps", "4", "--stage", "3", "--seq-len-jitter", "0.6"], "jit")
+    im = a["imbalance"]
+    assert im["peak_max_over_mean"] > 1.0 and im["top_category"] == "activations", im
+    b = train(ctx, 4, ["--steps", "4", "--stage", "3"], "nojit")
+    assert b["imbalance"]["peak_max_over_mean"] <= 1.01, b["imbalance"]
+    print(f"ok: jitter imbalance {im['peak_max_over_mean']:.3f} (activations); none without: "
+          f"{b['imbalance']['peak_max_over_mean']:.4f}")
+
+
+def case_trace(ctx):
+    """DIR/trace.json is valid JSON in the Chrome trace format, with a counter
+    track for every category that allocated, on every rank, and spans."""
+    d = os.path.join(ctx["work"], "trace")
+    launch(ctx["zt_run"], ctx["zt"], 2, MODEL + ["--steps", "3", "--stage", "3", "--offload", "cpu", "--log-dir", d])
+    t = json.load(open(os.path.join(d, "trace.json")))
+    events = t["traceEvents"]
+    s = json.load(open(os.path.join(d, "summary.json")))
+    for rank in s["ranks"]:
+        r = rank["rank"]
+        counters = {e["name"] for e in events if e["ph"] == "C" and e["pid"] == r}
+        for cat, peak in rank["peak_by_category"].items():
+            if peak > 0:
+                assert f"device/{cat}" in counters, (r, cat)
+        for cat, peak in rank["host_peak_by_category"].items():
+            if peak > 0:
+                assert f"host/{cat}" in counters, (r, cat)
+        spans = {e["name"] for e in events if e["ph"] == "X" and e["pid"] == r}
+        assert {"forward", "backward", "optimizer", "all_gather", "reduce_scatter"} <= spans, spans
+        assert any(n.startswith("h2d params") for n in spans) and any(n.startswith("d2h grads") for n in spans)
+    assert not [f for f in os.listdir(d) if f.endswith(".part")]
+    print(f"ok: trace.json has {len(events)} events, counters for every category that allocated")
+
+
+def case_oom_each_phase(ctx):
+    """A refused allocation in any phase, on one rank of three, ends every rank
+    non-zero within 30 s, and the failing rank's report names the phase."""
+    for phase in ("init", "forward", "backward", "optimizer"):
+        d = os.path.join(ctx["work"], f"oom-{phase}")
+        env = dict(os.environ, ZT_TEST_OOM_PHASE=phase, ZT_TEST_OOM_RANK="1")
+        t0 = time.time()
+        # bf16 so that the optimizer phase allocates (its fp32 up-cast workspace).
+        p = launch(ctx["zt_run"], ctx["zt"], 3, MODEL + ["--steps", "3", "--dtype", "bf16", "--log-dir", d],
+                   expect_rc=None, env=env, timeout=60)
+        dt = time.time() - t0
+        assert p.returncode != 0 and dt < 30, (phase, p.returncode, dt)
+        assert f"out of device memory in phase '{phase}'" in p.stderr, p.stderr
+        report = open(os.path.join(d, "oom_rank1.txt")).read()
+        assert f"phase '{phase}'" in report and "largest live allocations" in report or phase == "init", report
+        print(f"ok: OOM in {phase}: exit {p.returncode} after {dt:.1f} s")
+
+
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 if __name__ == "__main__":

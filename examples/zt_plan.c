@@ -1,0 +1,258 @@
+/* zt-plan: predicts per-rank memory for a training configuration, from the
+ * toy GPT's flags (the same as zt-train's) or from a general description of a
+ * GPT-shaped model (--params, --largest-unit-params with the shape flags).
+ * Exit codes: 0 fits, 1 does not fit, 2 bad input. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt.h"
+#include "planner.h"
+#include "train_config.h"
+
+typedef struct {
+    int world;
+    size_t device_mem;
+    double params, largest_unit_params;
+    int json;
+} plan_flags;
+
+static int take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *nrest, zt_error *err) {
+    *nrest = 0;
+    rest[(*nrest)++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (strcmp(a, "--json") == 0) pf->json = 1;
+        else if (strcmp(a, "--world") == 0 || strcmp(a, "--device-mem") == 0 || strcmp(a, "--params") == 0 ||
+                 strcmp(a, "--largest-unit-params") == 0) {
+            if (!has_value) return ZT_FAIL(err, ZT_ERR_INVALID, "%s needs a value", a), 0;
+            const char *v = argv[++i];
+            char *end = NULL;
+            if (strcmp(a, "--world") == 0) {
+                long w = strtol(v, &end, 10);
+                if (*end || w < 1 || w > 1 << 20) return ZT_FAIL(err, ZT_ERR_INVALID, "--world: '%s' is not in [1, 1048576]", v), 0;
+                pf->world = (int)w;
+            } else if (strcmp(a, "--device-mem") == 0) {
+                if (zt_parse_size(v, &pf->device_mem, err) != ZT_OK) return 0;
+            } else {
+                double x = strtod(v, &end);
+                if (*end || !(x > 0) || x > 1e16) return ZT_FAIL(err, ZT_ERR_INVALID, "%s: '%s' is not a positive count", a, v), 0;
+                if (strcmp(a, "--params") == 0) pf->params = x;
+                else pf->largest_unit_params = x;
+            }
+        } else rest[(*nrest)++] = argv[i];
+    }
+    return 1;
+}
+
+/* A GPT-shaped model from its totals: embedding V x C + T x C, head 2C (+ V x C
+ * untied), and the rest split evenly into L blocks (or blocks of
+ * --largest-unit-params when given). */
+static zt_status synth_spec(zt_model_spec *spec, const zt_train_config *c, const plan_flags *pf, int *ue, int *ub,
+                            int *uh, zt_error *err) {
+    memset(spec, 0, sizeof *spec);
+    double C = c->d_model, V = c->vocab, T = c->seq_len, L = c->layers;
+    double emb = V * C + T * C, head = 2 * C + (c->tied ? 0 : V * C);
+    double per_block = L > 0 ? (pf->params - emb - head) / L : 0;
+    if (pf->largest_unit_params > 0 && L > 0) per_block = pf->largest_unit_params;
+    if (L > 0 && per_block < 1)
+        return ZT_FAIL(err, ZT_ERR_INVALID,
+                       "--params %.3g is too small for embedding + head of this shape (%.3g); check --vocab/--d-model",
+                       pf->params, emb + head);
+    int idx;
+    int64_t shape[1];
+    ZT_TRY(zt_spec_add_unit(spec, "embedding", ue, err));
+    shape[0] = (int64_t)emb;
+    ZT_TRY(zt_spec_add_param(spec, *ue, "embedding", 1, shape, 1, &idx, err));
+    for (int l = 0; l < c->layers; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "block%d", l);
+        int u;
+        ZT_TRY(zt_spec_add_unit(spec, name, &u, err));
+        if (l == 0) *ub = u;
+        shape[0] = (int64_t)per_block;
+        ZT_TRY(zt_spec_add_param(spec, u, "block", 1, shape, 1, &idx, err));
+    }
+    ZT_TRY(zt_spec_add_unit(spec, "head", uh, err));
+    shape[0] = (int64_t)head;
+    return zt_spec_add_param(spec, *uh, "head", 1, shape, 1, &idx, err);
+}
+
+static void plan_for(zt_plan_input *in, zt_model_spec *spec, int world, int stage, zt_plan *out) {
+    zt_spec_layout(spec, world);
+    in->world = world;
+    in->stage = stage;
+    zt_plan_compute(in, out);
+}
+
+/* Smallest world size at which the peak fits (0: none up to 2^20). */
+static int min_world(zt_plan_input in, zt_model_spec *spec, int stage, size_t device_mem) {
+    zt_plan p;
+    int hi = 1;
+    while (hi <= 1 << 20) {
+        plan_for(&in, spec, hi, stage, &p);
+        if (p.peak_bytes <= device_mem) break;
+        hi *= 2;
+    }
+    if (hi > 1 << 20) return 0;
+    int lo = hi / 2 + 1;
+    while (lo < hi) { /* the peak falls as ranks are added */
+        int mid = lo + (hi - lo) / 2;
+        plan_for(&in, spec, mid, stage, &p);
+        if (p.peak_bytes <= device_mem) hi = mid;
+        else lo = mid + 1;
+    }
+    return hi;
+}
+
+static void gb(char *buf, size_t cap, double bytes) { snprintf(buf, cap, "%.3f GB (%.2f GiB)", bytes / 1e9, bytes / 1073741824.0); }
+
+int main(int argc, char **argv) {
+    zt_error err = {0};
+    plan_flags pf = {1, 0, 0, 0, 0};
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int nrest = 0;
+    zt_train_config c;
+    zt_train_config_defaults(&c);
+    int want_help = 0;
+    if (!rest || !take_flags(argc, argv, &pf, rest, &nrest, &err) ||
+        zt_train_config_parse(&c, nrest, rest, &want_help, &err) != ZT_OK ||
+        (!want_help && zt_train_config_validate(&c, &err) != ZT_OK)) {
+        fprintf(stderr, "zt-plan: error: %s\n", err.msg);
+        free(rest);
+        return 2;
+    }
+    free(rest);
+    if (want_help) {
+        printf("usage: zt-plan [--world N] [--device-mem SIZE] [--json] [--params N --largest-unit-params N]\n"
+               "               [any zt-train option: model shape, --stage, --offload, --recompute, --dtype,\n"
+               "                --prefetch, --bucket-size, --micro-batch, ...]\n"
+               "Predicts per-rank device memory by category at the peak, host memory, whether it fits in\n"
+               "--device-mem, and for each stage the smallest world size at which it fits.\n"
+               "Without --params the model is zt-train's toy GPT with the given flags.\n\n");
+        zt_train_config_print_help(stdout, "zt-plan (zt-train options)");
+        return 0;
+    }
+    zt_model_spec *spec = calloc(1, sizeof *spec);
+    zt_gpt gpt;
+    memset(&gpt, 0, sizeof gpt);
+    zt_plan_input in;
+    memset(&in, 0, sizeof in);
+    if (c.heads <= 0 || c.d_model % c.heads) c.heads = c.d_model >= 64 ? c.d_model / 64 : 1;
+    int vocab = strcmp(c.data, "markov") == 0 ? c.vocab : 256;
+    zt_status st;
+    if (pf.params > 0) {
+        st = spec ? synth_spec(spec, &c, &pf, &in.unit_embed, &in.first_block, &in.unit_head, &err)
+                  : ZT_FAIL(&err, ZT_ERR_OOM, "no memory");
+    } else {
+        zt_gpt_config gc = {c.layers, c.d_model, c.heads, c.seq_len, vocab, c.micro_batch, c.tied, 0, 0};
+        st = zt_gpt_create(&gpt, &gc, &err);
+        if (st == ZT_OK && spec) {
+            memcpy(spec, gpt.spec, sizeof *spec);
+            in.unit_embed = gpt.unit_embed;
+            in.first_block = gpt.first_block;
+            in.unit_head = gpt.unit_head;
+        }
+    }
+    if (st != ZT_OK) {
+        fprintf(stderr, "zt-plan: error: %s\n", err.msg);
+        zt_gpt_destroy(&gpt);
+        free(spec);
+        return 2;
+    }
+    in.offload = strcmp(c.offload, "cpu") == 0;
+    in.recompute = strcmp(c.recompute, "full") == 0;
+    in.prefetch = c.prefetch;
+    in.tied = c.tied;
+    in.dtype = strcmp(c.dtype, "bf16") == 0 ? ZT_BF16 : ZT_FP32;
+    in.bucket_bytes = c.bucket_size;
+    in.layers = c.layers;
+    in.d_model = c.d_model;
+    in.heads = c.heads;
+    in.seq_len = c.seq_len;
+    in.vocab = vocab;
+    in.micro_batch = c.micro_batch;
+    in.spec = spec;
+
+    zt_plan p;
+    plan_for(&in, spec, pf.world, c.stage, &p);
+    int fits = pf.device_mem == 0 || p.peak_bytes <= pf.device_mem;
+    int minw[4] = {0, 0, 0, 0};
+    if (pf.device_mem)
+        for (int s = 0; s < 4; s++) minw[s] = min_world(in, spec, s, pf.device_mem);
+    plan_for(&in, spec, pf.world, c.stage, &p); /* min_world re-laid the spec */
+
+    double P = (double)spec->total_numel;
+    size_t d = zt_dtype_size(in.dtype);
+    if (pf.json) {
+        json_t *o = json_object(), *cats = json_object(), *mw = json_object();
+        for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++)
+            json_object_set_new(cats, zt_category_name(cc), json_integer((json_int_t)p.by_category[cc]));
+        for (int s = 0; s < 4 && pf.device_mem; s++) {
+            char k[4];
+            snprintf(k, sizeof k, "%d", s);
+            json_object_set_new(mw, k, minw[s] ? json_integer(minw[s]) : json_null());
+        }
+        json_object_set_new(o, "peak_bytes", json_integer((json_int_t)p.peak_bytes));
+        json_object_set_new(o, "by_category", cats);
+        json_object_set_new(o, "host_bytes", json_integer((json_int_t)p.host_bytes));
+        json_object_set_new(o, "fits", json_boolean(fits));
+        json_object_set_new(o, "peak_moment", json_string(p.peak_moment));
+        json_object_set_new(o, "params", json_integer((json_int_t)spec->total_numel));
+        json_object_set_new(o, "world", json_integer(pf.world));
+        json_object_set_new(o, "stage", json_integer(c.stage));
+        json_object_set_new(o, "model_state_bytes_per_rank", json_integer((json_int_t)p.persistent_bytes));
+        json_object_set_new(o, "activations_kept_bytes", json_integer((json_int_t)p.activations_kept_bytes));
+        json_object_set_new(o, "device_mem", pf.device_mem ? json_integer((json_int_t)pf.device_mem) : json_null());
+        json_object_set_new(o, "min_world_by_stage", mw);
+        char *text = json_dumps(o, JSON_INDENT(1));
+        printf("%s\n", text);
+        free(text);
+        json_decref(o);
+    } else {
+        char a[64], b2[64], c2[64];
+        printf("zt-plan: %.4g parameters (%d units, largest %.4g), %s, ZeRO stage %d, %d rank(s), offload %s, "
+               "recompute %s\n", P, spec->nunits, (double)spec->largest_unit_numel, zt_dtype_name(in.dtype), c.stage,
+               pf.world, c.offload, c.recompute);
+        gb(a, sizeof a, P * (double)d);
+        gb(b2, sizeof b2, P * (double)(2 * d + 4 * (in.dtype == ZT_BF16 || in.offload) + 8));
+        gb(c2, sizeof c2, (double)p.persistent_bytes);
+        printf("  weights alone (%s): %s\n  model state (params %zu + grads %zu + fp32 master %d + Adam 8 bytes/param): %s in all\n"
+               "  model state per rank at this stage: %s\n",
+               zt_dtype_name(in.dtype), a, d, d, (in.dtype == ZT_BF16 || in.offload) ? 4 : 0, b2, c2);
+        printf("  per-rank device memory at the peak (%s):\n", p.peak_moment);
+        for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
+            gb(a, sizeof a, (double)p.by_category[cc]);
+            printf("    %-16s %s\n", zt_category_name(cc), a);
+        }
+        gb(a, sizeof a, (double)p.peak_bytes);
+        printf("    %-16s %s\n", "peak", a);
+        gb(a, sizeof a, (double)p.host_bytes);
+        printf("  host pool (offload): %s\n", a);
+        if (pf.device_mem) {
+            gb(a, sizeof a, (double)pf.device_mem);
+            gb(b2, sizeof b2, (double)p.peak_bytes);
+            printf("  verdict: %s: the peak %s is %s the %s device\n", fits ? "FITS" : "DOES NOT FIT", b2,
+                   fits ? "within" : "above", a);
+            /* The reason: model state against the largest other category. */
+            int top = ZT_CAT_ACTIVATIONS;
+            for (int cc = ZT_CAT_ACTIVATIONS; cc < ZT_NUM_CATEGORIES; cc++)
+                if (p.by_category[cc] > p.by_category[top]) top = cc;
+            gb(a, sizeof a, (double)p.persistent_bytes);
+            gb(b2, sizeof b2, (double)p.by_category[top]);
+            printf("  reason: model state takes %s per rank; the largest other part is %s with %s%s\n", a,
+                   zt_category_name(top), b2,
+                   top == ZT_CAT_ACTIVATIONS && !in.recompute ? " (try --recompute full or a smaller --micro-batch)" : "");
+            for (int s = 0; s < 4; s++) {
+                if (minw[s]) printf("  stage %d fits from %d rank(s)\n", s, minw[s]);
+                else printf("  stage %d does not fit at any world size up to 1048576\n", s);
+            }
+        }
+    }
+    zt_gpt_destroy(&gpt);
+    free(spec);
+    return fits ? 0 : 1;
+}
