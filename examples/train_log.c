@@ -27,6 +27,11 @@ json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host) {
                       ? (double)(dev->reserved.current - dev->allocated.current) / (double)dev->reserved.current
                       : 0.0;
     json_object_set_new(o, "fragmentation", json_real(frag));
+    /* At the step's peak, where a full device would feel it. */
+    double frag_peak = dev->window_reserved_peak ? (double)(dev->window_reserved_peak - dev->window_allocated_peak) /
+                                                        (double)dev->window_reserved_peak
+                                                  : 0.0;
+    json_object_set_new(o, "fragmentation_at_peak", json_real(frag_peak));
     json_object_set_new(o, "alloc_count", json_integer((json_int_t)dev->alloc_count));
     json_object_set_new(o, "host_bytes", json_integer((json_int_t)host->allocated.current));
     json_object_set_new(o, "host_peak_bytes", json_integer((json_int_t)host->allocated.peak));

@@ -108,7 +108,14 @@ static int min_world(zt_plan_input in, zt_model_spec *spec, int stage, size_t de
     return hi;
 }
 
-static void gb(char *buf, size_t cap, double bytes) { snprintf(buf, cap, "%.3f GB (%.2f GiB)", bytes / 1e9, bytes / 1073741824.0); }
+/* Bytes for people: decimal GB for large sizes (as device capacities are
+ * sold), binary units otherwise. */
+static void gb(char *buf, size_t cap, double bytes) {
+    char bin[32];
+    zt_format_bytes((size_t)bytes, bin, sizeof bin);
+    if (bytes >= 1e9) snprintf(buf, cap, "%.3f GB (%s)", bytes / 1e9, bin);
+    else snprintf(buf, cap, "%s", bin);
+}
 
 int main(int argc, char **argv) {
     zt_error err = {0};

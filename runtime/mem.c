@@ -130,13 +130,19 @@ void zt_mem_format_breakdown(const zt_mem *m, char *buf, size_t cap) {
     }
 }
 
+/* Best fit among cached blocks at least as large as the request and at most
+ * twice it: sizes that vary from step to step (sequence-length jitter) reuse
+ * the blocks of earlier steps instead of growing the cache, while a tiny
+ * request never pins a huge block. */
 static zt_block *take_cached(zt_mem *m, size_t block_bytes) {
-    for (zt_block *b = m->cached; b; b = b->next)
-        if (b->block_bytes == block_bytes) {
-            list_remove(&m->cached, b);
-            return b;
-        }
-    return NULL;
+    zt_block *best = NULL;
+    for (zt_block *b = m->cached; b; b = b->next) {
+        if (b->block_bytes < block_bytes || b->block_bytes / 2 > block_bytes) continue;
+        if (!best || b->block_bytes < best->block_bytes) best = b;
+        if (best->block_bytes == block_bytes) break;
+    }
+    if (best) list_remove(&m->cached, best);
+    return best;
 }
 
 static zt_block *new_block(zt_mem *m, size_t block_bytes) {
