@@ -5,8 +5,12 @@
  * hand from the sequence of calls (round_bytes = 512):
  *  - per-category current/peak, allocated current/peak, alloc_count;
  *  - reserved = 512-rounded blocks, live or cached; freed blocks stay reserved,
- *    a same-size request reuses the cached block (same pointer, system_allocs
- *    unchanged), zt_mem_release_cache returns them;
+ *    and a request whose rounded size is `need` reuses the SMALLEST cached
+ *    block of size in [need, 2*need] (same pointer, system_allocs unchanged;
+ *    allocated still counts the requested bytes, reserved the block's);
+ *    a block more than twice the request is left in the cache; a sequence of
+ *    jittered sizes stops growing reserved once its largest size has appeared;
+ *    zt_mem_release_cache returns cached blocks;
  *  - phase peaks (zt_mem_set_phase) and window peaks (zt_mem_window_reset);
  *  - limit_bytes: refusal with ZT_ERR_OOM, a message naming the phase, the
  *    request and the "params=..." breakdown, counters unchanged; the cache is
@@ -89,7 +93,11 @@ static zt_raw_allocator counting_allocator(counting_raw *c) {
     return r;
 }
 
-static zt_block *must_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *label) {
+/* Allocates and checks the block: want_block is the size of the block expected
+ * to serve the request (the 512-rounded request for a new block or an exact
+ * cached fit, a larger cached block up to twice it under best fit). */
+static zt_block *must_alloc_block(zt_mem *m, size_t bytes, zt_category cat, const char *label,
+                                  size_t want_block) {
     zt_error err = {0};
     zt_block *b = NULL;
     zt_status st = zt_mem_alloc(m, bytes, cat, label, &b, &err);
@@ -99,13 +107,20 @@ static zt_block *must_alloc(zt_mem *m, size_t bytes, zt_category cat, const char
         CHECK(((uintptr_t)b->ptr & 63u) == 0, "block for %s is not 64-byte aligned (%p)", label, b->ptr);
         CHECK(b->requested_bytes == bytes, "block %s requested_bytes %zu, want %zu", label, b->requested_bytes,
               bytes);
-        CHECK(b->block_bytes == (bytes + 511) / 512 * 512, "block %s block_bytes %zu, want %zu", label,
-              b->block_bytes, (bytes + 511) / 512 * 512);
+        size_t need = (bytes + 511) / 512 * 512;
+        CHECK(want_block >= need && want_block <= 2 * need, "test bug: block %s want_block %zu outside [%zu, %zu]",
+              label, want_block, need, 2 * need);
+        CHECK(b->block_bytes == want_block, "block %s block_bytes %zu, want %zu", label, b->block_bytes,
+              want_block);
         CHECK(b->category == cat && strcmp(b->label, label) == 0, "block %s has category %d label '%s'", label,
               (int)b->category, b->label);
         memset(b->ptr, 0xA5, bytes); /* the whole request is usable (ASan checks it) */
     }
     return b;
+}
+/* The request is served by a block of exactly its rounded size. */
+static zt_block *must_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *label) {
+    return must_alloc_block(m, bytes, cat, label, (bytes + 511) / 512 * 512);
 }
 
 /* ---- counters, caching, reuse ------------------------------------------- */
@@ -118,6 +133,7 @@ static void test_counters(void) {
     CHECK_EQ(m.round_bytes, 512);
 
     zt_block *a = must_alloc(&m, 1000, ZT_CAT_PARAMS, "a"); /* block 1024 */
+    void *a_ptr = a->ptr;
     zt_block *b = must_alloc(&m, 512, ZT_CAT_GRADS, "b");   /* block 512 */
     zt_block *c = must_alloc(&m, 1, ZT_CAT_ACTIVATIONS, "c"); /* block 512 */
     CHECK_EQ(m.by_category[ZT_CAT_PARAMS].current, 1000);
@@ -177,22 +193,30 @@ static void test_counters(void) {
     CHECK(m.live == NULL, "live list not empty after freeing all");
     CHECK_EQ(raw.live_bytes, 3584);
 
-    /* Two 512-byte blocks are cached (c, d); both are reused, the third is new. */
+    /* Cached now: 1536 (e), 512 (d, b's block), 512 (c), 1024 (a). Three
+     * 512-byte requests: the two 512-byte blocks are exact fits and taken
+     * first; the third takes a's 1024 block (1024 <= 2*512), not e's 1536
+     * (more than twice 512), so no new system block is needed. */
     zt_block *f1 = must_alloc(&m, 200, ZT_CAT_WORKSPACE, "f1");
     zt_block *f2 = must_alloc(&m, 512, ZT_CAT_WORKSPACE, "f2");
     CHECK_EQ(m.system_allocs, 4);
-    zt_block *f3 = must_alloc(&m, 511, ZT_CAT_WORKSPACE, "f3");
-    CHECK_EQ(m.system_allocs, 5);
-    CHECK_EQ(m.reserved.current, 4096);
-    CHECK_EQ(m.by_category[ZT_CAT_WORKSPACE].current, 1223);
+    zt_block *f3 = must_alloc_block(&m, 511, ZT_CAT_WORKSPACE, "f3", 1024);
+    CHECK(f3 && f3->ptr == a_ptr, "f3 did not reuse a's cached 1024-byte block (%p vs %p)", f3 ? f3->ptr : NULL,
+          a_ptr);
+    CHECK_EQ(m.system_allocs, 4);
+    CHECK_EQ(m.reserved.current, 3584);
+    CHECK(m.cached && m.cached->block_bytes == 1536 && m.cached->next == NULL,
+          "only e's 1536-byte block should remain cached");
+    CHECK_EQ(m.by_category[ZT_CAT_WORKSPACE].current, 1223); /* requested bytes, not block bytes */
+    CHECK_EQ(m.allocated.current, 1223);
     zt_mem_free(&m, f1), zt_mem_free(&m, f2), zt_mem_free(&m, f3);
 
     zt_mem_release_cache(&m);
     CHECK_EQ(m.reserved.current, 0);
-    CHECK_EQ(m.reserved.peak, 4096);
+    CHECK_EQ(m.reserved.peak, 3584);
     CHECK(m.cached == NULL, "cache list not empty after release");
     CHECK_EQ(raw.live_bytes, 0);
-    CHECK_EQ(raw.frees, 5);
+    CHECK_EQ(raw.frees, 4);
 
     /* Bad requests: zero bytes, unknown category, overflow. */
     zt_error err = {0};
@@ -245,22 +269,24 @@ static void test_phases(void) {
     CHECK_EQ(m.phase_peak[ZT_PHASE_BACKWARD], 10192);
 
     zt_mem_set_phase(&m, ZT_PHASE_OPTIMIZER);
-    zt_block *opt = must_alloc(&m, 100, ZT_CAT_OPTIMIZER, "opt");
+    /* Cached: 2048 (act2), 1024 (act1). A 512-byte request takes the 1024
+     * block (<= 2*512); the 2048 block is more than twice it. */
+    zt_block *opt = must_alloc_block(&m, 100, ZT_CAT_OPTIMIZER, "opt", 1024);
     zt_mem_free(&m, opt);
     CHECK_EQ(m.phase_peak[ZT_PHASE_OPTIMIZER], 8292);
     CHECK_EQ(m.phase_peak[ZT_PHASE_INIT], 4096);
     CHECK_EQ(m.phase_peak[ZT_PHASE_FORWARD], 7096);
     CHECK_EQ(m.allocated.peak, 10192);
     CHECK_EQ(m.by_category[ZT_CAT_ACTIVATIONS].peak, 3000);
-    /* blocks: 4096 + 1024 + 2048 + 4096 + 512 */
-    CHECK_EQ(m.reserved.current, 11776);
+    /* blocks: 4096 + 1024 + 2048 + 4096 (opt reused act1's 1024) */
+    CHECK_EQ(m.reserved.current, 11264);
     CHECK_EQ(m.window_allocated_peak, 10192);
     CHECK_EQ(m.window_phase_peak[ZT_PHASE_BACKWARD], 10192);
 
     /* A new window: peaks restart from what is held now (8192 in optimizer). */
     zt_mem_window_reset(&m);
     CHECK_EQ(m.window_allocated_peak, 8192);
-    CHECK_EQ(m.window_reserved_peak, 11776);
+    CHECK_EQ(m.window_reserved_peak, 11264);
     CHECK_EQ(m.window_phase_peak[ZT_PHASE_OPTIMIZER], 8192);
     CHECK_EQ(m.window_phase_peak[ZT_PHASE_INIT], 0);
     CHECK_EQ(m.window_phase_peak[ZT_PHASE_FORWARD], 0);
@@ -273,16 +299,17 @@ static void test_phases(void) {
     zt_mem_set_phase(&m, ZT_PHASE_FORWARD);
     CHECK_EQ(m.window_phase_peak[ZT_PHASE_FORWARD], 8192);
     zt_block *act3 = must_alloc(&m, 3500, ZT_CAT_ACTIVATIONS, "act3"); /* new 3584 block */
-    zt_block *act4 = must_alloc(&m, 900, ZT_CAT_ACTIVATIONS, "act4");  /* cached 1024 block */
+    zt_block *act4 = must_alloc(&m, 900, ZT_CAT_ACTIVATIONS, "act4");  /* cached 1024 (not 2048) */
     zt_mem_free(&m, act3);
     zt_mem_free(&m, act4);
     zt_mem_set_phase(&m, ZT_PHASE_BACKWARD);
-    zt_block *act5 = must_alloc(&m, 10, ZT_CAT_ACTIVATIONS, "act5"); /* cached 512 block */
+    /* No 512 block exists; the cached 1024 block is the only one <= 2*512. */
+    zt_block *act5 = must_alloc_block(&m, 10, ZT_CAT_ACTIVATIONS, "act5", 1024);
     zt_mem_free(&m, act5);
 
     CHECK_EQ(m.window_allocated_peak, 12592);
-    CHECK_EQ(m.window_reserved_peak, 15360);
-    CHECK_EQ(m.reserved.peak, 15360);
+    CHECK_EQ(m.window_reserved_peak, 14848); /* 11264 + 3584 */
+    CHECK_EQ(m.reserved.peak, 14848);
     CHECK_EQ(m.window_phase_peak[ZT_PHASE_FORWARD], 12592);
     CHECK_EQ(m.window_phase_peak[ZT_PHASE_BACKWARD], 8202);
     CHECK_EQ(m.window_phase_peak[ZT_PHASE_OPTIMIZER], 8192);
@@ -341,7 +368,8 @@ static void test_limit(void) {
     CHECK_EQ(raw.live_bytes, 0);
 
     /* The cache is released before refusing: limit 1024, A (512) freed and
-     * cached, then B of another size (1024) fits only once A's block is gone. */
+     * cached, then B of a larger size (1024; A's block is too small to serve
+     * it) fits only once A's block is gone. */
     counting_raw raw2 = {0};
     zt_mem_init(&m, "device", counting_allocator(&raw2), 1024);
     zt_block *a = must_alloc(&m, 512, ZT_CAT_ACTIVATIONS, "A");
