@@ -121,4 +121,18 @@ typedef struct {
 } zt_state_bytes;
 zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype, int offload);
 
+
+/* State access for checkpoints. "Slice" means this rank's world slice
+ * [rank x S, (rank+1) x S) of unit u's padded layout, which every rank holds
+ * at every stage, so a checkpoint's layout depends on the world size only. */
+typedef enum { ZT_STATE_MASTER = 0, ZT_STATE_ADAM_M, ZT_STATE_ADAM_V } zt_state_kind;
+/* dst[shard_numel] fp32 (master: the fp32 values of the parameters). */
+zt_status zt_engine_get_slice(zt_engine *eng, int unit, zt_state_kind kind, float *dst);
+/* dst[shard_numel] in the compute dtype. */
+zt_status zt_engine_get_params_slice(zt_engine *eng, int unit, void *dst);
+/* Sets unit u from full fp32 vectors [padded_numel] of master values, m and v:
+ * each buffer takes the part this rank keeps; compute params are derived from
+ * the master values (cast to the compute dtype). */
+zt_status zt_engine_set_state(zt_engine *eng, int unit, const float *master_full, const float *m_full,
+                              const float *v_full);
 #endif

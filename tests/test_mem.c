@@ -328,6 +328,194 @@ static void test_phases(void) {
     if (g_failures == before) printf("ok phase peaks and window peaks\n");
 }
 
+/* ---- best fit within [need, 2*need] -------------------------------------- */
+
+/* Allocates bytes, expecting the cached block at want_ptr (of want_block bytes)
+ * to come back without a system allocation. */
+static zt_block *expect_reuse(zt_mem *m, size_t bytes, const char *label, void *want_ptr, size_t want_block) {
+    size_t sys_before = m->system_allocs, reserved_before = m->reserved.current;
+    zt_block *b = must_alloc_block(m, bytes, ZT_CAT_ACTIVATIONS, label, want_block);
+    CHECK(b && b->ptr == want_ptr, "%s: cached %zu-byte block was not reused (%p vs %p)", label, want_block,
+          b ? b->ptr : NULL, want_ptr);
+    CHECK(m->system_allocs == sys_before, "%s: system_allocs %zu -> %zu on a reuse", label, sys_before,
+          m->system_allocs);
+    CHECK(m->reserved.current == reserved_before, "%s: reserved %zu -> %zu on a reuse", label, reserved_before,
+          m->reserved.current);
+    return b;
+}
+
+static int is_cached(const zt_mem *m, const void *ptr) {
+    for (const zt_block *b = m->cached; b; b = b->next)
+        if (b->ptr == ptr) return 1;
+    return 0;
+}
+
+static void test_best_fit(void) {
+    int before = g_failures;
+    counting_raw raw = {0};
+    zt_mem m;
+    zt_mem_init(&m, "device", counting_allocator(&raw), 0);
+
+    /* (1) A freed 1024-byte block serves a 600-byte request (600 rounds to
+     * 1024, so this is an exact block fit), and also requests whose rounded
+     * size is smaller, down to 512 (1024 == 2*512, the bound is inclusive).
+     * allocated counts the request, reserved the block. */
+    zt_block *k = must_alloc(&m, 1024, ZT_CAT_ACTIVATIONS, "k1024");
+    void *k_ptr = k->ptr;
+    zt_mem_free(&m, k);
+    zt_block *r = expect_reuse(&m, 600, "r600", k_ptr, 1024);
+    CHECK_EQ(m.allocated.current, 600);
+    CHECK_EQ(m.by_category[ZT_CAT_ACTIVATIONS].current, 600);
+    CHECK_EQ(m.reserved.current, 1024);
+    zt_mem_free(&m, r);
+    r = expect_reuse(&m, 300, "r300", k_ptr, 1024); /* need 512: 1024 <= 2*512 */
+    CHECK_EQ(m.allocated.current, 300);
+    zt_mem_free(&m, r);
+    CHECK_EQ(m.system_allocs, 1);
+
+    /* A 2048-byte block serves a 1100-byte request (need 1536; 2048 <= 3072). */
+    zt_block *w = must_alloc(&m, 2048, ZT_CAT_ACTIVATIONS, "w2048"); /* new: 1024 < 2048 */
+    void *w_ptr = w->ptr;
+    CHECK_EQ(m.system_allocs, 2);
+    zt_mem_free(&m, w);
+    r = expect_reuse(&m, 1100, "r1100", w_ptr, 2048);
+    CHECK_EQ(m.allocated.current, 1100);
+    zt_mem_free(&m, r);
+    zt_mem_release_cache(&m);
+    CHECK_EQ(m.reserved.current, 0);
+    CHECK_EQ(raw.live_bytes, 0);
+
+    /* (2) A freed 4096-byte block is NOT reused for a 512-byte request (4096 >
+     * 2*512): a new 512 block is taken and the 4096 block stays cached. The
+     * same holds just over the bound: 1536 > 2*512. But a request of need
+     * 2048 does take the 4096 block (4096 == 2*2048). */
+    zt_block *big = must_alloc(&m, 4096, ZT_CAT_ACTIVATIONS, "big4096");
+    void *big_ptr = big->ptr;
+    zt_block *mid = must_alloc(&m, 1536, ZT_CAT_ACTIVATIONS, "mid1536");
+    void *mid_ptr = mid->ptr;
+    zt_mem_free(&m, big);
+    zt_mem_free(&m, mid);
+    CHECK_EQ(m.system_allocs, 4);
+    CHECK_EQ(m.reserved.current, 5632);
+    zt_block *small = must_alloc(&m, 512, ZT_CAT_ACTIVATIONS, "small512");
+    CHECK(small && small->ptr != big_ptr && small->ptr != mid_ptr, "512-byte request took a block more than twice it");
+    CHECK_EQ(m.system_allocs, 5);
+    CHECK_EQ(m.reserved.current, 6144); /* 4096 + 1536 + 512 */
+    CHECK_EQ(raw.live_bytes, 6144);
+    CHECK(is_cached(&m, big_ptr) && is_cached(&m, mid_ptr), "the 4096 and 1536 blocks left the cache");
+    r = expect_reuse(&m, 1600, "r1600", big_ptr, 4096); /* need 2048; 1536 too small */
+    CHECK(is_cached(&m, mid_ptr), "the 1536 block left the cache");
+    zt_mem_free(&m, small);
+    zt_mem_free(&m, r);
+    zt_mem_release_cache(&m);
+    CHECK_EQ(raw.live_bytes, 0);
+
+    /* (3) Among several cached blocks the smallest fitting one is chosen,
+     * wherever it sits in the cache list. Blocks freed in the order 2048,
+     * 1536, 3072, 1024 (the cache list, newest first: 1024, 3072, 1536, 2048).
+     * Requests of 1100 bytes (need 1536, fit in [1536, 3072]) take 1536, then
+     * 2048 (though 3072 comes first in the list), then 3072; the fourth
+     * finds only 1024 (< 1536) and takes a new block; a 700-byte request
+     * (need 1024) then gets the 1024 block. */
+    size_t sizes[4] = {2048, 1536, 3072, 1024};
+    void *ptrs[4];
+    zt_block *blk[4];
+    for (int i = 0; i < 4; i++) {
+        blk[i] = must_alloc(&m, sizes[i], ZT_CAT_WORKSPACE, "set");
+        ptrs[i] = blk[i]->ptr;
+    }
+    for (int i = 0; i < 4; i++) zt_mem_free(&m, blk[i]);
+    CHECK_EQ(m.system_allocs, 9); /* k, w, big, mid, small, then these 4 */
+    CHECK_EQ(m.reserved.current, 7680);
+    zt_block *q1 = expect_reuse(&m, 1100, "q1", ptrs[1], 1536);
+    zt_block *q2 = expect_reuse(&m, 1100, "q2", ptrs[0], 2048);
+    zt_block *q3 = expect_reuse(&m, 1100, "q3", ptrs[2], 3072);
+    zt_block *q4 = must_alloc(&m, 1100, ZT_CAT_WORKSPACE, "q4");
+    CHECK(q4 && q4->ptr != ptrs[3], "q4 took the 1024 block");
+    CHECK_EQ(m.system_allocs, 10);
+    CHECK_EQ(m.reserved.current, 9216); /* 7680 + 1536 */
+    zt_block *q5 = expect_reuse(&m, 700, "q5", ptrs[3], 1024);
+    CHECK(m.cached == NULL, "cache not empty after every cached block was reused");
+    CHECK_EQ(m.allocated.current, 4 * 1100 + 700);
+    zt_mem_free(&m, q1), zt_mem_free(&m, q2), zt_mem_free(&m, q3), zt_mem_free(&m, q4), zt_mem_free(&m, q5);
+
+    zt_mem_destroy(&m);
+    CHECK_EQ(raw.live_blocks, 0);
+    CHECK_EQ(raw.live_bytes, 0);
+    CHECK_EQ(raw.allocs, 10);
+    CHECK_EQ(raw.allocs, raw.frees);
+    if (g_failures == before) printf("ok best fit: reuse up to 2x, none beyond, smallest fitting block chosen\n");
+}
+
+/* ---- jittered sizes stop growing reserved -------------------------------- */
+
+/* 10 rounds, each allocating one buffer of a jittered size (within +-30% of
+ * 100 KiB = 102400) and freeing it, as activations vary with sequence length.
+ *
+ * Bound: every size lies in [71680, 133120] = [0.7, 1.3] * 102400, and both
+ * ends are multiples of 512, so every rounded request `need` and every block
+ * lies there too; since 133120 <= 2 * 71680 = 143360, every cached block at
+ * least as large as a request is at most twice it, so it fits. With one live
+ * buffer per round, a system block is therefore taken exactly when the
+ * rounded request exceeds every earlier one (a new running maximum), and
+ *   reserved after round k = sum of the rounded running maxima up to k,
+ * constant from the round where the largest size first appears.
+ *
+ * Sizes and their rounded blocks (512 * ceil(size/512)):
+ *   round 1:  98000 ->  98304  new A (max)
+ *   round 2: 120000 -> 120320  new B (max)
+ *   round 3:  80000 ->  80384  A (smallest of A, B)
+ *   round 4: 133000 -> 133120  new C (max; the largest size)
+ *   round 5:  75000 ->  75264  A
+ *   round 6: 110000 -> 110080  B
+ *   round 7: 131000 -> 131072  C
+ *   round 8:  72000 ->  72192  A
+ *   round 9: 125000 -> 125440  C (B = 120320 is too small)
+ *   round 10: 102400 -> 102400 B (A = 98304 is too small)
+ * reserved: 98304, 218624, 218624, then 351744 (= A + B + C) from round 4 on.
+ * Exact-size reuse would have taken 10 blocks, 1048576 bytes. */
+static void test_jitter(void) {
+    int before = g_failures;
+    counting_raw raw = {0};
+    zt_mem m;
+    zt_mem_init(&m, "device", counting_allocator(&raw), 0);
+    static const size_t sizes[10] = {98000, 120000, 80000, 133000, 75000, 110000, 131000, 72000, 125000, 102400};
+    static const size_t blocks[10] = {98304, 120320, 98304, 133120, 98304, 120320, 133120, 98304, 133120, 120320};
+    static const int which[10] = {0, 1, 0, 2, 0, 1, 2, 0, 2, 1}; /* A, B, C */
+    static const size_t want_reserved[10] = {98304,  218624, 218624, 351744, 351744,
+                                             351744, 351744, 351744, 351744, 351744};
+    static const size_t want_sys[10] = {1, 2, 2, 3, 3, 3, 3, 3, 3, 3};
+    void *abc[3] = {NULL, NULL, NULL};
+    size_t reserved_at_max = 0;
+    for (int i = 0; i < 10; i++) {
+        char label[16];
+        snprintf(label, sizeof label, "round%d", i + 1);
+        zt_block *b = must_alloc_block(&m, sizes[i], ZT_CAT_ACTIVATIONS, label, blocks[i]);
+        if (!b) continue;
+        if (!abc[which[i]]) abc[which[i]] = b->ptr; /* first use: a new block */
+        else
+            CHECK(b->ptr == abc[which[i]], "%s did not reuse block %c", label, 'A' + which[i]);
+        CHECK(m.reserved.current == want_reserved[i], "%s: reserved %zu, want %zu", label, m.reserved.current,
+              want_reserved[i]);
+        CHECK(m.system_allocs == want_sys[i], "%s: system_allocs %zu, want %zu", label, m.system_allocs,
+              want_sys[i]);
+        if (i == 3) reserved_at_max = m.reserved.current; /* round 4: 133000 first appears */
+        zt_mem_free(&m, b);
+    }
+    CHECK_EQ(m.reserved.current, reserved_at_max);
+    CHECK_EQ(m.reserved.current, 98304 + 120320 + 133120);
+    CHECK_EQ(m.reserved.peak, 351744);
+    CHECK_EQ(m.allocated.current, 0);
+    CHECK_EQ(m.allocated.peak, 133000);
+    CHECK_EQ(m.alloc_count, 10);
+    CHECK_EQ(raw.allocs, 3);
+    CHECK_EQ(raw.live_bytes, 351744);
+    zt_mem_destroy(&m);
+    CHECK_EQ(raw.live_bytes, 0);
+    CHECK_EQ(raw.allocs, raw.frees);
+    if (g_failures == before) printf("ok jittered sizes: reserved stops at %zu after the largest size\n", reserved_at_max);
+}
+
 /* ---- the limit ----------------------------------------------------------- */
 
 static void test_limit(void) {
@@ -478,6 +666,8 @@ static void test_os_mem(void) {
 int main(void) {
     test_counters();
     test_phases();
+    test_best_fit();
+    test_jitter();
     test_limit();
     test_parse_size();
     test_os_mem();
