@@ -13,9 +13,9 @@
  *     machine's bandwidth for a stream that is only written, as the fused
  *     Adam's out is for large N; its p, m, v are read before they are written,
  *     so they need no write-allocate read either), and the fused Adam's own
- *     access pattern with no arithmetic (p += g, m += g, v += g, out = p with
- *     out streamed: 32 bytes per element), the ceiling a memory-bound Adam can
- *     reach here.
+ *     access pattern with next to no arithmetic (d = g - g; p += d, m += d,
+ *     v += d, out = p with out streamed: 32 bytes per element, values
+ *     unchanged), the ceiling a memory-bound Adam can reach here.
  * (b) zt_cpu_adam_fused for each ISA this CPU has, 1 thread and all cores,
  *     fp32 and bf16 out; bytes per parameter: read g, p, m, v (16) + write
  *     p, m, v (12) + write out (4 fp32 / 2 bf16) = 32 / 30; the fraction of
@@ -24,7 +24,10 @@
  *     optimize("no-tree-vectorize") (one element per instruction), for the
  *     speed-up columns.
  * Every array is touched (first touch) and every kernel run once before the
- * timed runs. The output is a Markdown table. Not run by CTest. */
+ * timed runs. The timed runs go in rounds, each round running every kernel
+ * once, so a drift in the machine's bandwidth (a shared VM) hits all of them
+ * alike; each kernel's best round counts. The output is a Markdown table. Not
+ * run by CTest. */
 #include <math.h>
 #include <omp.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -92,14 +95,15 @@ static void triad_nt(float *a, const float *b, const float *c, float s, size_t n
 }
 
 /* The fused Adam's memory traffic without its arithmetic: read g, p, m, v;
- * write p, m, v; stream out (fp32). */
+ * write p, m, v (unchanged: d = g - g is 0 for finite g, and the compiler may
+ * not fold it); stream out (fp32). */
 static void pattern(float *p, const float *g, float *m, float *v, float *out, size_t n, int nt) {
 #pragma omp parallel num_threads(nt)
     {
 #if defined(__x86_64__) || defined(__i386__)
 #pragma omp for schedule(static) nowait
         for (size_t j = 0; j < n / 4; j++) {
-            const __m128 x = _mm_loadu_ps(g + 4 * j);
+            const __m128 gj = _mm_loadu_ps(g + 4 * j), x = _mm_sub_ps(gj, gj);
             const __m128 pj = _mm_add_ps(_mm_loadu_ps(p + 4 * j), x);
             _mm_storeu_ps(p + 4 * j, pj);
             _mm_storeu_ps(m + 4 * j, _mm_add_ps(_mm_loadu_ps(m + 4 * j), x));
@@ -108,10 +112,16 @@ static void pattern(float *p, const float *g, float *m, float *v, float *out, si
         }
         _mm_sfence();
 #pragma omp single
-        for (size_t i = n / 4 * 4; i < n; i++) p[i] += g[i], m[i] += g[i], v[i] += g[i], out[i] = p[i];
+        for (size_t i = n / 4 * 4; i < n; i++) {
+            float d = g[i] - g[i];
+            p[i] += d, m[i] += d, v[i] += d, out[i] = p[i];
+        }
 #else
 #pragma omp for schedule(static)
-        for (size_t i = 0; i < n; i++) p[i] += g[i], m[i] += g[i], v[i] += g[i], out[i] = p[i];
+        for (size_t i = 0; i < n; i++) {
+            float d = g[i] - g[i];
+            p[i] += d, m[i] += d, v[i] += d, out[i] = p[i];
+        }
 #endif
     }
 }
@@ -164,44 +174,45 @@ static void plain_adam(int nt, float *p, const float *g, float *m, float *v, voi
 typedef struct {
     float *p, *g, *m, *v;
     void *out; /* room for n floats */
+    float *a, *b, *c; /* the triad's arrays */
     size_t n;
-} state;
+    int step;
+} arrays;
 
-static int g_step = 0;
+typedef enum { K_TRIAD, K_TRIAD_NT, K_PATTERN, K_PLAIN, K_FUSED } kernel_kind;
 
-/* kind: -1 plain loop, else a zt_adam_isa. Returns seconds. */
-static double run_adam(int kind, int nt, state *s, zt_dtype odt) {
-    int t = ++g_step;
+typedef struct {
+    kernel_kind kind;
+    int isa; /* K_FUSED */
+    int nt;
+    zt_dtype odt; /* K_PLAIN, K_FUSED */
+    double best;  /* seconds */
+} config;
+
+static double bytes_per_elem(const config *c) {
+    switch (c->kind) {
+    case K_TRIAD:
+    case K_TRIAD_NT: return 12.0;
+    case K_PATTERN: return 32.0;
+    default: return 28.0 + (double)zt_dtype_size(c->odt);
+    }
+}
+
+/* One run of a configuration; returns seconds. */
+static double run_config(const config *c, arrays *s) {
+    int t = ++s->step;
     double t0 = now_s();
-    if (kind < 0) plain_adam(nt, s->p, s->g, s->m, s->v, s->out, odt, s->n, LR, B1, B2, EPS, WD, t);
-    else
-        zt_cpu_adam_fused((zt_adam_isa)kind, nt, s->p, s->g, s->m, s->v, s->out, odt, s->n, 1.0f, LR, B1, B2, EPS,
-                          WD, t);
+    switch (c->kind) {
+    case K_TRIAD: triad(s->a, s->b, s->c, 0.5f, s->n, c->nt); break;
+    case K_TRIAD_NT: triad_nt(s->a, s->b, s->c, 0.5f, s->n, c->nt); break;
+    case K_PATTERN: pattern(s->p, s->g, s->m, s->v, s->out, s->n, c->nt); break;
+    case K_PLAIN: plain_adam(c->nt, s->p, s->g, s->m, s->v, s->out, c->odt, s->n, LR, B1, B2, EPS, WD, t); break;
+    case K_FUSED:
+        zt_cpu_adam_fused((zt_adam_isa)c->isa, c->nt, s->p, s->g, s->m, s->v, s->out, c->odt, s->n, 1.0f, LR, B1,
+                          B2, EPS, WD, t);
+        break;
+    }
     return now_s() - t0;
-}
-
-static double best_adam(int kind, int nt, state *s, zt_dtype odt, int reps) {
-    run_adam(kind, nt, s, odt); /* warm-up */
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double dt = run_adam(kind, nt, s, odt);
-        if (dt < best) best = dt;
-    }
-    return best;
-}
-
-typedef void (*triad_fn)(float *, const float *, const float *, float, size_t, int);
-
-static double best_triad(triad_fn fn, float *a, const float *b, const float *c, size_t n, int nt, int reps) {
-    fn(a, b, c, 0.5f, n, nt); /* warm-up */
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
-        fn(a, b, c, 0.5f, n, nt);
-        double dt = now_s() - t0;
-        if (dt < best) best = dt;
-    }
-    return best;
 }
 
 /* Each ISA must give the plain loop's bits (a quick check; the unit test
@@ -281,7 +292,7 @@ int main(int argc, char **argv) {
 
     char model[256];
     cpu_model(model, sizeof model);
-    printf("# bench_cpu_adam: N = %zu parameters, best of %d after a warm-up\n\n", n, reps);
+    printf("# bench_cpu_adam: N = %zu parameters, best of %d rounds after a warm-up\n\n", n, reps);
     printf("CPU: %s, %d cores (omp_get_num_procs), best ISA: %s; ISAs run:", model, ncores,
            zt_adam_isa_name(zt_cpu_adam_best_isa()));
     for (int isa = 0; isa < ZT_ADAM_NUM_ISAS; isa++)
@@ -293,22 +304,11 @@ int main(int argc, char **argv) {
     printf("bitwise check of every ISA against the plain loop (%zu elements, bf16 out, all threads): %s\n\n",
            check_n, bits_ok ? "identical" : "DIFFERENT");
 
-    /* (a) triad */
-    double stream_gbs[2] = {0, 0}, stream_nt_gbs[2] = {0, 0};
-    {
-        float *a = alloc_big(n * 4, ncores), *b = alloc_big(n * 4, ncores), *c = alloc_big(n * 4, ncores);
-#pragma omp parallel for num_threads(ncores) schedule(static)
-        for (size_t i = 0; i < n; i++) a[i] = 0.0f, b[i] = 1.0f, c[i] = 2.0f;
-        for (int ti = 0; ti < nthread_counts; ti++) {
-            stream_gbs[ti] = 12.0 * (double)n / best_triad(triad, a, b, c, n, threads[ti], reps) / 1e9;
-            stream_nt_gbs[ti] = 12.0 * (double)n / best_triad(triad_nt, a, b, c, n, threads[ti], reps) / 1e9;
-        }
-        free(a), free(b), free(c);
-    }
-
-    /* (b), (c) */
-    state s = {alloc_big(n * 4, ncores), alloc_big(n * 4, ncores), alloc_big(n * 4, ncores),
-               alloc_big(n * 4, ncores), alloc_big(n * 4, ncores), n};
+    arrays s = {0};
+    s.n = n;
+    s.p = alloc_big(n * 4, ncores), s.g = alloc_big(n * 4, ncores), s.m = alloc_big(n * 4, ncores);
+    s.v = alloc_big(n * 4, ncores), s.out = alloc_big(n * 4, ncores);
+    s.a = alloc_big(n * 4, ncores), s.b = alloc_big(n * 4, ncores), s.c = alloc_big(n * 4, ncores);
 #pragma omp parallel for num_threads(ncores) schedule(static)
     for (size_t i = 0; i < n; i++) {
         uint32_t x = (uint32_t)i * 2654435761u;
@@ -317,58 +317,63 @@ int main(int argc, char **argv) {
         s.m[i] = 0.0f;
         s.v[i] = 0.0f;
         ((float *)s.out)[i] = 0.0f;
+        s.a[i] = 0.0f, s.b[i] = 1.0f, s.c[i] = 2.0f;
     }
 
+    /* Every configuration, in table order. */
     static const zt_dtype odts[2] = {ZT_FP32, ZT_BF16};
-    double plain_s[2][2]; /* [threads][odt] */
+    config cfgs[64];
+    int ncfg = 0;
+    for (int ti = 0; ti < nthread_counts; ti++) cfgs[ncfg++] = (config){K_TRIAD, 0, threads[ti], ZT_FP32, 1e30};
+    for (int ti = 0; ti < nthread_counts; ti++) cfgs[ncfg++] = (config){K_TRIAD_NT, 0, threads[ti], ZT_FP32, 1e30};
+    for (int ti = 0; ti < nthread_counts; ti++) cfgs[ncfg++] = (config){K_PATTERN, 0, threads[ti], ZT_FP32, 1e30};
     for (int ti = 0; ti < nthread_counts; ti++)
-        for (int oi = 0; oi < 2; oi++) plain_s[ti][oi] = best_adam(-1, threads[ti], &s, odts[oi], reps);
-
-    /* The access pattern, on the Adam arrays (their values only grow a little). */
-    double pattern_gbs[2] = {0, 0};
-    for (int ti = 0; ti < nthread_counts; ti++) {
-        pattern(s.p, s.g, s.m, s.v, s.out, n, threads[ti]); /* warm-up */
-        double best = 1e30;
-        for (int r = 0; r < reps; r++) {
-            double t0 = now_s();
-            pattern(s.p, s.g, s.m, s.v, s.out, n, threads[ti]);
-            double dt = now_s() - t0;
-            if (dt < best) best = dt;
-        }
-        pattern_gbs[ti] = 32.0 * (double)n / best / 1e9;
+        for (int oi = 0; oi < 2; oi++) cfgs[ncfg++] = (config){K_PLAIN, 0, threads[ti], odts[oi], 1e30};
+    for (int isa = 0; isa < ZT_ADAM_NUM_ISAS; isa++) {
+        if (!zt_cpu_adam_isa_supported((zt_adam_isa)isa)) continue;
+        for (int ti = 0; ti < nthread_counts; ti++)
+            for (int oi = 0; oi < 2; oi++) cfgs[ncfg++] = (config){K_FUSED, isa, threads[ti], odts[oi], 1e30};
     }
-    for (size_t i = 0; i < n; i++) s.m[i] = 0.0f, s.v[i] = 0.0f;
+    for (int k = 0; k < ncfg; k++) run_config(&cfgs[k], &s); /* warm-up */
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < ncfg; k++) {
+            double dt = run_config(&cfgs[k], &s);
+            if (dt < cfgs[k].best) cfgs[k].best = dt;
+        }
+
+    /* References at each thread count: the triad, the access pattern, the plain loop. */
+    double triad_gbs[2] = {0, 0}, pattern_gbs[2] = {0, 0}, plain_s[2][2] = {{0, 0}, {0, 0}};
+    for (int k = 0; k < ncfg; k++) {
+        int ti = cfgs[k].nt == 1 ? 0 : 1;
+        double gbs = bytes_per_elem(&cfgs[k]) * (double)n / cfgs[k].best / 1e9;
+        if (cfgs[k].kind == K_TRIAD) triad_gbs[ti] = gbs;
+        if (cfgs[k].kind == K_PATTERN) pattern_gbs[ti] = gbs;
+        if (cfgs[k].kind == K_PLAIN) plain_s[ti][cfgs[k].odt == ZT_BF16] = cfgs[k].best;
+    }
 
     printf("| kernel | ISA | threads | out | best ms | Mparams/s | GB/s | %% of triad | %% of Adam's access "
            "pattern | speed-up vs plain loop (same threads) | speed-up vs plain loop (1 thread) |\n");
     printf("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    for (int ti = 0; ti < nthread_counts; ti++)
-        printf("| STREAM triad a = b + s*c | - | %d | - | %.1f | - | %.1f | 100%% | %.0f%% | - | - |\n",
-               threads[ti], 12.0 * (double)n / stream_gbs[ti] / 1e9 * 1e3, stream_gbs[ti],
-               100.0 * stream_gbs[ti] / pattern_gbs[ti]);
-    for (int ti = 0; ti < nthread_counts; ti++)
-        printf("| triad, streaming stores | - | %d | - | %.1f | - | %.1f | %.0f%% | %.0f%% | - | - |\n",
-               threads[ti], 12.0 * (double)n / stream_nt_gbs[ti] / 1e9 * 1e3, stream_nt_gbs[ti],
-               100.0 * stream_nt_gbs[ti] / stream_gbs[ti], 100.0 * stream_nt_gbs[ti] / pattern_gbs[ti]);
-    for (int ti = 0; ti < nthread_counts; ti++)
-        printf("| access pattern only: p,m,v += g; out = p (streamed) | - | %d | fp32 | %.1f | %.0f | %.1f | %.0f%% | "
-               "100%% | - | - |\n",
-               threads[ti], 32.0 * (double)n / pattern_gbs[ti] / 1e9 * 1e3, pattern_gbs[ti] / 32.0 * 1e3,
-               pattern_gbs[ti], 100.0 * pattern_gbs[ti] / stream_gbs[ti]);
-    for (int kind = -1; kind < ZT_ADAM_NUM_ISAS; kind++) {
-        if (kind >= 0 && !zt_cpu_adam_isa_supported((zt_adam_isa)kind)) continue;
-        for (int ti = 0; ti < nthread_counts; ti++)
-            for (int oi = 0; oi < 2; oi++) {
-                double dt = kind < 0 ? plain_s[ti][oi] : best_adam(kind, threads[ti], &s, odts[oi], reps);
-                double bytes = (28.0 + (double)zt_dtype_size(odts[oi])) * (double)n;
-                double gbs = bytes / dt / 1e9;
-                printf("| %s | %s | %d | %s | %.1f | %.0f | %.1f | %.0f%% | %.0f%% | %.2fx | %.2fx |\n",
-                       kind < 0 ? "plain loop (no-tree-vectorize)" : "zt_cpu_adam_fused",
-                       kind < 0 ? "scalar" : zt_adam_isa_name((zt_adam_isa)kind), threads[ti],
-                       zt_dtype_name(odts[oi]), dt * 1e3, (double)n / dt / 1e6, gbs,
-                       100.0 * gbs / stream_gbs[ti], 100.0 * gbs / pattern_gbs[ti], plain_s[ti][oi] / dt,
-                       plain_s[0][oi] / dt);
-            }
+    for (int k = 0; k < ncfg; k++) {
+        const config *c = &cfgs[k];
+        int ti = c->nt == 1 ? 0 : 1, oi = c->odt == ZT_BF16;
+        double gbs = bytes_per_elem(c) * (double)n / c->best / 1e9;
+        int adam = c->kind == K_PLAIN || c->kind == K_FUSED;
+        const char *name = c->kind == K_TRIAD      ? "STREAM triad a = b + s*c"
+                           : c->kind == K_TRIAD_NT ? "triad, streaming stores"
+                           : c->kind == K_PATTERN  ? "access pattern only: p,m,v += g-g; out = p (streamed)"
+                           : c->kind == K_PLAIN    ? "plain loop (no-tree-vectorize)"
+                                                   : "zt_cpu_adam_fused";
+        char mps[32] = "-", up_same[32] = "-", up_one[32] = "-";
+        if (c->kind == K_PATTERN || adam) snprintf(mps, sizeof mps, "%.0f", (double)n / c->best / 1e6);
+        if (adam) {
+            snprintf(up_same, sizeof up_same, "%.2fx", plain_s[ti][oi] / c->best);
+            snprintf(up_one, sizeof up_one, "%.2fx", plain_s[0][oi] / c->best);
+        }
+        printf("| %s | %s | %d | %s | %.1f | %s | %.1f | %.0f%% | %.0f%% | %s | %s |\n", name,
+               c->kind == K_FUSED ? zt_adam_isa_name((zt_adam_isa)c->isa) : c->kind == K_PLAIN ? "scalar" : "-",
+               c->nt, adam || c->kind == K_PATTERN ? zt_dtype_name(c->odt) : "-", c->best * 1e3, mps, gbs,
+               100.0 * gbs / triad_gbs[ti], 100.0 * gbs / pattern_gbs[ti], up_same, up_one);
     }
     printf("\nBytes per parameter: 16 read (g, p, m, v) + 12 written (p, m, v) + 4 (fp32) or 2 (bf16) out; "
            "triad: 12 per element (STREAM's count: with plain stores the hardware also reads a before writing "
@@ -376,6 +381,6 @@ int main(int argc, char **argv) {
            "The fused Adam streams out when it is at least %zu bytes. ISA \"scalar\" of zt_cpu_adam_fused is the "
            "library's scalar span (the compiler may vectorise it); the plain loop may not.\n",
            (size_t)ZT_ADAM_STREAM_MIN_BYTES);
-    free(s.p), free(s.g), free(s.m), free(s.v), free(s.out);
+    free(s.p), free(s.g), free(s.m), free(s.v), free(s.out), free(s.a), free(s.b), free(s.c);
     return bits_ok ? 0 : 1;
 }

@@ -61,6 +61,9 @@ static const opt_spec options[] = {
     {"overlap-comm", OPT_BOOL, F(overlap_comm), 0, 0, 1, NULL, "overlap collectives with compute (0: wait at once)"},
     {"mem-limit", OPT_SIZE, F(mem_limit), 0, 0, 1e18, NULL, "device memory cap, e.g. 512MiB (0: none)"},
     {"threads", OPT_INT, F(threads), 0, 0, 1024, NULL, "threads per process (0: cores / ranks on this node)"},
+    {"save-every", OPT_INT, F(save_every), 0, 0, INT_MAX, NULL, "save a sharded checkpoint every K steps (0: never)"},
+    {"save-dir", OPT_STRING, S(save_dir), 0, 0, NULL, "directory for checkpoints (step-NNNNNN/ and 'latest')"},
+    {"resume", OPT_STRING, S(resume), 0, 0, NULL, "resume from the newest complete checkpoint in this directory"},
     {"log-dir", OPT_STRING, S(log_dir), 0, 0, NULL, "directory for rank<r>.jsonl and summary.json"},
     {"report-every", OPT_INT, F(report_every), 0, 0, INT_MAX, NULL,
      "every K steps (and at exit) rank 0 prints every rank's peaks and the imbalance (0: at exit only)"},
@@ -393,6 +396,8 @@ int zt_train_config_given(const zt_train_config *c, const char *name) {
 }
 
 zt_status zt_train_config_validate(const zt_train_config *c, zt_error *err) {
+    if (c->save_every > 0 && !c->save_dir[0])
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--save-every %d needs --save-dir", c->save_every);
     if (c->d_model % c->heads != 0)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--d-model %d is not divisible by --heads %d", c->d_model, c->heads);
     if (c->layers < 0) return ZT_FAIL(err, ZT_ERR_INVALID, "--layers must be >= 0");

@@ -28,6 +28,8 @@ typedef struct {
     char offload[16], recompute[16], dtype[16], device[16];
     size_t bucket_size, mem_limit;
     char log_dir[512];
+    int save_every;
+    char save_dir[512], resume[512];
     char config[512];
     /* Fault injection for tests (from the environment, not flags):
      * ZT_TEST_EXIT_RANK / ZT_TEST_EXIT_STEP make that rank exit abruptly. */

@@ -90,10 +90,12 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     json_object_set_new(o, "device", json_string(c->device));
     json_object_set_new(o, "params", json_integer((json_int_t)s->params));
     json_object_set_new(o, "steps", json_integer(s->steps));
+    json_object_set_new(o, "start_step", json_integer(s->start_step));
     json_t *losses = json_array();
-    for (int i = 0; i < s->steps; i++) json_array_append_new(losses, json_real(s->losses[i]));
+    int ran = s->steps - s->start_step;
+    for (int i = 0; i < ran; i++) json_array_append_new(losses, json_real(s->losses[i]));
     json_object_set_new(o, "losses", losses);
-    json_object_set_new(o, "final_loss", s->steps > 0 ? json_real(s->losses[s->steps - 1]) : json_null());
+    json_object_set_new(o, "final_loss", ran > 0 ? json_real(s->losses[ran - 1]) : json_null());
     json_object_set_new(o, "data_entropy", real_or_null(s->data_entropy));
     json_object_set_new(o, "tokens_per_s", real_or_null(s->tokens_per_s));
     json_object_set_new(o, "step_time_s", real_or_null(s->step_time_median_s));

@@ -22,8 +22,9 @@ typedef struct {
     const zt_train_config *cfg;
     int world_size;
     size_t params;
-    int steps;
-    const double *losses; /* [steps] */
+    int steps;       /* the step the run stopped at */
+    int start_step;  /* the step it started from (a resumed checkpoint's, else 0) */
+    const double *losses; /* [steps - start_step] */
     double data_entropy;   /* NaN: unknown */
     double tokens_per_s, step_time_median_s;
     const char *params_digest;

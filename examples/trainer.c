@@ -10,6 +10,7 @@
 #include "data.h"
 #include "gpt.h"
 #include "train_log.h"
+#include "zt_checkpoint.h"
 #include "zt_imbalance.h"
 #include "zt_rng.h"
 
@@ -35,6 +36,7 @@ typedef struct {
     double *losses, *step_times;
     FILE *jsonl;
     zt_trace trace;
+    json_t *run_info;
 } trainer;
 
 static void trainer_free(trainer *t) {
@@ -48,6 +50,7 @@ static void trainer_free(trainer *t) {
     free(t->step_times);
     if (t->jsonl) fclose(t->jsonl);
     zt_trace_close(&t->trace);
+    if (t->run_info) json_decref(t->run_info);
 }
 
 static json_t *comm_json(const zt_comm *comm, const zt_coll_stats *before) {
@@ -179,6 +182,20 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
                  t->gpt.spec->total_numel, t->gpt.spec->nunits, t->gpt.spec->largest_unit_numel, c->dtype, c->stage,
                  comm->world_size);
 
+    /* What a checkpoint must agree with to be loaded, and what it records. */
+    json_t *run_info = json_pack("{s:{s:i,s:i,s:i,s:i,s:i,s:b},s:I,s:s,s:i}", "model", "layers", c->layers, "d_model",
+                                 c->d_model, "heads", c->heads, "seq_len", c->seq_len, "vocab", t->data.vocab, "tied",
+                                 c->tied, "seed", (json_int_t)c->seed, "data", c->data, "micro_batch", c->micro_batch);
+    if (!run_info) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot describe the run");
+    t->run_info = run_info;
+    int start = 0;
+    if (c->resume[0]) {
+        ZT_TRY(zt_ckpt_load(&t->eng, comm, c->resume, json_object_get(run_info, "model"), &start, err));
+        zt_log_rank0(&ctx->log, "resumed from %s at step %d", c->resume, start);
+        if (start > c->steps)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "--resume %s is at step %d, past --steps %d", c->resume, start, c->steps);
+    }
+
     int B = c->micro_batch, T = c->seq_len;
     t->tokens = malloc(sizeof(int32_t) * (size_t)B * T);
     t->targets = malloc(sizeof(int32_t) * (size_t)B * T);
@@ -198,7 +215,7 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
 
     double tokens_time = 0.0;
     long tokens_counted = 0;
-    for (int step = 0; step < c->steps; step++) {
+    for (int step = start; step < c->steps; step++) {
         double t0 = zt_now_s();
         zt_mem_window_reset(&ctx->device_mem);
         t->gpt.recompute_time_s = 0.0;
@@ -248,10 +265,10 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         double loss;
         ZT_TRY(zt_comm_sum_f64(comm, loss_sum / c->grad_accum, &loss, err));
         loss /= comm->world_size;
-        t->losses[step] = loss;
-        t->step_times[step] = dt;
+        t->losses[step - start] = loss;
+        t->step_times[step - start] = dt;
         double tps = (double)B * Tstep * c->grad_accum * comm->world_size / dt;
-        if (step > 0 || c->steps == 1) {
+        if (step > start || c->steps - start == 1) {
             tokens_time += dt;
             tokens_counted += (long)B * Tstep * c->grad_accum * comm->world_size;
         }
@@ -299,6 +316,12 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
             free(rows);
             ZT_TRY(rs);
         }
+        if (c->save_every > 0 && (step + 1) % c->save_every == 0) {
+            double ts = zt_now_s();
+            ZT_TRY(zt_ckpt_save(&t->eng, comm, c->save_dir, step + 1, run_info, err));
+            zt_trace_span(ctx->trace, "checkpoint save", "io", 0, ts);
+            zt_log_rank0(&ctx->log, "saved checkpoint step %d in %s (%.3f s)", step + 1, c->save_dir, zt_now_s() - ts);
+        }
         zt_log_rank0(&ctx->log, "step %5d/%d | loss %.6f | lr %.2e | grad norm %.3f | %.1f ms | %.0f tok/s | peak %s",
                      step + 1, c->steps, loss, lr, t->eng.last_grad_norm, dt * 1e3, tps, peak);
     }
@@ -307,18 +330,21 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
     char digest[33];
     ZT_TRY(zt_engine_digest(&t->eng, digest));
     double median = NAN;
-    if (c->steps > 0) {
-        double *sorted = malloc(sizeof(double) * (size_t)c->steps);
+    int ran = c->steps - start;
+    if (ran > 0) {
+        double *sorted = malloc(sizeof(double) * (size_t)ran);
         if (!sorted) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot sort step times");
-        memcpy(sorted, t->step_times, sizeof(double) * (size_t)c->steps);
-        qsort(sorted, (size_t)c->steps, sizeof(double), cmp_double);
-        median = sorted[c->steps / 2];
+        memcpy(sorted, t->step_times, sizeof(double) * (size_t)ran);
+        qsort(sorted, (size_t)ran, sizeof(double), cmp_double);
+        median = sorted[ran / 2];
         free(sorted);
     }
     double tps = tokens_time > 0 ? (double)tokens_counted / tokens_time : NAN;
-    if (c->steps > 0)
+    if (ran > 0)
         zt_log_rank0(&ctx->log, "done: final loss %.6f (floor %.6f, gap %.4f), %.0f tokens/s, params digest %s",
-                     t->losses[c->steps - 1], floor, t->losses[c->steps - 1] - floor, tps, digest);
+                     t->losses[ran - 1], floor, t->losses[ran - 1] - floor, tps, digest);
+    else
+        zt_log_rank0(&ctx->log, "done: no steps to run (at step %d), params digest %s", start, digest);
     int N = comm->world_size;
     size_t *table = calloc((size_t)N * RANK_ROW, sizeof *table);
     if (!table) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
@@ -341,7 +367,7 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
             host[r] = row[ROW_HOST_PEAK];
             osp[r] = row[ROW_OS_PEAK];
         }
-        zt_summary s = {c, N, t->gpt.spec->total_numel, c->steps, t->losses, floor, tps, median,
+        zt_summary s = {c, N, t->gpt.spec->total_numel, c->steps, start, t->losses, floor, tps, median,
                         digest, peak, cat, host, osp, hcat};
         st = zt_summary_write(&s, c->log_dir, err);
         free(cols);

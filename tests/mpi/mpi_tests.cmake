@@ -2,7 +2,8 @@
 foreach(zt_mpi_case np1_equals_single stages_np2 stages_np3 stages_np4 bf16_stages stage3_gathered_bound
                     grad_accum mismatch rank_dies data_differs_by_rank
                     offload_stages recompute_stages recompute_cuts_activations
-                    planner_matches imbalance_jitter trace oom_each_phase)
+                    planner_matches imbalance_jitter trace oom_each_phase
+                    resume_bitwise reshard checkpoint_corruption kill_during_save export)
   add_test(NAME mpi_${zt_mpi_case}
            COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_mpi_test.py ${zt_mpi_case}
                    $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)

@@ -305,6 +305,114 @@ def case_oom_each_phase(ctx):
         print(f"ok: OOM in {phase}: exit {p.returncode} after {dt:.1f} s")
 
 
+def digest_of_dir(d):
+    import hashlib
+    h = hashlib.sha256()
+    for root, _, files in sorted(os.walk(d)):
+        for f in sorted(files):
+            h.update(f.encode())
+            h.update(open(os.path.join(root, f), "rb").read())
+    return h.hexdigest()
+
+
+def case_resume_bitwise(ctx):
+    """20 steps straight == 10 steps, save, resume, 10 more: same losses and
+    digest, at np=2 for stage 1 and stage 3, with and without offload."""
+    for stage in (1, 3):
+        for off in ("none", "cpu"):
+            tag = f"s{stage}-{off}"
+            flags = ["--stage", str(stage), "--offload", off]
+            a = train(ctx, 2, flags + ["--steps", "20"], f"straight-{tag}")
+            save = os.path.join(ctx["work"], f"ck-{tag}")
+            train(ctx, 2, flags + ["--steps", "10", "--save-every", "5", "--save-dir", save], f"first-{tag}")
+            b = train(ctx, 2, flags + ["--steps", "20", "--resume", save], f"resumed-{tag}")
+            assert b["start_step"] == 10 and len(b["losses"]) == 10, b["start_step"]
+            assert a["losses"][10:] == b["losses"], (tag, a["losses"][10:12], b["losses"][:2])
+            assert a["params_digest"] == b["params_digest"], tag
+    print("ok: resume continues bitwise (stage 1 and 3, offload on and off)")
+
+
+def case_reshard(ctx):
+    """Save at np=4 stage 3, load at np=2 stage 1, and the reverse: the loaded
+    parameters' digest equals the saved one, and training continues."""
+    for (np_a, st_a), (np_b, st_b) in (((4, 3), (2, 1)), ((2, 1), (4, 3))):
+        save = os.path.join(ctx["work"], f"rs-{np_a}-{st_a}")
+        a = train(ctx, np_a, ["--steps", "6", "--stage", str(st_a), "--save-every", "6", "--save-dir", save],
+                  f"rs-save-{np_a}")
+        b = train(ctx, np_b, ["--steps", "6", "--stage", str(st_b), "--resume", save], f"rs-load-{np_b}")
+        assert b["losses"] == [] and b["params_digest"] == a["params_digest"], (np_a, np_b)
+        c = train(ctx, np_b, ["--steps", "9", "--stage", str(st_b), "--resume", save], f"rs-cont-{np_b}")
+        assert len(c["losses"]) == 3 and c["losses"][-1] < 10, c["losses"]
+    print("ok: np=4 stage 3 <-> np=2 stage 1 reshard on load; digests equal; training continues")
+
+
+def case_checkpoint_corruption(ctx):
+    """A truncated shard and a flipped byte are refused with a message naming
+    the file, and nothing in the checkpoint changes."""
+    save = os.path.join(ctx["work"], "corrupt")
+    train(ctx, 2, ["--steps", "4", "--stage", "2", "--save-every", "4", "--save-dir", save], "c-save")
+    step_dir = os.path.join(save, open(os.path.join(save, "latest")).read().strip())
+    victim = os.path.join(step_dir, "rank1.bin")
+    original = open(victim, "rb").read()
+    for what, data, needle in (("truncated", original[:-100], "truncated"),
+                               ("flipped", original[:500] + bytes([original[500] ^ 0x10]) + original[501:], "checksum")):
+        open(victim, "wb").write(data)
+        before = digest_of_dir(save)
+        p = launch(ctx["zt_run"], ctx["zt"], 2, MODEL + ["--steps", "8", "--stage", "2", "--resume", save,
+                                                          "--save-every", "4", "--save-dir", save], expect_rc=None)
+        assert p.returncode != 0, what
+        assert "rank1.bin" in p.stderr and needle in p.stderr, (what, p.stderr[-2000:])
+        assert digest_of_dir(save) == before, f"{what}: the checkpoint directory changed"
+    open(victim, "wb").write(original)
+    # A checkpoint of another model is refused by name too.
+    p = launch(ctx["zt_run"], ctx["zt"], 2, MODEL + ["--steps", "8", "--d-model", "48", "--resume", save], expect_rc=None)
+    assert p.returncode != 0 and "differs from this run" in p.stderr, p.stderr[-1500:]
+    print("ok: truncated and corrupted shards and a mismatched model are refused, nothing overwritten")
+
+
+def case_kill_during_save(ctx):
+    """A run killed while saving step 10 leaves step 5's checkpoint loadable."""
+    save = os.path.join(ctx["work"], "killed")
+    env = dict(os.environ, ZT_TEST_KILL_IN_SAVE="10")
+    p = launch(ctx["zt_run"], ctx["zt"], 2, MODEL + ["--steps", "12", "--save-every", "5", "--save-dir", save],
+               expect_rc=None, env=env)
+    assert p.returncode != 0 and "killed during the save" in p.stderr, p.stderr[-1500:]
+    assert open(os.path.join(save, "latest")).read().strip() == "step-000005"
+    b = train(ctx, 2, ["--steps", "5", "--resume", save], "after-kill")
+    a = train(ctx, 2, ["--steps", "5"], "reference-5")
+    assert b["params_digest"] == a["params_digest"]
+    # The next save clears the half-written directory.
+    train(ctx, 2, ["--steps", "10", "--resume", save, "--save-every", "5", "--save-dir", save], "after-kill-2")
+    assert open(os.path.join(save, "latest")).read().strip() == "step-000010"
+    assert not [f for f in os.listdir(save) if f.startswith(".tmp")], os.listdir(save)
+    print("ok: a kill during save leaves the previous checkpoint loadable")
+
+
+def case_export(ctx):
+    """zt-export writes a safetensors file whose header and data match the
+    checkpoint (read here with a minimal reader; a check with the reference
+    `safetensors` package is in checkpointing/check_export.py)."""
+    import math
+    import struct
+    save = os.path.join(ctx["work"], "exp")
+    s = train(ctx, 3, ["--steps", "3", "--stage", "3", "--save-every", "3", "--save-dir", save], "exp")
+    out = os.path.join(ctx["work"], "model.safetensors")
+    exporter = os.path.join(os.path.dirname(os.path.dirname(ctx["zt"])), "checkpointing", "zt-export")
+    subprocess.run([exporter, save, out], check=True, capture_output=True)
+    raw = open(out, "rb").read()
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + hlen])
+    names = [k for k in header if k != "__metadata__"]
+    assert "embedding.wte" in names and "block0.qkv_w" in names and "head.lm_head" in names, names
+    end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+    assert len(raw) == 8 + hlen + end
+    count = sum(math.prod(header[k]["shape"]) for k in names)
+    assert count == s["params"], (count, s["params"])
+    p = subprocess.run([exporter, os.path.join(ctx["work"], "nope"), out + "2"], capture_output=True, text=True)
+    assert p.returncode == 2 and "no complete checkpoint" in p.stderr and not os.path.exists(out + "2")
+    print(f"ok: zt-export wrote {len(names)} tensors, {count} parameters")
+
+
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 if __name__ == "__main__":
