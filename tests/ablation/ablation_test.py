@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""End-to-end test of the ablation sweep (launch/ablate.py), run by CTest.
+
+usage: ablation_test.py ZT_TRAIN ZT_RUN [ABLATE_PY]
+
+Runs the 16-configuration sweep at np 2 on a small model twice:
+1. without a cap: every configuration runs; the CSV has all 16 rows and its
+   columns, the numbers are sane, the Markdown table and both PNG plots exist;
+2. with a --mem-limit chosen from run 1's measurements between stage 0's peak
+   (no offload) and stage 3 with offload's reserved bytes: the configurations
+   that cannot fit are rows marked `failed: oom`, the ones that fit are `ok`,
+   and the sweep still exits 0 and writes every file.
+Also checks that a missing zt-train is a tooling error (exit 2).
+"""
+import csv
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+# Small: each run takes a fraction of a second, the whole test a few seconds
+# (a few times more under the sanitizers).
+MODEL = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "16", "--vocab", "16",
+         "--micro-batch", "2", "--threads", "1"]
+STEPS = 3
+CATEGORIES = ["params", "grads", "master_params", "optimizer", "activations",
+              "gathered_params", "comm_buffers", "workspace", "other"]
+EXPECTED_COLUMNS = (["name", "stage", "offload", "recompute", "status", "peak_mean_bytes", "peak_max_bytes",
+                     "imbalance_max_over_mean"]
+                    + [f"peak_{c}_mean_bytes" for c in CATEGORIES]
+                    + ["host_peak_mean_bytes", "reserved_peak_max_bytes", "step_time_median_s", "tokens_per_s",
+                       "final_loss", "comm_bytes_per_step"])
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CONFIGS = {(s, o, r) for s in ("0", "1", "2", "3") for o in ("none", "cpu") for r in ("none", "full")}
+
+
+def fail(msg):
+    sys.exit("FAIL: " + msg)
+
+
+def sweep(ctx, out, extra):
+    cmd = ([sys.executable, ctx["ablate"], "--np", "2", "--steps", str(STEPS), "--out", out,
+            "--zt-train", ctx["zt"], "--zt-run", ctx["zt_run"], "--"] + MODEL + extra)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        fail(f"{' '.join(cmd)}: exit {p.returncode}\nstdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}")
+    for f in ("ablation.csv", "ablation.md", "ablation_memory.png", "ablation_throughput.png"):
+        if os.path.join(out, f) not in p.stdout:
+            fail(f"ablate.py did not print where {f} is:\n{p.stdout}")
+    return p
+
+
+def read_rows(out):
+    with open(os.path.join(out, "ablation.csv"), newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in EXPECTED_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            fail(f"ablation.csv lacks columns {missing} (has {reader.fieldnames})")
+        rows = list(reader)
+    if len(rows) != 16:
+        fail(f"ablation.csv has {len(rows)} rows, expected 16")
+    got = {(r["stage"], r["offload"], r["recompute"]) for r in rows}
+    if got != CONFIGS:
+        fail(f"ablation.csv configurations {sorted(got)} != stage x offload x recompute")
+    if len({r["name"] for r in rows}) != 16:
+        fail("configuration names are not unique")
+    return {r["name"]: r for r in rows}
+
+
+def check_files(out, rows):
+    for png in ("ablation_memory.png", "ablation_throughput.png"):
+        path = os.path.join(out, png)
+        if not os.path.isfile(path):
+            fail(f"{path} missing")
+        with open(path, "rb") as f:
+            if f.read(8) != PNG_SIGNATURE:
+                fail(f"{path} is not a PNG")
+        if os.path.getsize(path) < 1000:
+            fail(f"{path} is suspiciously small ({os.path.getsize(path)} bytes)")
+    md_path = os.path.join(out, "ablation.md")
+    if not os.path.isfile(md_path):
+        fail(f"{md_path} missing")
+    md = open(md_path).read()
+    for name, r in rows.items():
+        line = next((l for l in md.splitlines() if l.startswith(f"| {name} |")), None)
+        if line is None:
+            fail(f"ablation.md has no table row for {name}")
+        if r["status"] not in line:
+            fail(f"ablation.md row of {name} does not say {r['status']!r}: {line}")
+        if f"--log-dir {os.path.join(out, 'runs', name)} --quiet" not in md:
+            fail(f"ablation.md does not show the command of {name}")
+    for name in ("ablation_memory.gp", "ablation_throughput.gp", "ablation_memory.dat", "ablation_throughput.dat"):
+        if not os.path.isfile(os.path.join(out, name)):
+            fail(f"{name} missing (the plots' data and scripts are kept beside them)")
+    return md
+
+
+def num(r, col):
+    v = r[col]
+    if v == "":
+        fail(f"{r['name']}: {col} is empty in an ok row")
+    x = float(v)
+    if not math.isfinite(x):
+        fail(f"{r['name']}: {col} = {v}")
+    return x
+
+
+def check_ok_row(r):
+    for col in ("peak_mean_bytes", "peak_max_bytes", "tokens_per_s", "step_time_median_s", "comm_bytes_per_step",
+                "reserved_peak_max_bytes", "peak_params_mean_bytes", "peak_activations_mean_bytes"):
+        if num(r, col) <= 0:
+            fail(f"{r['name']}: {col} = {r[col]}, expected > 0")
+    if not num(r, "peak_mean_bytes") <= num(r, "peak_max_bytes") <= num(r, "reserved_peak_max_bytes"):
+        fail(f"{r['name']}: expected mean peak <= max peak <= reserved: {r}")
+    if num(r, "imbalance_max_over_mean") < 1.0:
+        fail(f"{r['name']}: imbalance {r['imbalance_max_over_mean']} < 1")
+    num(r, "final_loss")
+    host = num(r, "host_peak_mean_bytes")
+    if (r["offload"] == "cpu") != (host > 0):
+        fail(f"{r['name']}: offload {r['offload']} with host peak {host}")
+    if r["offload"] == "cpu" and (num(r, "peak_optimizer_mean_bytes") != 0 or num(r, "peak_master_params_mean_bytes") != 0):
+        fail(f"{r['name']}: offloaded run with optimizer state on the device")
+
+
+def case_uncapped(ctx):
+    out = os.path.join(ctx["work"], "uncapped")
+    sweep(ctx, out, [])
+    rows = read_rows(out)
+    for r in rows.values():
+        if r["status"] != "ok":
+            fail(f"{r['name']} failed without a cap: {r['status']} {r.get('detail', '')}")
+        check_ok_row(r)
+        if not os.path.isfile(os.path.join(out, "runs", r["name"], "summary.json")):
+            fail(f"{r['name']}: no summary.json in its run directory")
+    if num(rows["s3"], "peak_params_mean_bytes") >= num(rows["s0"], "peak_params_mean_bytes"):
+        fail("stage 3 does not hold fewer parameter bytes per rank than stage 0")
+    check_files(out, rows)
+    print(f"ok: uncapped sweep: 16 configurations ok, CSV/Markdown/PNGs written ({out})")
+    return rows
+
+
+def case_capped(ctx, base):
+    # A cap between what stage 0 without offload needs (its peak: allocated
+    # bytes alone exceed the cap, so it must fail) and what stage 3 with
+    # offload reserves (its reserved bytes never reach the cap, so it must
+    # run exactly as without one).
+    need_s0 = int(num(base["s0"], "peak_max_bytes"))
+    need_s3 = int(num(base["s3-offload"], "reserved_peak_max_bytes"))
+    if need_s0 <= need_s3 + 4096:
+        fail(f"no room for a cap: stage 0 peak {need_s0} B, stage 3 + offload reserved {need_s3} B")
+    cap_kib = (need_s0 + need_s3) // 2 // 1024
+    cap = cap_kib * 1024
+    assert need_s3 < cap < need_s0
+    out = os.path.join(ctx["work"], "capped")
+    sweep(ctx, out, ["--mem-limit", f"{cap_kib}KiB"])
+    rows = read_rows(out)
+    for name, r in rows.items():
+        if r["status"] not in ("ok", "failed: oom"):
+            fail(f"{name}: status {r['status']!r} under the cap ({r.get('detail', '')})")
+        uncapped_peak = num(base[name], "peak_max_bytes")
+        if uncapped_peak > cap and r["status"] != "failed: oom":
+            fail(f"{name}: needs {uncapped_peak:.0f} B > cap {cap} B, yet {r['status']}")
+        if r["status"] == "ok":
+            check_ok_row(r)
+            if num(r, "reserved_peak_max_bytes") > cap:
+                fail(f"{name}: reserved {r['reserved_peak_max_bytes']} B above the cap {cap} B")
+        else:
+            if r["exit_code"] != "3":
+                fail(f"{name}: failed: oom with exit code {r['exit_code']!r}, expected 3")
+            if r["peak_mean_bytes"] != "" or r["tokens_per_s"] != "":
+                fail(f"{name}: a failed row carries measurements: {r}")
+            if "out of device memory" not in r["detail"]:
+                fail(f"{name}: the detail does not quote the OOM report: {r['detail']!r}")
+    for name in ("s0", "s0-recompute"):
+        if rows[name]["status"] != "failed: oom":
+            fail(f"{name} should not fit in {cap} B: {rows[name]['status']}")
+    if rows["s3-offload"]["status"] != "ok":
+        fail(f"s3-offload should fit in {cap} B: {rows['s3-offload']['status']} {rows['s3-offload']['detail']}")
+    md = check_files(out, rows)
+    if "failed: oom" not in md or "Failed configurations" not in md:
+        fail("ablation.md does not list the failed configurations")
+    failed = sorted(n for n, r in rows.items() if r["status"] != "ok")
+    print(f"ok: capped sweep (--mem-limit {cap_kib}KiB between {need_s3} and {need_s0} B): "
+          f"{16 - len(failed)} ok, {len(failed)} failed: oom ({', '.join(failed)}); every file written")
+
+
+def case_tool_error(ctx):
+    cmd = [sys.executable, ctx["ablate"], "--out", os.path.join(ctx["work"], "none"),
+           "--zt-train", os.path.join(ctx["work"], "no-such-zt-train"), "--zt-run", ctx["zt_run"]]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if p.returncode != 2 or "zt-train not found" not in p.stderr:
+        fail(f"a missing zt-train: exit {p.returncode}, expected 2 with a message\n{p.stderr}")
+    p = subprocess.run(cmd[:4] + ["--zt-train", ctx["zt"], "--zt-run", ctx["zt_run"], "--", "--stage", "1"],
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode != 2 or "--stage is set by the sweep" not in p.stderr:
+        fail(f"--stage after `--`: exit {p.returncode}, expected 2 with a message\n{p.stderr}")
+    print("ok: a missing zt-train and a flag the sweep owns are refused with exit 2")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (3, 4):
+        sys.exit(f"usage: {sys.argv[0]} ZT_TRAIN ZT_RUN [ABLATE_PY]")
+    here = os.path.dirname(os.path.abspath(__file__))
+    ablate = sys.argv[3] if len(sys.argv) == 4 else os.path.join(here, "..", "..", "launch", "ablate.py")
+    work = tempfile.mkdtemp(prefix="zt-ablation-")
+    ctx = {"zt": os.path.abspath(sys.argv[1]), "zt_run": os.path.abspath(sys.argv[2]),
+           "ablate": os.path.abspath(ablate), "work": work}
+    ok = False
+    try:
+        case_tool_error(ctx)
+        base = case_uncapped(ctx)
+        case_capped(ctx, base)
+        ok = True
+    finally:
+        if ok:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"(outputs kept in {work})", file=sys.stderr)
