@@ -226,9 +226,16 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
     if (g->cfg.tied) zt_engine_release(eng, g->unit_embed);
     zt_engine_release(eng, g->unit_head);
 
-    ZT_TRY(ctx->be->stream_sync(ctx->be, s, &ctx->err));
-    double sum = 0.0; /* in position order, so the mean is reproducible */
-    for (size_t i = 0; i < N; i++) sum += losses[i];
+    /* The per-position losses come to the host and are added in position
+     * order, so the mean is reproducible. */
+    float *host = malloc(N * sizeof(float));
+    if (!host) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "forward: cannot allocate %zu losses", N);
+    zt_status st = ctx->be->memcpy_async(ctx->be, host, losses, N * sizeof(float), ZT_COPY_D2H, s, &ctx->err);
+    if (st == ZT_OK) st = ctx->be->stream_sync(ctx->be, s, &ctx->err);
+    double sum = 0.0;
+    for (size_t i = 0; st == ZT_OK && i < N; i++) sum += host[i];
+    free(host);
+    ZT_TRY(st);
     *mean_loss = (float)(sum / (double)N);
     return ZT_OK;
 }
@@ -244,7 +251,11 @@ typedef struct {
     float *datt;  /* [B,NH,T] attention scratch */
 } backward_ws;
 
-static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
+/* Zeroes n floats of device memory on the compute stream. */
+static void zero(zt_stream *s, float *p, size_t n) {
+    zt_error ignore = {0}; /* a memset on a valid buffer; the next sync reports device errors */
+    s->be->memset_async(s->be, p, 0, n * sizeof(float), s, &ignore);
+}
 
 static void block_backward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, const float *acts,
                            const zt_gpt_block_layout *lay, const float *x, const float *w, float *dw,
@@ -254,22 +265,22 @@ static void block_backward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, con
 #define W(p) param_ptr(g, w, u, p)
 #define DW(p) grad_ptr(g, dw, u, p)
     /* res3 = res2 + fcproj(gelu(fc(ln2(res2)))): dres passes through unchanged. */
-    zero(ws->dfchg, NC * 4);
+    zero(s, ws->dfchg, NC * 4);
     ops->matmul_bwd(s, ws->dfchg, DW(GPT_FCPROJ_W), DW(GPT_FCPROJ_B), ws->dres, acts + lay->fch_gelu,
                     W(GPT_FCPROJ_W), N, 4 * C, C);
-    zero(ws->dfch, NC * 4);
+    zero(s, ws->dfch, NC * 4);
     ops->gelu_bwd(s, ws->dfch, acts + lay->fch, ws->dfchg, NC * 4);
-    zero(ws->dln, NC);
+    zero(s, ws->dln, NC);
     ops->matmul_bwd(s, ws->dln, DW(GPT_FC_W), DW(GPT_FC_B), ws->dfch, acts + lay->ln2, W(GPT_FC_W), N, C, 4 * C);
     ops->layernorm_bwd(s, ws->dres, DW(GPT_LN2_W), DW(GPT_LN2_B), ws->dln, acts + lay->res2, W(GPT_LN2_W),
                        acts + lay->ln2_mean, acts + lay->ln2_rstd, N, C);
     /* res2 = x + attproj(attn(qkv(ln1(x)))) */
-    zero(ws->datty, NC);
+    zero(s, ws->datty, NC);
     ops->matmul_bwd(s, ws->datty, DW(GPT_ATTPROJ_W), DW(GPT_ATTPROJ_B), ws->dres, acts + lay->atty,
                     W(GPT_ATTPROJ_W), N, C, C);
-    zero(ws->dqkv, NC * 3);
+    zero(s, ws->dqkv, NC * 3);
     ops->attention_bwd(s, ws->dqkv, ws->datt, ws->datty, acts + lay->qkv, acts + lay->att, B, T, C, NH);
-    zero(ws->dln, NC);
+    zero(s, ws->dln, NC);
     ops->matmul_bwd(s, ws->dln, DW(GPT_QKV_W), DW(GPT_QKV_B), ws->dqkv, acts + lay->ln1, W(GPT_QKV_W), N, C, 3 * C);
     ops->layernorm_bwd(s, ws->dres, DW(GPT_LN1_W), DW(GPT_LN1_B), ws->dln, x, W(GPT_LN1_W),
                        acts + lay->ln1_mean, acts + lay->ln1_rstd, N, C);
@@ -317,9 +328,9 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
     float *dlm_w = g->cfg.tied ? grad_ptr(g, dwemb, g->unit_embed, g->p_wte)
                                : grad_ptr(g, dw, g->unit_head, g->p_lm_head);
     ops->softmax_xent_bwd(s, probs, probs, dtgt, (int)N, V, dloss); /* dlogits in place */
-    zero(ws.dln, NC);
+    zero(s, ws.dln, NC);
     ops->matmul_bwd(s, ws.dln, dlm_w, NULL, probs, lnf, lm_w, (int)N, C, V);
-    zero(ws.dres, NC);
+    zero(s, ws.dres, NC);
     ops->layernorm_bwd(s, ws.dres, grad_ptr(g, dw, g->unit_head, g->p_lnf_w),
                        grad_ptr(g, dw, g->unit_head, g->p_lnf_b), ws.dln, xL,
                        param_ptr(g, w, g->unit_head, g->p_lnf_w), lnf_mean, lnf_rstd, (int)N, C);

@@ -80,6 +80,11 @@ typedef struct {
     void (*cast_bf16_to_f32)(zt_stream *s, float *dst, const zt_bf16 *src, size_t n);
     /* x[n] *= alpha */
     void (*scale)(zt_stream *s, float *x, float alpha, size_t n);
+    /* dst[n] = src * alpha, or dst += src * alpha when accumulate (no add
+     * otherwise, so a -0 survives as it would without it) */
+    void (*scaled_store_f32)(zt_stream *s, float *dst, const float *src, float alpha, int accumulate, size_t n);
+    /* dst[n] = bf16(src * alpha), or bf16(f32(dst) + src * alpha) when accumulate */
+    void (*scaled_store_bf16)(zt_stream *s, zt_bf16 *dst, const float *src, float alpha, int accumulate, size_t n);
     /* *out = sum x[i]^2, accumulated in double in a fixed order */
     void (*sum_squares)(zt_stream *s, double *out, const float *x, size_t n);
 } zt_ops;

@@ -90,7 +90,6 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
     if (!e->units) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate unit table");
     ZT_TRY(check_agreement(e));
 
-    const zt_ops *ops = ctx->be->ops;
     int bf16 = cfg->dtype == ZT_BF16;
     for (int u = 0; u < spec->nunits; u++) {
         const zt_unit_spec *us = &spec->units[u];
@@ -109,26 +108,38 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
             ZT_TRY(zt_engine_alloc(e, &st->adam_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u));
         }
 
-        /* The full initial values, then each buffer takes its part. They are
-         * generated straight into the fp32 buffer that holds the whole unit
-         * when there is one, else into a temporary. */
+        /* The full initial values are made on the host, then each buffer
+         * takes its part (a copy to the device; bf16 rounded on the host with
+         * the same rounding as the cast kernels). */
+        float *vals = malloc(P * sizeof(float)); /* [P] */
+        zt_bf16 *half = bf16 ? malloc(P * sizeof(zt_bf16)) : NULL;
+        if (!vals || (bf16 && !half)) {
+            free(vals);
+            free(half);
+            return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate init values for unit %d", u);
+        }
+        memset(vals, 0, P * sizeof(float));
+        for (int p = 0; p < us->nparams; p++) init(init_arg, u, p, vals + us->params[p].offset);
         zt_tensor *fp32_store = cfg->offload ? &st->host_master : bf16 ? &st->master : &st->params;
         int store_full = cfg->offload || bf16 ? full_optim(e) : full_params(e);
-        zt_tensor temp = {0};
-        if (!store_full) ZT_TRY(zt_engine_alloc(e, &temp, ZT_FP32, P, ZT_CAT_WORKSPACE, "init values", u));
-        float *vals = zt_f32(store_full ? fp32_store : &temp); /* [P] */
-        for (int p = 0; p < us->nparams; p++) init(init_arg, u, p, vals + us->params[p].offset);
-        if (!store_full) memcpy(fp32_store->data, vals + lo, S * sizeof(float));
-        if (cfg->offload && !bf16) {
-            /* fp32 offload: the device params are a copy of the host master. */
-            size_t plo = full_params(e) ? 0 : lo, pn = full_params(e) ? P : S;
-            memcpy(st->params.data, vals + plo, pn * sizeof(float));
+        size_t slo = store_full ? 0 : lo, sn = store_full ? P : S;
+        size_t plo = full_params(e) ? 0 : lo, pn = full_params(e) ? P : S;
+        zt_status s = ZT_OK;
+        if (cfg->offload) memcpy(fp32_store->data, vals + slo, sn * sizeof(float)); /* host pool */
+        else s = ctx->be->memcpy_async(ctx->be, fp32_store->data, vals + slo, sn * sizeof(float), ZT_COPY_H2D,
+                                       &ctx->compute, &ctx->err);
+        if (s == ZT_OK && cfg->offload && !bf16) /* fp32 offload: the device params copy the host master */
+            s = ctx->be->memcpy_async(ctx->be, st->params.data, vals + plo, pn * sizeof(float), ZT_COPY_H2D,
+                                      &ctx->compute, &ctx->err);
+        if (s == ZT_OK && bf16) {
+            for (size_t k = 0; k < pn; k++) half[k] = zt_f32_to_bf16(vals[plo + k]);
+            s = ctx->be->memcpy_async(ctx->be, st->params.data, half, pn * sizeof(zt_bf16), ZT_COPY_H2D,
+                                      &ctx->compute, &ctx->err);
         }
-        if (bf16) {
-            size_t plo = full_params(e) ? 0 : lo, pn = full_params(e) ? P : S;
-            ops->cast_f32_to_bf16(&ctx->compute, st->params.data, vals + plo, pn);
-        }
-        zt_tensor_free(&temp, &ctx->device_mem);
+        if (s == ZT_OK) s = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+        free(vals);
+        free(half);
+        ZT_TRY(s);
     }
     return ZT_OK;
 }
@@ -163,28 +174,26 @@ void zt_engine_destroy(zt_engine *e) {
 zt_status zt_engine_digest(zt_engine *e, char hex[33]) {
     zt_ctx *ctx = e->ctx;
     XXH3_state_t *h = XXH3_createState();
-    if (!h) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "digest: cannot allocate hash state");
+    float *full = malloc(e->spec->largest_unit_numel * sizeof(float) + 64); /* host [P] */
+    if (!h || !full) {
+        XXH3_freeState(h);
+        free(full);
+        return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "digest: cannot allocate");
+    }
     XXH3_128bits_reset(h);
     zt_status st = ZT_OK;
     for (int u = 0; st == ZT_OK && u < e->spec->nunits; u++) {
-        zt_unit_state *us = &e->units[u];
-        size_t P = e->spec->units[u].padded_numel, S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
-        /* The fp32 source of truth: the host master (offload), the master
-         * (bf16) or the params (fp32). */
-        const zt_tensor *src = e->cfg.offload ? &us->host_master : e->cfg.dtype == ZT_BF16 ? &us->master : &us->params;
-        int src_full = e->cfg.offload || e->cfg.dtype == ZT_BF16 ? full_optim(e) : full_params(e);
-        zt_tensor full;
-        if ((st = zt_engine_alloc(e, &full, ZT_FP32, P, ZT_CAT_WORKSPACE, "digest", u)) != ZT_OK) break;
-        float *dst = zt_f32(&full); /* [P] */
-        memcpy(dst + lo, zt_f32(src) + local_index(src_full, lo, lo), S * sizeof(float));
+        size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
+        /* This rank's slice of the fp32 values, then everyone's. */
+        st = zt_engine_get_slice(e, u, ZT_STATE_MASTER, full + lo);
         zt_comm_handle hd = {0};
-        st = zt_comm_all_gather_start(e->comm, NULL, dst, S * sizeof(float), &hd, &ctx->err);
+        if (st == ZT_OK) st = zt_comm_all_gather_start(e->comm, NULL, full, S * sizeof(float), &hd, &ctx->err);
         if (st == ZT_OK) st = zt_comm_wait(e->comm, &hd, &ctx->err);
-        if (st == ZT_OK) XXH3_128bits_update(h, dst, e->spec->units[u].numel * sizeof(float));
-        zt_tensor_free(&full, &ctx->device_mem);
+        if (st == ZT_OK) XXH3_128bits_update(h, full, e->spec->units[u].numel * sizeof(float));
     }
     XXH128_hash_t d = XXH3_128bits_digest(h);
     XXH3_freeState(h);
+    free(full);
     snprintf(hex, 33, "%016llx%016llx", (unsigned long long)d.high64, (unsigned long long)d.low64);
     return st;
 }

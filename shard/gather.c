@@ -18,7 +18,10 @@ static zt_status start_gather(zt_engine *e, int u) {
     ZT_TRY(zt_engine_alloc(e, &st->gathered, e->cfg.dtype, us->padded_numel, ZT_CAT_GATHERED_PARAMS, "gathered", u));
     e->gathered_inflight_now += zt_tensor_bytes(&st->gathered);
     if (e->gathered_inflight_now > e->gathered_inflight_peak) e->gathered_inflight_peak = e->gathered_inflight_now;
-    memcpy((char *)st->gathered.data + shard_lo(e, u) * d, st->params.data, us->shard_numel * d);
+    zt_ctx *ctx = e->ctx;
+    ZT_TRY(ctx->be->memcpy_async(ctx->be, (char *)st->gathered.data + shard_lo(e, u) * d, st->params.data,
+                                 us->shard_numel * d, ZT_COPY_D2D, &ctx->compute, &ctx->err));
+    ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err)); /* before MPI reads it */
     ZT_TRY(zt_comm_all_gather_start(e->comm, NULL, st->gathered.data, us->shard_numel * d, &st->gather_handle,
                                     &e->ctx->err));
     st->gather_state = ZT_GATHER_IN_FLIGHT;

@@ -38,7 +38,8 @@ zt_status zt_engine_grad_buffer(zt_engine *e, int unit, float **grads32) {
 
 /* Packs slice r of every unit of the bucket into send (rank-major), so that
  * the all-to-all delivers to rank r exactly its slices. */
-static void pack_bucket(zt_engine *e, zt_bucket *b) {
+static zt_status pack_bucket(zt_engine *e, zt_bucket *b) {
+    zt_ctx *ctx = e->ctx;
     int N = e->comm->world_size;
     float *dst = zt_f32(&b->send);
     for (int r = 0; r < N; r++)
@@ -46,16 +47,17 @@ static void pack_bucket(zt_engine *e, zt_bucket *b) {
             int u = b->units[i];
             zt_unit_state *st = &e->units[u];
             size_t S = e->spec->units[u].shard_numel, off = (size_t)r * S;
-            if (st->grad32.data) {
-                memcpy(dst, zt_f32(&st->grad32) + off, S * sizeof(float));
-            } else if (e->cfg.dtype == ZT_FP32) {
-                memcpy(dst, zt_f32(&st->grads) + off, S * sizeof(float));
+            if (st->grad32.data || e->cfg.dtype == ZT_FP32) {
+                const float *src = (st->grad32.data ? zt_f32(&st->grad32) : zt_f32(&st->grads)) + off;
+                ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, src, S * sizeof(float), ZT_COPY_D2D, &ctx->compute,
+                                             &ctx->err));
             } else {
-                const zt_bf16 *g = (const zt_bf16 *)st->grads.data + off;
-                for (size_t k = 0; k < S; k++) dst[k] = zt_bf16_to_f32(g[k]);
+                ctx->be->ops->cast_bf16_to_f32(&ctx->compute, dst, (const zt_bf16 *)st->grads.data + off, S);
             }
             dst += S;
         }
+    /* The all-to-all reads the packed buffer from the host side. */
+    return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
 }
 
 /* Averages (once, here) and stores this rank's reduced slices. */
@@ -68,17 +70,13 @@ static zt_status unpack_bucket(zt_engine *e, zt_bucket *b) {
         zt_unit_state *st = &e->units[u];
         size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
         size_t at = local_index(full_grads(e), lo, lo);
-        if (e->cfg.dtype == ZT_FP32) {
-            float *g = zt_f32(&st->grads) + at;
-            /* Full grads were reduced once per step: overwrite. A shard
-             * accumulates across micro-batches (0 + x is exact for the first). */
-            if (full_grads(e)) for (size_t k = 0; k < S; k++) g[k] = src[k] * inv_n;
-            else for (size_t k = 0; k < S; k++) g[k] += src[k] * inv_n;
-        } else {
-            zt_bf16 *g = (zt_bf16 *)st->grads.data + at;
-            if (full_grads(e)) for (size_t k = 0; k < S; k++) g[k] = zt_f32_to_bf16(src[k] * inv_n);
-            else for (size_t k = 0; k < S; k++) g[k] = zt_f32_to_bf16(zt_bf16_to_f32(g[k]) + src[k] * inv_n);
-        }
+        /* Full grads were reduced once per step: overwrite. A shard
+         * accumulates across micro-batches (0 + x is exact for the first). */
+        int accumulate = !full_grads(e);
+        if (e->cfg.dtype == ZT_FP32)
+            ctx->be->ops->scaled_store_f32(&ctx->compute, zt_f32(&st->grads) + at, src, inv_n, accumulate, S);
+        else
+            ctx->be->ops->scaled_store_bf16(&ctx->compute, (zt_bf16 *)st->grads.data + at, src, inv_n, accumulate, S);
         src += S;
         if (e->cfg.stage == 0) {
             /* Stage 0 all-reduces as reduce-scatter + all-gather over the same layout. */
@@ -123,7 +121,7 @@ static zt_status flush_bucket(zt_engine *e) {
     ZT_TRY(zt_engine_alloc(e, &b->send, ZT_FP32, b->numel, ZT_CAT_COMM_BUFFERS, "bucket send", -1));
     ZT_TRY(zt_engine_alloc(e, &b->staging, ZT_FP32, b->numel, ZT_CAT_COMM_BUFFERS, "bucket recv", -1));
     ZT_TRY(zt_engine_alloc(e, &b->reduced, ZT_FP32, b->numel / (size_t)N, ZT_CAT_COMM_BUFFERS, "bucket reduced", -1));
-    pack_bucket(e, b);
+    ZT_TRY(pack_bucket(e, b));
     for (int i = 0; i < b->nunits; i++) zt_tensor_free(&e->units[b->units[i]].grad32, &e->ctx->device_mem);
     ZT_TRY(zt_comm_reduce_scatter_start(e->comm, zt_f32(&b->send), zt_f32(&b->staging), zt_f32(&b->reduced),
                                         b->numel / (size_t)N, &b->handle, &e->ctx->err));
@@ -141,9 +139,8 @@ zt_status zt_engine_grads_ready(zt_engine *e, int unit) {
     if (full_grads(e)) {
         if (e->cfg.dtype == ZT_BF16) {
             /* Fold this micro-batch into the bf16 store (one rounding per micro-batch). */
-            zt_bf16 *g = st->grads.data;
-            const float *g32 = zt_f32(&st->grad32);
-            for (size_t i = 0; i < st->grads.numel; i++) g[i] = zt_f32_to_bf16(zt_bf16_to_f32(g[i]) + g32[i]);
+            e->ctx->be->ops->scaled_store_bf16(&e->ctx->compute, st->grads.data, zt_f32(&st->grad32), 1.0f, 1,
+                                               st->grads.numel);
             zt_tensor_free(&st->grad32, &e->ctx->device_mem);
         }
         if (!e->sync_this_micro) return ZT_OK; /* stages 0-1 reduce once per step */

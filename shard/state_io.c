@@ -1,4 +1,5 @@
 /* Reading and writing the engine's state by world slice, for checkpoints. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine_internal.h"
@@ -63,10 +64,16 @@ zt_status zt_engine_set_state(zt_engine *e, int u, const float *master_full, con
             ZT_TRY(ctx->be->memcpy_async(ctx->be, dst->data, parts[i].full + from, n * sizeof(float), ZT_COPY_H2D,
                                          &ctx->compute, &ctx->err));
     }
-    /* Compute params from the master values. */
+    /* Compute params from the master values (bf16 rounded on the host). */
     if (e->cfg.dtype == ZT_BF16) {
-        zt_bf16 *p = st->params.data;
-        for (size_t k = 0; k < pn; k++) p[k] = zt_f32_to_bf16(master_full[plo + k]);
+        zt_bf16 *half = malloc(pn * sizeof(zt_bf16));
+        if (!half) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate a staging buffer");
+        for (size_t k = 0; k < pn; k++) half[k] = zt_f32_to_bf16(master_full[plo + k]);
+        zt_status s = ctx->be->memcpy_async(ctx->be, st->params.data, half, pn * sizeof(zt_bf16), ZT_COPY_H2D,
+                                            &ctx->compute, &ctx->err);
+        if (s == ZT_OK) s = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+        free(half);
+        ZT_TRY(s);
     } else if (e->cfg.offload) {
         ZT_TRY(ctx->be->memcpy_async(ctx->be, st->params.data, master_full + plo, pn * sizeof(float), ZT_COPY_H2D,
                                      &ctx->compute, &ctx->err));

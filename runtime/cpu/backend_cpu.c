@@ -25,6 +25,8 @@ static const zt_ops cpu_ops = {
     .cast_f32_to_bf16 = zt_cpu_cast_f32_to_bf16,
     .cast_bf16_to_f32 = zt_cpu_cast_bf16_to_f32,
     .scale = zt_cpu_scale,
+    .scaled_store_f32 = zt_cpu_scaled_store_f32,
+    .scaled_store_bf16 = zt_cpu_scaled_store_bf16,
     .sum_squares = zt_cpu_sum_squares,
 };
 

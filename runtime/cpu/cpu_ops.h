@@ -37,6 +37,8 @@ void zt_cpu_adamw(zt_stream *s, float *p, const float *g, float *m, float *v, si
 void zt_cpu_cast_f32_to_bf16(zt_stream *s, zt_bf16 *dst, const float *src, size_t n);
 void zt_cpu_cast_bf16_to_f32(zt_stream *s, float *dst, const zt_bf16 *src, size_t n);
 void zt_cpu_scale(zt_stream *s, float *x, float alpha, size_t n);
+void zt_cpu_scaled_store_f32(zt_stream *s, float *dst, const float *src, float alpha, int accumulate, size_t n);
+void zt_cpu_scaled_store_bf16(zt_stream *s, zt_bf16 *dst, const float *src, float alpha, int accumulate, size_t n);
 void zt_cpu_sum_squares(zt_stream *s, double *out, const float *x, size_t n);
 
 #endif

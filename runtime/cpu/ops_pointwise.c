@@ -53,6 +53,26 @@ void zt_cpu_scale(zt_stream *s, float *x, float alpha, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= alpha;
 }
 
+void zt_cpu_scaled_store_f32(zt_stream *s, float *dst, const float *src, float alpha, int accumulate, size_t n) {
+    if (accumulate) {
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+        for (size_t i = 0; i < n; i++) dst[i] += src[i] * alpha;
+    } else {
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+        for (size_t i = 0; i < n; i++) dst[i] = src[i] * alpha;
+    }
+}
+
+void zt_cpu_scaled_store_bf16(zt_stream *s, zt_bf16 *dst, const float *src, float alpha, int accumulate, size_t n) {
+    if (accumulate) {
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+        for (size_t i = 0; i < n; i++) dst[i] = zt_f32_to_bf16(zt_bf16_to_f32(dst[i]) + src[i] * alpha);
+    } else {
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+        for (size_t i = 0; i < n; i++) dst[i] = zt_f32_to_bf16(src[i] * alpha);
+    }
+}
+
 /* Partial sums over fixed 4096-element chunks, then the chunks in order: the
  * result does not depend on the thread count. */
 #define SUMSQ_CHUNK 4096
