@@ -120,3 +120,10 @@ zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
     return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "this build has no NCCL (configure with CUDA to get it)");
 }
 #endif
+
+#ifndef ZT_HAVE_CUDA_COMM
+zt_status zt_comm_create_staged(zt_comm *c, zt_error *err) {
+    memset(c, 0, sizeof *c);
+    return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "this build has no CUDA (host staging is for device buffers)");
+}
+#endif

@@ -82,6 +82,9 @@ zt_status zt_comm_create_mpi(zt_comm *c, zt_error *err);
  * ncclUniqueId is broadcast). Buffers passed to it are device memory. Refused
  * when the build has no CUDA. */
 zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err);
+/* MPI over device buffers with pinned host staging (ranks sharing a GPU).
+ * Refused when the build has no CUDA. */
+zt_status zt_comm_create_staged(zt_comm *c, zt_error *err);
 void zt_comm_destroy(zt_comm *c);
 /* Lets every collective in flight on h progress (MPI only advances
  * nonblocking collectives inside MPI calls); never blocks. */

@@ -85,10 +85,29 @@ int main(int argc, char **argv) {
         return 0;
     }
 
+    /* CPU: MPI on host buffers. CUDA: NCCL with one GPU per rank; when the
+     * node has fewer GPUs than ranks, MPI with host staging instead. */
     zt_comm comm;
-    if (zt_comm_create_mpi(&comm, &err) != ZT_OK) {
-        report_error(&err, prog);
-        return finish(1, world);
+    zt_status cst;
+    char staging_note[1100] = "";
+    if (strcmp(cfg.device, "cuda") != 0) {
+        cst = zt_comm_create_mpi(&comm, &err);
+    } else {
+        cst = zt_comm_create_nccl(&comm, &err);
+        if (cst == ZT_ERR_UNSUPPORTED) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", err.msg);
+            zt_comm_destroy(&comm);
+            zt_error_clear(&err);
+            cst = zt_comm_create_staged(&comm, &err);
+            if (cst == ZT_OK) snprintf(staging_note, sizeof staging_note, "NCCL not used (%s); using MPI with host staging", why);
+        }
+    }
+    if (cst != ZT_OK) {
+        if (rank == 0) report_error(&err, prog);
+        zt_comm_destroy(&comm);
+        MPI_Finalize(); /* every rank fails the same way here */
+        return exit_code_for(cst);
     }
     int threads = cfg.threads;
     if (threads == 0) { /* cores / ranks on this node, so ranks do not oversubscribe it */
@@ -111,6 +130,7 @@ int main(int argc, char **argv) {
     if (oom_phase && *oom_phase && env_int("ZT_TEST_OOM_RANK", 0) == rank)
         for (int p = 0; p < ZT_NUM_PHASES; p++)
             if (strcmp(oom_phase, zt_phase_name((zt_phase)p)) == 0) ctx.device_mem.inject_phase = p + 1;
+    if (rank == 0 && staging_note[0]) zt_log_warn(&ctx.log, "%s", staging_note);
     if (rank == 0 && !cfg.quiet) {
         printf("zerotrain: %d rank(s) (%d on this node), %d thread(s) per rank, device %s\n", world,
                comm.local_size, threads, ctx.be->name);

@@ -34,11 +34,11 @@ Only the Python standard library and gnuplot (pngcairo terminal) are used.
 import argparse
 import csv
 import json
-import math
 import os
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -162,20 +162,27 @@ def read_jsonl(path):
     return rows
 
 
-def oom_detail(run_dir):
-    """First line of the lowest rank's OOM report, or None."""
-    if not os.path.isdir(run_dir):
-        return None
-    reports = sorted((int(m.group(1)), f) for f in os.listdir(run_dir)
-                     if (m := re.fullmatch(r"oom_rank(\d+)\.txt", f)))
-    for _, f in reports:
+def oom_detail(run_dir, output):
+    """What ran out of memory: the first line of the lowest rank's non-empty
+    OOM report (a rank can be ended by another rank's MPI_Abort while it
+    writes its own, leaving it empty), else the console's report line.
+    None when there is no sign of an OOM."""
+    reports = []
+    if os.path.isdir(run_dir):
+        reports = sorted((int(m.group(1)), f) for f in os.listdir(run_dir)
+                         if (m := re.fullmatch(r"oom_rank(\d+)\.txt", f)))
+    for rank, f in reports:
         try:
             with open(os.path.join(run_dir, f)) as fh:
                 first = fh.readline().strip()
-            return f"rank {_}: {first}" if first else f"rank {_}: (empty report)"
         except OSError:
             continue
-    return None
+        if first:
+            return f"rank {rank}: {first}"
+    for line in output.splitlines():
+        if "out of device memory" in line:
+            return line.strip()
+    return "(empty OOM report)" if reports else None
 
 
 def last_error_line(text):
@@ -231,15 +238,29 @@ def run_config(args, out, stage, offload, recompute, index, total):
     print(f"[{index:2d}/{total}] {name:<22s} ", end="", flush=True)
     t0 = time.monotonic()
     try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           errors="replace", timeout=args.timeout)
-        output, rc = p.stdout, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out_b = e.stdout or b""
-        output = out_b.decode(errors="replace") if isinstance(out_b, bytes) else out_b
-        rc = None
+        # A session of its own, so that a run past --timeout is ended with
+        # every process it started (mpirun and its ranks), not mpirun alone.
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", start_new_session=True)
     except OSError as e:
         raise ToolError(f"cannot run {cmd[0]}: {e}")
+    try:
+        output, _ = proc.communicate(timeout=args.timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        # SIGTERM first: mpirun then ends its ranks (which sit in process
+        # groups of their own); SIGKILL whatever is left after 10 s.
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                output, _ = proc.communicate(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        rc = None
     row["wall_s"] = time.monotonic() - t0
     row["exit_code"] = "" if rc is None else rc
     for line in output.splitlines():
@@ -250,7 +271,7 @@ def run_config(args, out, stage, offload, recompute, index, total):
     with open(os.path.join(run_dir, "console.log"), "w") as f:
         f.write("$ " + row["command"] + "\n" + output)
 
-    oom = oom_detail(run_dir)
+    oom = oom_detail(run_dir, output)
     if rc is None:
         row["status"] = "failed: timeout"
         row["detail"] = f"stopped after {args.timeout:g} s"
@@ -381,7 +402,7 @@ def write_memory_plot(out, rows, subtitle, cap):
                 vals, peak = ["0"] * len(CATEGORIES), "?"
             f.write(" ".join([r["name"]] + vals + [peak, r["status"].replace(" ", "_")]) + "\n")
     tops = [sum(r[f"peak_{c}_mean_bytes"] for c in CATEGORIES) / MIB for r in rows if r["status"] == "ok"]
-    ymax = max(tops + ([cap / MIB] if cap else []) + [1e-9]) * 1.15
+    ymax = max(tops + ([cap / MIB] if cap else [])) * 1.15 if tops or cap else 1.0
     gp = [
         "# Stacked per-category peaks (mean over ranks) per configuration; data: ablation_memory.dat",
         "set terminal pngcairo size 1400,800 enhanced font 'Sans,11'",

@@ -101,19 +101,27 @@ typedef struct zt_backend {
     zt_status (*memset_async)(struct zt_backend *be, void *dst, int value, size_t bytes,
                               zt_stream *s, zt_error *err);
     zt_status (*stream_sync)(struct zt_backend *be, zt_stream *s, zt_error *err);
+    /* Free and total bytes of the device (cudaMemGetInfo); zeros on CPU. */
+    zt_status (*mem_info)(struct zt_backend *be, size_t *free_bytes, size_t *total_bytes, zt_error *err);
     void (*destroy)(struct zt_backend *be);
+    void *default_stream; /* zt_stream.handle of zt_backend_stream: cudaStream_t on CUDA, NULL on CPU */
     void *impl;
 } zt_backend;
 
 /* Creates the backend for `device` with `nthreads` CPU threads per process.
- * CUDA is refused with a clear message until the CUDA backend lands or when
- * no device is visible. */
+ * CUDA is refused with a clear message when this build has no CUDA backend
+ * or no device is visible. The CUDA ordinal is ZT_CUDA_DEVICE if set, else
+ * the launcher's local rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
+ * SLURM_LOCALID, LOCAL_RANK), else 0, modulo the visible device count. */
 zt_status zt_backend_create(zt_device device, int nthreads, zt_backend **out, zt_error *err);
 void zt_backend_destroy(zt_backend *be);
 zt_stream zt_backend_stream(zt_backend *be);
 
 /* Implementation entry points (one per backend). */
 zt_status zt_backend_cpu_create(int nthreads, zt_backend **out, zt_error *err);
+/* CUDA (built with ZT_HAVE_CUDA): runs on CUDA device `device` modulo the
+ * visible count; ZT_ERR_UNSUPPORTED when no device is visible. */
+zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_error *err);
 const zt_ops *zt_cpu_ops(void);
 
 #endif

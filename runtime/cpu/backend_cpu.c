@@ -51,6 +51,14 @@ static zt_status cpu_sync(zt_backend *be, zt_stream *s, zt_error *err) {
     return ZT_OK;
 }
 
+/* No device memory to report: zeros. */
+static zt_status cpu_mem_info(zt_backend *be, size_t *free_bytes, size_t *total_bytes, zt_error *err) {
+    (void)be, (void)err;
+    *free_bytes = 0;
+    *total_bytes = 0;
+    return ZT_OK;
+}
+
 static void cpu_destroy(zt_backend *be) { free(be); }
 
 zt_status zt_backend_cpu_create(int nthreads, zt_backend **out, zt_error *err) {
@@ -65,6 +73,7 @@ zt_status zt_backend_cpu_create(int nthreads, zt_backend **out, zt_error *err) {
     be->memcpy_async = cpu_memcpy;
     be->memset_async = cpu_memset;
     be->stream_sync = cpu_sync;
+    be->mem_info = cpu_mem_info;
     be->destroy = cpu_destroy;
     /* GEMMs run one per OpenMP thread (see ops_matmul.c), so OpenBLAS itself
      * stays single-threaded; its setting is per process. */

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# GPU check of zerotrain, for a machine with one NVIDIA GPU (H100/H200, sm_90).
+#   bench/gpu_check.sh OUT_DIR
+# Builds for sm_90 and runs, writing a log and a short table into OUT_DIR:
+#   1. every CUDA kernel against the CPU reference (tests/test_cuda_ops);
+#   2. 200 steps on the GPU in bf16 vs the CPU in fp32: loss curves within 2%;
+#   3. stages 0-3 against each other at np=1, and at np=2 sharing the GPU
+#      (MPI with host staging, since NCCL refuses two ranks on one GPU);
+#   4. a GPT-2-small-sized run (12 layers, d_model 768, 12 heads, seq 1024) at
+#      world size 1: tokens/s, MFU against the measured bf16 GEMM peak, and
+#      per-rank peak memory.
+# Budget: under 8 minutes. Runtime libraries missing on the machine (Open MPI,
+# OpenBLAS, jansson, xxhash) are installed from .gpu-debs/ when present
+# (launch/fetch_gpu_debs.sh makes it).
+set -uo pipefail
+out=${1:?usage: bench/gpu_check.sh OUT_DIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/.."
+exec > >(tee "$out/gpu_check.log") 2>&1
+start=$(date +%s)
+stamp() { echo "=== [$(( $(date +%s) - start )) s] $*"; }
+fail=0
+result() { echo "| $1 | $2 | $3 |" >> "$out/results.md"; [ "$2" = PASS ] || [ "$2" = INFO ] || fail=1; }
+echo "| check | status | detail |" > "$out/results.md"
+echo "|---|---|---|" >> "$out/results.md"
+
+stamp "environment"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+nvcc --version | tail -1
+if ! command -v mpirun >/dev/null && [ -d .gpu-debs ]; then
+  stamp "installing runtime packages from .gpu-debs"
+  dpkg -i --force-depends .gpu-debs/*.deb > "$out/dpkg.log" 2>&1 || echo "dpkg reported problems (see dpkg.log)"
+fi
+nccl_root=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
+
+stamp "build (sm_90)"
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      ${nccl_root:+-DNCCL_ROOT=$nccl_root} > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
+cmake --build build-gpu -j "$(nproc)" > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+zt=build-gpu/examples/zt-train
+run=launch/zt-run
+
+stamp "1. kernels vs CPU"
+if build-gpu/tests/test_cuda_ops > "$out/kernels.log" 2>&1; then result "kernels vs CPU (fp32 < 1e-5, bf16 < 1e-2)" PASS "$(tail -1 "$out/kernels.log")"
+else result "kernels vs CPU" FAIL "$(tail -3 "$out/kernels.log" | tr '\n' ' ')"; fi
+
+stamp "2. GPU bf16 vs CPU fp32, 200 steps"
+timeout 180 $zt --device cuda --dtype bf16 --steps 200 --quiet --log-dir "$out/gpu_bf16" &&
+timeout 180 $zt --device cpu --dtype fp32 --steps 200 --quiet --threads "$(nproc)" --log-dir "$out/cpu_fp32"
+python3 - "$out" <<'PY' >> "$out/results.md" || fail=1
+import json, sys
+out = sys.argv[1]
+try:
+    g = json.load(open(f"{out}/gpu_bf16/summary.json"))["losses"]
+    c = json.load(open(f"{out}/cpu_fp32/summary.json"))["losses"]
+except Exception as e:
+    print(f"| loss curve GPU bf16 vs CPU fp32 | FAIL | {e} |"); sys.exit(1)
+# Curves compared on 10-step means (a single step's loss has a few % of noise).
+worst = max(abs(sum(g[i:i+10]) - sum(c[i:i+10])) / sum(c[i:i+10]) for i in range(0, 200, 10))
+status = "PASS" if worst <= 0.02 else "FAIL"
+print(f"| loss curve GPU bf16 vs CPU fp32 (200 steps, 10-step means) | {status} | worst relative gap {worst:.2%} |")
+sys.exit(0 if status == "PASS" else 1)
+PY
+
+stamp "3. stages at np=1 and np=2 (shared GPU)"
+for np in 1 2; do
+  for s in 0 1 2 3; do
+    timeout 120 $run -np $np $zt --device cuda --stage $s --steps 20 --quiet --log-dir "$out/stages-np$np-s$s" 2>>"$out/stages.log"
+  done
+  python3 - "$out" $np <<'PY' >> "$out/results.md" || fail=1
+import json, sys
+out, np_ = sys.argv[1], sys.argv[2]
+try:
+    runs = [json.load(open(f"{out}/stages-np{np_}-s{s}/summary.json")) for s in range(4)]
+except Exception as e:
+    print(f"| stages 0-3 at np={np_} | FAIL | {e} |"); sys.exit(1)
+same = all(r["losses"] == runs[0]["losses"] and r["params_digest"] == runs[0]["params_digest"] for r in runs)
+print(f"| stages 0-3 bitwise at np={np_} (fp32) | {'PASS' if same else 'FAIL'} | digest {runs[0]['params_digest'][:12]} |")
+sys.exit(0 if same else 1)
+PY
+done
+
+stamp "4. GPT-2-small timing"
+peak=$(build-gpu/bench/bench_gemm 8192 50 | awk '/bf16_gemm_tflops/ {print $2}')
+timeout 240 $zt --device cuda --dtype bf16 --layers 12 --d-model 768 --heads 12 --seq-len 1024 --vocab 256 \
+  --micro-batch 8 --steps 12 --warmup 2 --quiet --trace 0 --log-dir "$out/gpt2s"
+python3 - "$out" "${peak:-0}" <<'PY' >> "$out/results.md"
+import json, sys
+out, peak = sys.argv[1], float(sys.argv[2])
+try:
+    s = json.load(open(f"{out}/gpt2s/summary.json"))
+except Exception as e:
+    print(f"| GPT-2-small timing | FAIL | {e} |"); sys.exit(1)
+P, tps, L, C, T = s["params"], s["tokens_per_s"], 12, 768, 1024
+flops = (6 * P + 12 * L * C * T) * tps  # model FLOPs per second incl. attention
+mfu = flops / (peak * 1e12) if peak > 0 else float("nan")
+r = s["ranks"][0]
+print(f"| GPT-2-small (12x768, seq 1024, bf16, np=1) | INFO | {tps:.0f} tokens/s, MFU {mfu:.1%} of {peak:.0f} TFLOP/s bf16 GEMM peak, "
+      f"peak memory {r['peak_bytes']/2**30:.2f} GiB (activations {r['peak_by_category']['activations']/2**30:.2f} GiB) |")
+PY
+
+stamp "done"
+cat "$out/results.md"
+exit $fail

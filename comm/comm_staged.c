@@ -1,0 +1,172 @@
+/* MPI over device buffers through host staging: for ranks that share a GPU
+ * (NCCL refuses two ranks on one device) or an MPI without CUDA support. Each
+ * collective copies its device input to a pinned host buffer, runs the MPI
+ * collective there, and copies the result back when waited for. Slower than
+ * NCCL, but it lets several ranks share one GPU for memory experiments. */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt_comm.h"
+
+typedef struct {
+    zt_comm host; /* the MPI communicator doing the work */
+    void *staging;
+    size_t staging_bytes;
+} staged_impl;
+
+/* What a handle needs at completion: the MPI handle and where results go. */
+typedef struct {
+    zt_comm_handle mpi;
+    void *device_out;
+    size_t out_bytes;
+    void *host_out;
+    char *owned; /* per-call staging when the shared buffer is in use */
+} staged_req;
+
+#define CUDA_TRY(call)                                                                            \
+    do {                                                                                          \
+        cudaError_t rc_ = (call);                                                                 \
+        if (rc_ != cudaSuccess)                                                                   \
+            return ZT_FAIL(err, ZT_ERR_COMM, "%s failed: %s", #call, cudaGetErrorString(rc_));    \
+    } while (0)
+
+static staged_impl *impl_of(zt_comm *c) { return c->impl; }
+
+static zt_status new_req(size_t bytes, staged_req **out, zt_error *err) {
+    staged_req *r = calloc(1, sizeof *r);
+    if (!r) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate a request");
+    if (cudaMallocHost((void **)&r->owned, bytes ? bytes : 1) != cudaSuccess) {
+        free(r);
+        return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate %zu bytes of pinned staging", bytes);
+    }
+    *out = r;
+    return ZT_OK;
+}
+
+static void free_req(staged_req *r) {
+    if (!r) return;
+    cudaFreeHost(r->owned);
+    free(r);
+}
+
+static zt_status staged_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
+                                         zt_comm_handle *h, zt_error *err) {
+    staged_impl *m = impl_of(c);
+    size_t total = bytes_per_rank * (size_t)c->world_size;
+    staged_req *r;
+    ZT_TRY(new_req(total, &r, err));
+    const void *src = send ? send : (const char *)recv + (size_t)c->rank * bytes_per_rank;
+    cudaError_t rc = cudaMemcpy(r->owned + (size_t)c->rank * bytes_per_rank, src, bytes_per_rank, cudaMemcpyDefault);
+    if (rc != cudaSuccess) {
+        free_req(r);
+        return ZT_FAIL(err, ZT_ERR_COMM, "staging copy failed: %s", cudaGetErrorString(rc));
+    }
+    r->mpi.kind = ZT_COLL_ALL_GATHER;
+    zt_status st = m->host.ops->all_gather_start(&m->host, NULL, r->owned, bytes_per_rank, &r->mpi, err);
+    if (st != ZT_OK) {
+        free_req(r);
+        return st;
+    }
+    r->device_out = recv;
+    r->host_out = r->owned;
+    r->out_bytes = total;
+    h->impl_req = r;
+    return ZT_OK;
+}
+
+static zt_status staged_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out,
+                                             size_t count, zt_comm_handle *h, zt_error *err) {
+    (void)staging; /* the device staging is replaced by host staging */
+    staged_impl *m = impl_of(c);
+    size_t N = (size_t)c->world_size, bytes = count * sizeof(float);
+    staged_req *r;
+    ZT_TRY(new_req(bytes * (2 * N + 1), &r, err)); /* send | received chunks | sum */
+    float *hsend = (float *)r->owned, *hrecv = hsend + N * count, *hout = hrecv + N * count;
+    cudaError_t rc = cudaMemcpy(hsend, send, bytes * N, cudaMemcpyDefault);
+    if (rc != cudaSuccess) {
+        free_req(r);
+        return ZT_FAIL(err, ZT_ERR_COMM, "staging copy failed: %s", cudaGetErrorString(rc));
+    }
+    r->mpi.kind = ZT_COLL_REDUCE_SCATTER;
+    r->mpi.staging = hrecv;
+    r->mpi.out = hout;
+    r->mpi.count = count;
+    zt_status st = m->host.ops->reduce_scatter_start(&m->host, hsend, hrecv, hout, count, &r->mpi, err);
+    if (st != ZT_OK) {
+        free_req(r);
+        return st;
+    }
+    r->device_out = out;
+    r->host_out = hout;
+    r->out_bytes = bytes;
+    h->impl_req = r;
+    return ZT_OK;
+}
+
+static zt_status staged_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
+    staged_impl *m = impl_of(c);
+    staged_req *r = h->impl_req;
+    h->impl_req = NULL;
+    zt_status st = m->host.ops->wait(&m->host, &r->mpi, err);
+    if (st == ZT_OK) {
+        cudaError_t rc = cudaMemcpy(r->device_out, r->host_out, r->out_bytes, cudaMemcpyDefault);
+        if (rc != cudaSuccess) st = ZT_FAIL(err, ZT_ERR_COMM, "staging copy back failed: %s", cudaGetErrorString(rc));
+    }
+    free_req(r);
+    return st;
+}
+
+static zt_status staged_test(zt_comm *c, zt_comm_handle *h, int *done, zt_error *err) {
+    staged_impl *m = impl_of(c);
+    staged_req *r = h->impl_req;
+    return m->host.ops->test(&m->host, &r->mpi, done, err);
+}
+
+static zt_status staged_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
+    return impl_of(c)->host.ops->sum_f64(&impl_of(c)->host, v, out, err);
+}
+static zt_status staged_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err) {
+    return impl_of(c)->host.ops->all_gather_u64(&impl_of(c)->host, v, recv, err);
+}
+static zt_status staged_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err) {
+    /* Host buffers only (bootstrap data, scalars). */
+    return impl_of(c)->host.ops->broadcast(&impl_of(c)->host, buf, bytes, root, err);
+}
+static zt_status staged_barrier(zt_comm *c, zt_error *err) {
+    return impl_of(c)->host.ops->barrier(&impl_of(c)->host, err);
+}
+static void staged_destroy(zt_comm *c) {
+    staged_impl *m = c->impl;
+    if (!m) return;
+    zt_comm_destroy(&m->host);
+    free(m);
+    c->impl = NULL;
+}
+
+static const zt_comm_ops staged_ops = {
+    .name = "mpi+host-staging",
+    .all_gather_start = staged_all_gather_start,
+    .reduce_scatter_start = staged_reduce_scatter_start,
+    .wait = staged_wait,
+    .test = staged_test,
+    .sum_f64 = staged_sum_f64,
+    .all_gather_u64 = staged_all_gather_u64,
+    .broadcast = staged_broadcast,
+    .barrier = staged_barrier,
+    .destroy = staged_destroy,
+};
+
+zt_status zt_comm_create_staged(zt_comm *c, zt_error *err) {
+    memset(c, 0, sizeof *c);
+    staged_impl *m = calloc(1, sizeof *m);
+    if (!m) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate");
+    c->impl = m;
+    c->ops = &staged_ops;
+    ZT_TRY(zt_comm_create_mpi(&m->host, err));
+    c->rank = m->host.rank;
+    c->world_size = m->host.world_size;
+    c->local_rank = m->host.local_rank;
+    c->local_size = m->host.local_size;
+    return ZT_OK;
+}

@@ -1,0 +1,284 @@
+/* The CUDA backend: one device, a non-blocking compute stream, a cuBLAS
+ * handle, cudaMalloc'd blocks under the tracked allocator, and the sticky
+ * error that turns failures inside the (void) kernel launchers into a status
+ * at the next stream_sync. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "cuda_ops.h"
+
+static const zt_ops cuda_ops = {
+    .embedding_fwd = zt_cuda_embedding_fwd,
+    .embedding_bwd = zt_cuda_embedding_bwd,
+    .layernorm_fwd = zt_cuda_layernorm_fwd,
+    .layernorm_bwd = zt_cuda_layernorm_bwd,
+    .matmul_fwd = zt_cuda_matmul_fwd,
+    .matmul_bwd = zt_cuda_matmul_bwd,
+    .attention_fwd = zt_cuda_attention_fwd,
+    .attention_bwd = zt_cuda_attention_bwd,
+    .gelu_fwd = zt_cuda_gelu_fwd,
+    .gelu_bwd = zt_cuda_gelu_bwd,
+    .residual_fwd = zt_cuda_residual_fwd,
+    .residual_bwd = zt_cuda_residual_bwd,
+    .softmax_xent_fwd = zt_cuda_softmax_xent_fwd,
+    .softmax_xent_bwd = zt_cuda_softmax_xent_bwd,
+    .adamw = zt_cuda_adamw,
+    .cast_f32_to_bf16 = zt_cuda_cast_f32_to_bf16,
+    .cast_bf16_to_f32 = zt_cuda_cast_bf16_to_f32,
+    .scale = zt_cuda_scale,
+    .scaled_store_f32 = zt_cuda_scaled_store_f32,
+    .scaled_store_bf16 = zt_cuda_scaled_store_bf16,
+    .sum_squares = zt_cuda_sum_squares,
+};
+
+const zt_ops *zt_cuda_ops(void) { return &cuda_ops; }
+
+/* ---- errors -------------------------------------------------------------- */
+
+zt_status zt_cuda_status_of(cudaError_t rc) {
+    return rc == cudaErrorMemoryAllocation ? ZT_ERR_OOM : ZT_ERR_INTERNAL;
+}
+
+const char *zt_cublas_status_string(cublasStatus_t st) { return cublasGetStatusString(st); }
+
+void zt_cuda_record(zt_cuda_impl *im, zt_status code, const char *file, int line, const char *fmt, ...) {
+    pthread_mutex_lock(&im->lock);
+    if (im->sticky.code == ZT_OK) {
+        im->sticky.code = code;
+        im->sticky.file = file;
+        im->sticky.line = line;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(im->sticky.msg, sizeof im->sticky.msg, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&im->lock);
+}
+
+zt_cuda_impl *zt_cuda_impl_of(zt_stream *s) { return (zt_cuda_impl *)s->be->impl; }
+
+int zt_cuda_check_rt(zt_stream *s, cudaError_t rc, const char *what, const char *file, int line) {
+    if (rc == cudaSuccess) return 0;
+    (void)cudaGetLastError(); /* consumed here: later launch checks must not see it */
+    zt_cuda_record(zt_cuda_impl_of(s), zt_cuda_status_of(rc), file, line, "CUDA: %s failed: %s (%s)", what,
+                   cudaGetErrorString(rc), cudaGetErrorName(rc));
+    return 1;
+}
+
+int zt_cuda_check_launch(zt_stream *s, const char *what, const char *file, int line) {
+    cudaError_t rc = cudaGetLastError();
+    if (rc == cudaSuccess) return 0;
+    zt_cuda_record(zt_cuda_impl_of(s), zt_cuda_status_of(rc), file, line,
+                   "CUDA: launching kernel %s failed: %s (%s)", what, cudaGetErrorString(rc), cudaGetErrorName(rc));
+    return 1;
+}
+
+cudaStream_t zt_cuda_enter(zt_stream *s) {
+    zt_cuda_impl *im = zt_cuda_impl_of(s);
+    /* Threads other than the creating one start on device 0. */
+    ZT_CUDA_RT(s, cudaSetDevice(im->device));
+    return s->handle ? (cudaStream_t)s->handle : im->stream;
+}
+
+cublasHandle_t zt_cuda_cublas_acquire(zt_stream *s, cudaStream_t stream) {
+    zt_cuda_impl *im = zt_cuda_impl_of(s);
+    pthread_mutex_lock(&im->lock);
+    if (im->cublas_stream != stream) {
+        cublasStatus_t st = cublasSetStream(im->cublas, stream);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            pthread_mutex_unlock(&im->lock);
+            zt_cuda_record(im, ZT_ERR_INTERNAL, __FILE__, __LINE__, "cuBLAS: cublasSetStream failed: %s",
+                           cublasGetStatusString(st));
+            return NULL;
+        }
+        im->cublas_stream = stream;
+    }
+    return im->cublas;
+}
+
+void zt_cuda_cublas_release(zt_stream *s) { pthread_mutex_unlock(&zt_cuda_impl_of(s)->lock); }
+
+/* CUDA_CHECK for functions that return a zt_status: the failing call, its
+ * error string and this file:line go into err. */
+#define CUDA_CHECK(call)                                                                              \
+    do {                                                                                              \
+        cudaError_t cu_rc_ = (call);                                                                  \
+        if (cu_rc_ != cudaSuccess) {                                                                  \
+            (void)cudaGetLastError();                                                                 \
+            return ZT_FAIL(err, zt_cuda_status_of(cu_rc_), "CUDA: %s failed: %s (%s)", #call,          \
+                           cudaGetErrorString(cu_rc_), cudaGetErrorName(cu_rc_));                     \
+        }                                                                                             \
+    } while (0)
+
+/* ---- the raw device allocator ------------------------------------------- */
+
+static void *cuda_raw_alloc(void *ctx, size_t bytes) {
+    zt_cuda_impl *im = ctx;
+    void *p = NULL;
+    if (cudaSetDevice(im->device) != cudaSuccess || cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation refusal is reported by zt_mem, not as a launch error */
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_raw_free(void *ctx, void *ptr) {
+    zt_cuda_impl *im = ctx;
+    if (!ptr) return;
+    if (cudaSetDevice(im->device) != cudaSuccess || cudaFree(ptr) != cudaSuccess) {
+        cudaError_t rc = cudaGetLastError();
+        zt_cuda_record(im, ZT_ERR_INTERNAL, __FILE__, __LINE__, "CUDA: cudaFree(%p) failed: %s", ptr,
+                       cudaGetErrorString(rc));
+    }
+}
+
+/* ---- copies, fills, syncs ------------------------------------------------ */
+
+static cudaStream_t stream_of(zt_backend *be, zt_stream *s) {
+    zt_cuda_impl *im = be->impl;
+    return s && s->handle ? (cudaStream_t)s->handle : im->stream;
+}
+
+static zt_status cuda_memcpy(zt_backend *be, void *dst, const void *src, size_t bytes, zt_copy_kind kind,
+                             zt_stream *s, zt_error *err) {
+    (void)kind; /* unified addressing: the runtime infers the direction */
+    zt_cuda_impl *im = be->impl;
+    if (!bytes) return ZT_OK;
+    CUDA_CHECK(cudaSetDevice(im->device));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_of(be, s)));
+    return ZT_OK;
+}
+
+static zt_status cuda_memset(zt_backend *be, void *dst, int value, size_t bytes, zt_stream *s,
+                             zt_error *err) {
+    zt_cuda_impl *im = be->impl;
+    if (!bytes) return ZT_OK;
+    CUDA_CHECK(cudaSetDevice(im->device));
+    CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream_of(be, s)));
+    return ZT_OK;
+}
+
+/* Waits for the stream, then reports the sticky error (the earliest failure
+ * of any launch on this backend) ahead of the synchronization's own. */
+static zt_status cuda_sync(zt_backend *be, zt_stream *s, zt_error *err) {
+    zt_cuda_impl *im = be->impl;
+    cudaError_t rc = cudaSetDevice(im->device);
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream_of(be, s));
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        zt_cuda_record(im, zt_cuda_status_of(rc), __FILE__, __LINE__,
+                       "CUDA: cudaStreamSynchronize failed: %s (%s) (a kernel on this stream failed)",
+                       cudaGetErrorString(rc), cudaGetErrorName(rc));
+    }
+    zt_status code = ZT_OK;
+    pthread_mutex_lock(&im->lock);
+    if (im->sticky.code != ZT_OK)
+        code = zt_error_set(err, im->sticky.code, im->sticky.file, im->sticky.line, "%s", im->sticky.msg);
+    pthread_mutex_unlock(&im->lock);
+    return code;
+}
+
+static zt_status cuda_mem_info(zt_backend *be, size_t *free_bytes, size_t *total_bytes, zt_error *err) {
+    zt_cuda_impl *im = be->impl;
+    *free_bytes = 0;
+    *total_bytes = 0;
+    CUDA_CHECK(cudaSetDevice(im->device));
+    CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return ZT_OK;
+}
+
+static void cuda_destroy(zt_backend *be) {
+    zt_cuda_impl *im = be->impl;
+    if (im) {
+        (void)cudaSetDevice(im->device);
+        if (im->stream) (void)cudaStreamSynchronize(im->stream);
+        if (im->cublas) cublasDestroy(im->cublas);
+        if (im->sumsq_scratch) (void)cudaFree(im->sumsq_scratch);
+        if (im->stream) (void)cudaStreamDestroy(im->stream);
+        (void)cudaGetLastError();
+        pthread_mutex_destroy(&im->lock);
+        free(im);
+    }
+    free(be);
+}
+
+/* ---- creation ------------------------------------------------------------ */
+
+#define CUBLAS_CHECK(call)                                                                             \
+    do {                                                                                               \
+        cublasStatus_t cb_st_ = (call);                                                                \
+        if (cb_st_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            st = ZT_FAIL(err, cb_st_ == CUBLAS_STATUS_ALLOC_FAILED ? ZT_ERR_OOM : ZT_ERR_INTERNAL,     \
+                         "cuBLAS: %s failed: %s", #call, cublasGetStatusString(cb_st_));               \
+            goto fail;                                                                                 \
+        }                                                                                              \
+    } while (0)
+#define CUDA_CHECK_GOTO(call)                                                                          \
+    do {                                                                                               \
+        cudaError_t cu_rc_ = (call);                                                                   \
+        if (cu_rc_ != cudaSuccess) {                                                                   \
+            (void)cudaGetLastError();                                                                  \
+            st = ZT_FAIL(err, zt_cuda_status_of(cu_rc_), "CUDA: %s failed: %s (%s)", #call,            \
+                         cudaGetErrorString(cu_rc_), cudaGetErrorName(cu_rc_));                        \
+            goto fail;                                                                                 \
+        }                                                                                              \
+    } while (0)
+
+zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_error *err) {
+    *out = NULL;
+    if (nthreads < 1) return ZT_FAIL(err, ZT_ERR_INVALID, "threads must be >= 1 (got %d)", nthreads);
+    if (device < 0) return ZT_FAIL(err, ZT_ERR_INVALID, "--device cuda: device index must be >= 0 (got %d)", device);
+    int count = 0;
+    cudaError_t rc = cudaGetDeviceCount(&count);
+    if (rc != cudaSuccess || count <= 0) {
+        (void)cudaGetLastError();
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
+                       "--device cuda: no CUDA device is visible (cudaGetDeviceCount: %s); use --device cpu",
+                       rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices");
+    }
+    zt_backend *be = calloc(1, sizeof *be);
+    zt_cuda_impl *im = calloc(1, sizeof *im);
+    if (!be || !im) {
+        free(be);
+        free(im);
+        return ZT_FAIL(err, ZT_ERR_OOM, "cannot allocate the CUDA backend");
+    }
+    if (pthread_mutex_init(&im->lock, NULL) != 0) {
+        free(be);
+        free(im);
+        return ZT_FAIL(err, ZT_ERR_INTERNAL, "cannot initialize the CUDA backend's lock");
+    }
+    be->impl = im;
+    be->destroy = cuda_destroy;
+    im->device = device % count;
+    zt_status st = ZT_OK;
+
+    CUDA_CHECK_GOTO(cudaSetDevice(im->device));
+    CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
+    CUDA_CHECK_GOTO(cudaMalloc((void **)&im->sumsq_scratch, (ZT_CUDA_SUMSQ_BLOCKS + 1) * sizeof(double)));
+    CUBLAS_CHECK(cublasCreate(&im->cublas));
+    CUBLAS_CHECK(cublasSetStream(im->cublas, im->stream));
+    im->cublas_stream = im->stream;
+    /* fp32 GEMMs in fp32: no TF32 (NVIDIA_TF32_OVERRIDE=1 in the environment
+     * would still force it), and no atomics, for run-to-run reproducibility. */
+    CUBLAS_CHECK(cublasSetMathMode(im->cublas, CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(cublasSetAtomicsMode(im->cublas, CUBLAS_ATOMICS_NOT_ALLOWED));
+    CUBLAS_CHECK(cublasSetPointerMode(im->cublas, CUBLAS_POINTER_MODE_HOST));
+
+    be->device = ZT_DEVICE_CUDA;
+    be->name = "cuda";
+    be->ops = &cuda_ops;
+    be->raw_device = (zt_raw_allocator){cuda_raw_alloc, cuda_raw_free, im};
+    be->nthreads = nthreads;
+    be->default_stream = im->stream;
+    be->memcpy_async = cuda_memcpy;
+    be->memset_async = cuda_memset;
+    be->stream_sync = cuda_sync;
+    be->mem_info = cuda_mem_info;
+    *out = be;
+    return ZT_OK;
+
+fail:
+    cuda_destroy(be);
+    return st;
+}

@@ -1,0 +1,142 @@
+/* The CUDA backend: its private state, error plumbing, the kernel launchers
+ * behind zt_ops (same signatures and semantics as the CPU kernels in
+ * runtime/cpu), and a bf16 GEMM that is not part of zt_ops.
+ *
+ * Included from C (backend_cuda.c, tests) and from CUDA C++ (*.cu).
+ *
+ * Errors. zt_ops functions return void, so a failed launch or cuBLAS call is
+ * recorded as the backend's "sticky" error (first one wins, with file:line);
+ * stream_sync reports it, and keeps reporting it: results computed after a
+ * failure cannot be trusted.
+ *
+ * Determinism. No kernel uses atomics. Every reduction is either a loop in a
+ * fixed order run by one thread, or a block reduction with a fixed launch
+ * shape and a fixed combining tree (warp butterfly, then the warps in order),
+ * so repeated runs give the same bits on the same GPU model. GEMMs go through
+ * cuBLAS with atomics disallowed and the default (non-TF32) math mode. */
+#ifndef ZT_CUDA_OPS_H
+#define ZT_CUDA_OPS_H
+
+/* System headers first, outside the extern "C" block below. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "zt_backend.h"
+
+/* sum_squares: first-pass blocks (fixed: the summation order depends on it). */
+#define ZT_CUDA_SUMSQ_BLOCKS 512
+#define ZT_CUDA_SUMSQ_THREADS 256
+
+typedef struct {
+    int device;              /* CUDA ordinal this backend runs on */
+    cudaStream_t stream;     /* the default compute stream (non-blocking) */
+    cublasHandle_t cublas;   /* one handle; calls serialize on `lock` */
+    cudaStream_t cublas_stream; /* stream currently bound to `cublas` */
+    /* ZT_CUDA_SUMSQ_BLOCKS partial sums, then one result slot. Shared by all
+     * streams: sum_squares calls on different streams must be ordered by the
+     * caller (the runtime issues them on the compute stream). */
+    double *sumsq_scratch;
+    pthread_mutex_t lock;    /* guards `sticky` and the cuBLAS handle */
+    zt_error sticky;         /* first asynchronous failure, reported by stream_sync */
+} zt_cuda_impl;
+
+/* The impl of s's backend. */
+zt_cuda_impl *zt_cuda_impl_of(zt_stream *s);
+/* Makes the backend's device current on this thread and returns s's
+ * cudaStream_t (the compute stream when s->handle is NULL). */
+cudaStream_t zt_cuda_enter(zt_stream *s);
+/* Records the first failure into the sticky error (thread-safe). */
+void zt_cuda_record(zt_cuda_impl *im, zt_status code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* After a kernel launch: records cudaGetLastError() if it is not success;
+ * returns 1 on failure, 0 on success. */
+int zt_cuda_check_launch(zt_stream *s, const char *what, const char *file, int line);
+/* Records a failed CUDA runtime call; returns 1 on failure, 0 on success. */
+int zt_cuda_check_rt(zt_stream *s, cudaError_t rc, const char *what, const char *file, int line);
+/* The status a CUDA error maps to (out of memory -> ZT_ERR_OOM, else internal). */
+zt_status zt_cuda_status_of(cudaError_t rc);
+const char *zt_cublas_status_string(cublasStatus_t st);
+
+/* Locks the backend's cuBLAS handle, binds it to `stream`, and returns it;
+ * NULL (error recorded, lock released) if binding failed. Release with
+ * zt_cuda_cublas_release. */
+cublasHandle_t zt_cuda_cublas_acquire(zt_stream *s, cudaStream_t stream);
+void zt_cuda_cublas_release(zt_stream *s);
+
+#define ZT_CUDA_LAUNCHED(s, what) zt_cuda_check_launch((s), (what), __FILE__, __LINE__)
+#define ZT_CUDA_RT(s, call) zt_cuda_check_rt((s), (call), #call, __FILE__, __LINE__)
+
+/* ---- zt_ops kernels (shapes and semantics: zt_ops in zt_backend.h) ---- */
+void zt_cuda_embedding_fwd(zt_stream *s, float *out, const int32_t *tokens, const float *wte,
+                           const float *wpe, int B, int T, int C);
+void zt_cuda_embedding_bwd(zt_stream *s, float *dwte, float *dwpe, const float *dout,
+                           const int32_t *tokens, int B, int T, int C);
+void zt_cuda_layernorm_fwd(zt_stream *s, float *out, float *mean, float *rstd, const float *inp,
+                           const float *w, const float *b, int N, int C);
+void zt_cuda_layernorm_bwd(zt_stream *s, float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, const float *mean, const float *rstd,
+                           int N, int C);
+void zt_cuda_matmul_fwd(zt_stream *s, float *out, const float *inp, const float *w,
+                        const float *bias, int N, int C, int OC);
+void zt_cuda_matmul_bwd(zt_stream *s, float *dinp, float *dw, float *dbias, const float *dout,
+                        const float *inp, const float *w, int N, int C, int OC);
+void zt_cuda_attention_fwd(zt_stream *s, float *out, float *att, const float *qkv, int B, int T,
+                           int C, int NH);
+void zt_cuda_attention_bwd(zt_stream *s, float *dqkv, float *datt, const float *dout,
+                           const float *qkv, const float *att, int B, int T, int C, int NH);
+void zt_cuda_gelu_fwd(zt_stream *s, float *out, const float *inp, size_t N);
+void zt_cuda_gelu_bwd(zt_stream *s, float *dinp, const float *inp, const float *dout, size_t N);
+void zt_cuda_residual_fwd(zt_stream *s, float *out, const float *a, const float *b, size_t N);
+void zt_cuda_residual_bwd(zt_stream *s, float *da, float *db, const float *dout, size_t N);
+void zt_cuda_softmax_xent_fwd(zt_stream *s, float *losses, float *probs, const float *logits,
+                              const int32_t *targets, int N, int V);
+void zt_cuda_softmax_xent_bwd(zt_stream *s, float *dlogits, const float *probs,
+                              const int32_t *targets, int N, int V, float dloss);
+void zt_cuda_adamw(zt_stream *s, float *p, const float *g, float *m, float *v, size_t n, float lr,
+                   float beta1, float beta2, float eps, float wd, int t);
+void zt_cuda_cast_f32_to_bf16(zt_stream *s, zt_bf16 *dst, const float *src, size_t n);
+void zt_cuda_cast_bf16_to_f32(zt_stream *s, float *dst, const zt_bf16 *src, size_t n);
+void zt_cuda_scale(zt_stream *s, float *x, float alpha, size_t n);
+void zt_cuda_scaled_store_f32(zt_stream *s, float *dst, const float *src, float alpha, int accumulate, size_t n);
+void zt_cuda_scaled_store_bf16(zt_stream *s, zt_bf16 *dst, const float *src, float alpha, int accumulate, size_t n);
+/* `out` may be device memory (written asynchronously, like every other
+ * output) or host memory (pageable or pinned): then the call waits for the
+ * stream so *out is valid on return, as the CPU backend's is (the optimizer
+ * reads it at once). On a failure *out is NaN and the sticky error is set. */
+void zt_cuda_sum_squares(zt_stream *s, double *out, const float *x, size_t n);
+
+const zt_ops *zt_cuda_ops(void);
+
+/* ---- GEMM outside zt_ops ---------------------------------------------- */
+/* Row-major C[M,N] = alpha * op(A) @ op(B) + beta * C, with op(X) = X or X^T
+ * (trans_x != 0). A is [M,K] (or [K,M] when trans_a), B is [K,N] (or [N,K]
+ * when trans_b); lda, ldb, ldc are row strides in elements. A and B are bf16,
+ * accumulation is fp32 (CUBLAS_COMPUTE_32F), C is fp32 or bf16 (c_dtype).
+ * Enqueued on s; returns launch-time errors (not asynchronous ones).
+ *   matmul_fwd:  out = inp @ w^T      -> (0, 1, N, OC, C,  inp, C,  w,   C, out,  OC)
+ *   dinp        += dout @ w           -> (0, 0, N, C,  OC, dout, OC, w,   C, dinp, C)  beta 1
+ *   dw          += dout^T @ inp       -> (1, 0, OC, C, N,  dout, OC, inp, C, dw,   C)  beta 1 */
+zt_status zt_cuda_gemm_bf16(zt_stream *s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                            const zt_bf16 *A, int lda, const zt_bf16 *B, int ldb, float beta, void *C,
+                            zt_dtype c_dtype, int ldc, zt_error *err);
+/* The same in fp32 (cublasSgemm, no TF32), as used by matmul_fwd/bwd. */
+zt_status zt_cuda_gemm_f32(zt_stream *s, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                           const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                           zt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,685 @@
+/* The CUDA kernel table against the CPU one.
+ *
+ * Every zt_ops kernel runs on the CUDA backend and on the CPU backend with the
+ * same fresh random inputs; outputs that a kernel overwrites are poisoned with
+ * NaN on both sides first (so an element the CUDA kernel forgets shows up),
+ * and outputs that a backward kernel accumulates into start from the same
+ * random values (so "+=" is checked, not "=").
+ *
+ * Error metric, per tensor (normwise relative):
+ *     err = max_i |gpu_i - cpu_i| / max_i |cpu_i|
+ * with err < 1e-5 required (GEMMs in fp32: the backend turns TF32 off). A NaN
+ * on one side only fails. Kernels whose CUDA version performs the CPU's
+ * floating-point operations in the CPU's order must match bit for bit:
+ * embedding forward and backward, residual, scale, both casts (all 65536 bf16
+ * patterns back to fp32), softmax_xent_bwd, layernorm's dw/db, matmul's
+ * dbias, and AdamW. Reductions must also be reproducible: kernels with
+ * reductions run twice on the GPU and give the same bits.
+ *
+ * Also: sum_squares (double) with host and device result pointers against
+ * the CPU (relative 1e-12), the bf16 GEMM outside zt_ops against a double
+ * reference, mem_info, and the sticky error: a launch that fails inside a
+ * (void) kernel is reported by the next stream_sync with its file:line.
+ *
+ * Exit code 77 (skipped) when cudaGetDeviceCount reports an error or no
+ * device, as on CI machines without a GPU. Seed: ZT_TEST_SEED (default fixed). */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_ops.h"
+
+#define TOL 1e-5
+
+static int g_failures = 0;
+static int g_checks = 0;
+
+#define CHECK(cond, ...)                                                 \
+    do {                                                                 \
+        g_checks++;                                                      \
+        if (!(cond)) {                                                   \
+            g_failures++;                                                \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                  \
+            printf(__VA_ARGS__);                                         \
+            printf("\n");                                                \
+        }                                                                \
+    } while (0)
+
+/* ---- random numbers ------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_next(void) { /* xorshift64* */
+    uint64_t x = rng_state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng_state = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+static float rng_uniform(float lo, float hi) {
+    return lo + (hi - lo) * (float)((double)(rng_next() >> 40) / 16777216.0);
+}
+static int rng_int(int n) { return (int)(rng_next() % (uint64_t)n); }
+
+/* ---- host buffers ---------------------------------------------------------- */
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "malloc(%zu) failed\n", bytes);
+        exit(2);
+    }
+    return p;
+}
+static float *falloc(size_t n) { return xmalloc(n * sizeof(float)); }
+static float *frand(size_t n, float lo, float hi) {
+    float *p = falloc(n);
+    for (size_t i = 0; i < n; i++) p[i] = rng_uniform(lo, hi);
+    return p;
+}
+static float *fnan(size_t n) {
+    float *p = falloc(n);
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+static float *fdup(const float *x, size_t n) {
+    float *p = falloc(n);
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+static int32_t *irand(size_t n, int hi) {
+    int32_t *p = xmalloc(n * sizeof(int32_t));
+    for (size_t i = 0; i < n; i++) p[i] = rng_int(hi);
+    return p;
+}
+
+/* ---- the two backends and device buffers --------------------------------- */
+
+static zt_backend *g_gpu, *g_cpu;
+static zt_stream g_gs, g_cs;
+
+#define MAX_DEV 64
+static void *g_dev[MAX_DEV];
+static int g_ndev = 0;
+
+static void die_status(const char *what, const zt_error *err) {
+    fprintf(stderr, "%s failed: %s (%s:%d)\n", what, err->msg, err->file ? err->file : "?", err->line);
+    exit(1);
+}
+
+static void *dalloc(size_t bytes) {
+    if (g_ndev == MAX_DEV) {
+        fprintf(stderr, "too many device buffers\n");
+        exit(2);
+    }
+    void *p = g_gpu->raw_device.alloc(g_gpu->raw_device.ctx, bytes ? bytes : 4);
+    if (!p) {
+        fprintf(stderr, "device allocation of %zu bytes failed\n", bytes);
+        exit(2);
+    }
+    g_dev[g_ndev++] = p;
+    return p;
+}
+static void dfree_all(void) {
+    for (int i = 0; i < g_ndev; i++) g_gpu->raw_device.free(g_gpu->raw_device.ctx, g_dev[i]);
+    g_ndev = 0;
+}
+static void gsync(const char *what) {
+    zt_error err;
+    zt_error_clear(&err);
+    if (g_gpu->stream_sync(g_gpu, &g_gs, &err) != ZT_OK) die_status(what, &err);
+}
+static void h2d(void *dst, const void *src, size_t bytes) {
+    zt_error err;
+    zt_error_clear(&err);
+    if (g_gpu->memcpy_async(g_gpu, dst, src, bytes, ZT_COPY_H2D, &g_gs, &err) != ZT_OK) die_status("H2D copy", &err);
+    gsync("H2D copy");
+}
+static void d2h(void *dst, const void *src, size_t bytes) {
+    zt_error err;
+    zt_error_clear(&err);
+    if (g_gpu->memcpy_async(g_gpu, dst, src, bytes, ZT_COPY_D2H, &g_gs, &err) != ZT_OK) die_status("D2H copy", &err);
+    gsync("D2H copy");
+}
+/* A device copy of host data. */
+static void *dcopy(const void *h, size_t bytes) {
+    void *d = dalloc(bytes);
+    h2d(d, h, bytes);
+    return d;
+}
+static float *dcopyf(const float *h, size_t n) { return dcopy(h, n * sizeof(float)); }
+/* A device buffer of n floats poisoned with NaN. */
+static float *dnan(size_t n) {
+    float *h = fnan(n);
+    float *d = dcopyf(h, n);
+    free(h);
+    return d;
+}
+/* The device buffer read back into fresh host memory (after a sync). */
+static float *fetch(const float *d, size_t n, const char *what) {
+    gsync(what);
+    float *h = falloc(n);
+    d2h(h, d, n * sizeof(float));
+    return h;
+}
+
+/* ---- comparisons ------------------------------------------------------------ */
+
+static void compare(const char *what, const float *gpu, const float *cpu, size_t n, double tol) {
+    double scale = 0.0, e = 0.0;
+    size_t worst = 0, nan_mismatch = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(cpu[i])) scale = fmax(scale, fabs((double)cpu[i]));
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(gpu[i]) != isnan(cpu[i])) {
+            if (!nan_mismatch++) worst = i;
+            continue;
+        }
+        if (isnan(cpu[i])) continue;
+        double d = fabs((double)gpu[i] - (double)cpu[i]);
+        if (!(d <= e) && !nan_mismatch) {
+            e = d;
+            worst = i;
+        }
+    }
+    double rel = scale > 0 ? e / scale : e;
+    CHECK(nan_mismatch == 0 && rel < tol, "%s: n=%zu, %zu NaN mismatches, rel err %.3g (tol %.0e) worst at %zu: gpu %.9g cpu %.9g",
+          what, n, nan_mismatch, rel, tol, worst, n ? (double)gpu[worst] : 0.0, n ? (double)cpu[worst] : 0.0);
+    if (nan_mismatch == 0 && rel < tol) printf("ok %s (rel err %.2e)\n", what, rel);
+}
+
+static void compare_bits(const char *what, const void *gpu, const void *cpu, size_t bytes, size_t elem) {
+    const unsigned char *a = gpu, *b = cpu;
+    size_t first = bytes, diffs = 0;
+    for (size_t i = 0; i < bytes; i += elem)
+        if (memcmp(a + i, b + i, elem) != 0) {
+            if (first == bytes) first = i / elem;
+            diffs++;
+        }
+    if (elem == 4 && diffs) {
+        float x, y;
+        memcpy(&x, a + first * 4, 4);
+        memcpy(&y, b + first * 4, 4);
+        CHECK(0, "%s: %zu of %zu elements differ in bits; first at %zu: gpu %.9g cpu %.9g", what, diffs,
+              bytes / elem, first, (double)x, (double)y);
+    } else {
+        CHECK(diffs == 0, "%s: %zu of %zu elements differ in bits; first at %zu", what, diffs, bytes / elem, first);
+    }
+    if (!diffs) printf("ok %s (bitwise, %zu elements)\n", what, bytes / elem);
+}
+
+/* Same bits on two GPU runs. */
+static void compare_repeat(const char *what, const float *run1, const float *run2, size_t n) {
+    CHECK(memcmp(run1, run2, n * sizeof(float)) == 0, "%s: two GPU runs differ in bits", what);
+}
+
+/* ---- the kernels ------------------------------------------------------------- */
+
+static void test_embedding(int B, int T, int C, int V) {
+    size_t BT = (size_t)B * T, n = BT * C;
+    int32_t *tok = irand(BT, V);
+    float *wte = frand((size_t)V * C, -1, 1), *wpe = frand((size_t)T * C, -1, 1);
+    int32_t *d_tok = dcopy(tok, BT * sizeof(int32_t));
+    float *d_wte = dcopyf(wte, (size_t)V * C), *d_wpe = dcopyf(wpe, (size_t)T * C);
+
+    float *out = fnan(n), *d_out = dnan(n);
+    g_cpu->ops->embedding_fwd(&g_cs, out, tok, wte, wpe, B, T, C);
+    g_gpu->ops->embedding_fwd(&g_gs, d_out, d_tok, d_wte, d_wpe, B, T, C);
+    float *got = fetch(d_out, n, "embedding_fwd");
+    compare_bits("embedding_fwd", got, out, n * 4, 4);
+    free(got);
+
+    float *dout = frand(n, -1, 1), *dwte = frand((size_t)V * C, -1, 1), *dwpe = frand((size_t)T * C, -1, 1);
+    float *d_dout = dcopyf(dout, n), *d_dwte = dcopyf(dwte, (size_t)V * C), *d_dwpe = dcopyf(dwpe, (size_t)T * C);
+    g_cpu->ops->embedding_bwd(&g_cs, dwte, dwpe, dout, tok, B, T, C);
+    g_gpu->ops->embedding_bwd(&g_gs, d_dwte, d_dwpe, d_dout, d_tok, B, T, C);
+    float *g_dwte = fetch(d_dwte, (size_t)V * C, "embedding_bwd"), *g_dwpe = fetch(d_dwpe, (size_t)T * C, "embedding_bwd");
+    compare_bits("embedding_bwd dwte", g_dwte, dwte, (size_t)V * C * 4, 4);
+    compare_bits("embedding_bwd dwpe", g_dwpe, dwpe, (size_t)T * C * 4, 4);
+    free(g_dwte), free(g_dwpe), free(dout), free(dwte), free(dwpe), free(out), free(tok), free(wte), free(wpe);
+    dfree_all();
+}
+
+static void test_layernorm(int N, int C) {
+    size_t n = (size_t)N * C;
+    char what[96];
+    float *inp = frand(n, -2, 3), *w = frand(C, 0.5f, 1.5f), *b = frand(C, -0.5f, 0.5f);
+    float *d_inp = dcopyf(inp, n), *d_w = dcopyf(w, C), *d_b = dcopyf(b, C);
+    float *out = fnan(n), *mean = fnan(N), *rstd = fnan(N);
+    float *d_out = dnan(n), *d_mean = dnan(N), *d_rstd = dnan(N);
+    g_cpu->ops->layernorm_fwd(&g_cs, out, mean, rstd, inp, w, b, N, C);
+    g_gpu->ops->layernorm_fwd(&g_gs, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    float *g_out = fetch(d_out, n, "layernorm_fwd"), *g_mean = fetch(d_mean, N, "ln"), *g_rstd = fetch(d_rstd, N, "ln");
+    snprintf(what, sizeof what, "layernorm_fwd out N=%d C=%d", N, C);
+    compare(what, g_out, out, n, TOL);
+    snprintf(what, sizeof what, "layernorm_fwd mean N=%d C=%d", N, C);
+    compare(what, g_mean, mean, N, TOL);
+    snprintf(what, sizeof what, "layernorm_fwd rstd N=%d C=%d", N, C);
+    compare(what, g_rstd, rstd, N, TOL);
+    g_gpu->ops->layernorm_fwd(&g_gs, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    float *g_out2 = fetch(d_out, n, "layernorm_fwd");
+    compare_repeat("layernorm_fwd", g_out, g_out2, n);
+
+    /* Backward from the CPU's mean and rstd on both sides. */
+    float *dout = frand(n, -1, 1), *dinp = frand(n, -1, 1), *dw = frand(C, -1, 1), *db = frand(C, -1, 1);
+    float *dinp0 = fdup(dinp, n), *dw0 = fdup(dw, C), *db0 = fdup(db, C);
+    float *d_dout = dcopyf(dout, n), *d_dinp = dcopyf(dinp, n), *d_dw = dcopyf(dw, C), *d_db = dcopyf(db, C);
+    h2d(d_mean, mean, N * sizeof(float));
+    h2d(d_rstd, rstd, N * sizeof(float));
+    g_cpu->ops->layernorm_bwd(&g_cs, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    g_gpu->ops->layernorm_bwd(&g_gs, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    float *g_dinp = fetch(d_dinp, n, "ln bwd"), *g_dw = fetch(d_dw, C, "ln bwd"), *g_db = fetch(d_db, C, "ln bwd");
+    snprintf(what, sizeof what, "layernorm_bwd dinp N=%d C=%d", N, C);
+    compare(what, g_dinp, dinp, n, TOL);
+    snprintf(what, sizeof what, "layernorm_bwd dw N=%d C=%d", N, C);
+    compare_bits(what, g_dw, dw, (size_t)C * 4, 4);
+    snprintf(what, sizeof what, "layernorm_bwd db N=%d C=%d", N, C);
+    compare_bits(what, g_db, db, (size_t)C * 4, 4);
+    /* Again from the same starting gradients: the same bits. */
+    h2d(d_dinp, dinp0, n * sizeof(float));
+    h2d(d_dw, dw0, C * sizeof(float));
+    h2d(d_db, db0, C * sizeof(float));
+    g_gpu->ops->layernorm_bwd(&g_gs, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    float *g_dinp2 = fetch(d_dinp, n, "ln bwd");
+    compare_repeat("layernorm_bwd dinp", g_dinp, g_dinp2, n);
+
+    free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(g_out), free(g_mean), free(g_rstd);
+    free(g_out2), free(dout), free(dinp), free(dw), free(db), free(dinp0), free(dw0), free(db0);
+    free(g_dinp), free(g_dw), free(g_db), free(g_dinp2);
+    dfree_all();
+}
+
+static void test_matmul(int N, int C, int OC, int with_bias, int with_dinp) {
+    char what[128], tag[64];
+    snprintf(tag, sizeof tag, "N=%d C=%d OC=%d bias=%d dinp=%d", N, C, OC, with_bias, with_dinp);
+    size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
+    float *inp = frand(nin, -1, 1), *w = frand(nw, -1, 1), *bias = frand(OC, -1, 1);
+    float *d_inp = dcopyf(inp, nin), *d_w = dcopyf(w, nw), *d_bias = dcopyf(bias, OC);
+    float *out = fnan(nout), *d_out = dnan(nout);
+    g_cpu->ops->matmul_fwd(&g_cs, out, inp, w, with_bias ? bias : NULL, N, C, OC);
+    g_gpu->ops->matmul_fwd(&g_gs, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
+    float *g_out = fetch(d_out, nout, "matmul_fwd");
+    snprintf(what, sizeof what, "matmul_fwd %s", tag);
+    compare(what, g_out, out, nout, TOL);
+    g_gpu->ops->matmul_fwd(&g_gs, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
+    float *g_out2 = fetch(d_out, nout, "matmul_fwd");
+    compare_repeat(what, g_out, g_out2, nout);
+
+    float *dout = frand(nout, -1, 1), *dinp = frand(nin, -1, 1), *dw = frand(nw, -1, 1), *dbias = frand(OC, -1, 1);
+    float *d_dout = dcopyf(dout, nout), *d_dinp = dcopyf(dinp, nin), *d_dw = dcopyf(dw, nw);
+    float *d_dbias = dcopyf(dbias, OC);
+    g_cpu->ops->matmul_bwd(&g_cs, with_dinp ? dinp : NULL, dw, with_bias ? dbias : NULL, dout, inp, w, N, C, OC);
+    g_gpu->ops->matmul_bwd(&g_gs, with_dinp ? d_dinp : NULL, d_dw, with_bias ? d_dbias : NULL, d_dout, d_inp, d_w, N,
+                           C, OC);
+    float *g_dinp = fetch(d_dinp, nin, "matmul_bwd"), *g_dw = fetch(d_dw, nw, "matmul_bwd");
+    float *g_dbias = fetch(d_dbias, OC, "matmul_bwd");
+    snprintf(what, sizeof what, "matmul_bwd dinp %s", tag);
+    compare(what, g_dinp, dinp, nin, TOL); /* untouched when dinp is NULL: both keep the start */
+    snprintf(what, sizeof what, "matmul_bwd dw %s", tag);
+    compare(what, g_dw, dw, nw, TOL);
+    snprintf(what, sizeof what, "matmul_bwd dbias %s", tag);
+    compare_bits(what, g_dbias, dbias, (size_t)OC * 4, 4);
+
+    free(inp), free(w), free(bias), free(out), free(g_out), free(g_out2), free(dout), free(dinp), free(dw);
+    free(dbias), free(g_dinp), free(g_dw), free(g_dbias);
+    dfree_all();
+}
+
+static void test_attention(int B, int T, int C, int NH) {
+    char what[128], tag[64];
+    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    size_t ndatt = (size_t)B * NH * T;
+    float *qkv = frand(nqkv, -1.5f, 1.5f), *d_qkv = dcopyf(qkv, nqkv);
+    float *out = fnan(nout), *att = fnan(natt), *d_out = dnan(nout), *d_att = dnan(natt);
+    g_cpu->ops->attention_fwd(&g_cs, out, att, qkv, B, T, C, NH);
+    g_gpu->ops->attention_fwd(&g_gs, d_out, d_att, d_qkv, B, T, C, NH);
+    float *g_out = fetch(d_out, nout, "attention_fwd"), *g_att = fetch(d_att, natt, "attention_fwd");
+    snprintf(what, sizeof what, "attention_fwd out %s", tag);
+    compare(what, g_out, out, nout, TOL);
+    snprintf(what, sizeof what, "attention_fwd att %s", tag);
+    compare(what, g_att, att, natt, TOL);
+
+    /* Backward from the CPU's probabilities on both sides. */
+    float *dout = frand(nout, -1, 1), *dqkv = frand(nqkv, -1, 1), *dqkv0 = fdup(dqkv, nqkv), *datt = fnan(ndatt);
+    float *d_dout = dcopyf(dout, nout), *d_dqkv = dcopyf(dqkv, nqkv), *d_datt = dnan(ndatt);
+    h2d(d_att, att, natt * sizeof(float));
+    g_cpu->ops->attention_bwd(&g_cs, dqkv, datt, dout, qkv, att, B, T, C, NH);
+    g_gpu->ops->attention_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH);
+    float *g_dqkv = fetch(d_dqkv, nqkv, "attention_bwd");
+    snprintf(what, sizeof what, "attention_bwd dqkv %s", tag);
+    compare(what, g_dqkv, dqkv, nqkv, TOL);
+    h2d(d_dqkv, dqkv0, nqkv * sizeof(float));
+    g_gpu->ops->attention_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH);
+    float *g_dqkv2 = fetch(d_dqkv, nqkv, "attention_bwd");
+    compare_repeat(what, g_dqkv, g_dqkv2, nqkv);
+
+    free(qkv), free(out), free(att), free(g_out), free(g_att), free(dout), free(dqkv), free(dqkv0), free(datt);
+    free(g_dqkv), free(g_dqkv2);
+    dfree_all();
+}
+
+static void test_pointwise(size_t n) {
+    char what[96];
+    float *x = frand(n, -4, 4), *y = frand(n, -4, 4), *dout = frand(n, -1, 1);
+    float *d_x = dcopyf(x, n), *d_y = dcopyf(y, n), *d_dout = dcopyf(dout, n);
+
+    float *out = fnan(n), *d_out = dnan(n);
+    g_cpu->ops->gelu_fwd(&g_cs, out, x, n);
+    g_gpu->ops->gelu_fwd(&g_gs, d_out, d_x, n);
+    float *g = fetch(d_out, n, "gelu_fwd");
+    snprintf(what, sizeof what, "gelu_fwd n=%zu", n);
+    compare(what, g, out, n, TOL);
+    free(g);
+
+    float *dinp = frand(n, -1, 1), *d_dinp = dcopyf(dinp, n);
+    g_cpu->ops->gelu_bwd(&g_cs, dinp, x, dout, n);
+    g_gpu->ops->gelu_bwd(&g_gs, d_dinp, d_x, d_dout, n);
+    g = fetch(d_dinp, n, "gelu_bwd");
+    snprintf(what, sizeof what, "gelu_bwd n=%zu", n);
+    compare(what, g, dinp, n, TOL);
+    free(g);
+
+    float *d_out2 = dnan(n);
+    for (size_t i = 0; i < n; i++) out[i] = NAN;
+    g_cpu->ops->residual_fwd(&g_cs, out, x, y, n);
+    g_gpu->ops->residual_fwd(&g_gs, d_out2, d_x, d_y, n);
+    g = fetch(d_out2, n, "residual_fwd");
+    snprintf(what, sizeof what, "residual_fwd n=%zu", n);
+    compare_bits(what, g, out, n * 4, 4);
+    free(g);
+
+    float *da = frand(n, -1, 1), *db = frand(n, -1, 1), *d_da = dcopyf(da, n), *d_db = dcopyf(db, n);
+    g_cpu->ops->residual_bwd(&g_cs, da, db, dout, n);
+    g_gpu->ops->residual_bwd(&g_gs, d_da, d_db, d_dout, n);
+    float *ga = fetch(d_da, n, "residual_bwd"), *gb = fetch(d_db, n, "residual_bwd");
+    snprintf(what, sizeof what, "residual_bwd da n=%zu", n);
+    compare_bits(what, ga, da, n * 4, 4);
+    snprintf(what, sizeof what, "residual_bwd db n=%zu", n);
+    compare_bits(what, gb, db, n * 4, 4);
+    free(ga), free(gb);
+
+    g_cpu->ops->scale(&g_cs, x, 0.37f, n);
+    g_gpu->ops->scale(&g_gs, d_x, 0.37f, n);
+    g = fetch(d_x, n, "scale");
+    snprintf(what, sizeof what, "scale n=%zu", n);
+    compare_bits(what, g, x, n * 4, 4);
+    free(g);
+
+    free(x), free(y), free(dout), free(out), free(dinp), free(da), free(db);
+    dfree_all();
+}
+
+static void test_softmax_xent(int N, int V) {
+    char what[96];
+    size_t n = (size_t)N * V;
+    float *logits = frand(n, -6, 6);
+    int32_t *tgt = irand(N, V);
+    float *d_logits = dcopyf(logits, n);
+    int32_t *d_tgt = dcopy(tgt, N * sizeof(int32_t));
+    float *probs = fnan(n), *losses = fnan(N), *d_probs = dnan(n), *d_losses = dnan(N);
+    g_cpu->ops->softmax_xent_fwd(&g_cs, losses, probs, logits, tgt, N, V);
+    g_gpu->ops->softmax_xent_fwd(&g_gs, d_losses, d_probs, d_logits, d_tgt, N, V);
+    float *gp = fetch(d_probs, n, "xent_fwd"), *gl = fetch(d_losses, N, "xent_fwd");
+    snprintf(what, sizeof what, "softmax_xent_fwd probs N=%d V=%d", N, V);
+    compare(what, gp, probs, n, TOL);
+    snprintf(what, sizeof what, "softmax_xent_fwd losses N=%d V=%d", N, V);
+    compare(what, gl, losses, N, TOL);
+    free(gl);
+
+    /* In place: probs aliases logits; the same bits as the separate run. */
+    float *d_inplace = dcopyf(logits, n), *d_losses2 = dnan(N);
+    g_gpu->ops->softmax_xent_fwd(&g_gs, d_losses2, d_inplace, d_inplace, d_tgt, N, V);
+    float *gp2 = fetch(d_inplace, n, "xent_fwd"), *gl2 = fetch(d_losses2, N, "xent_fwd");
+    float *gl1 = fetch(d_losses, N, "xent_fwd");
+    snprintf(what, sizeof what, "softmax_xent_fwd in place N=%d V=%d", N, V);
+    compare_bits(what, gp2, gp, n * 4, 4);
+    compare_bits(what, gl2, gl1, (size_t)N * 4, 4);
+
+    float *dlogits = fnan(n), *d_dlogits = dnan(n);
+    h2d(d_probs, probs, n * sizeof(float));
+    g_cpu->ops->softmax_xent_bwd(&g_cs, dlogits, probs, tgt, N, V, 0.125f);
+    g_gpu->ops->softmax_xent_bwd(&g_gs, d_dlogits, d_probs, d_tgt, N, V, 0.125f);
+    float *gd = fetch(d_dlogits, n, "xent_bwd");
+    snprintf(what, sizeof what, "softmax_xent_bwd N=%d V=%d", N, V);
+    compare_bits(what, gd, dlogits, n * 4, 4);
+
+    free(logits), free(tgt), free(probs), free(losses), free(gp), free(gp2), free(gl2), free(gl1), free(dlogits);
+    free(gd);
+    dfree_all();
+}
+
+static void test_adamw(size_t n) {
+    float *p = frand(n, -1, 1), *m = frand(n, -0.1f, 0.1f), *v = frand(n, 0, 0.01f);
+    float *d_p = dcopyf(p, n), *d_m = dcopyf(m, n), *d_v = dcopyf(v, n);
+    for (int t = 1; t <= 3; t++) {
+        float *g = frand(n, -1, 1), *d_g = dcopyf(g, n);
+        float wd = t == 2 ? 0.0f : 0.1f;
+        g_cpu->ops->adamw(&g_cs, p, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, wd, t);
+        g_gpu->ops->adamw(&g_gs, d_p, d_g, d_m, d_v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, wd, t);
+        free(g);
+    }
+    float *gp = fetch(d_p, n, "adamw"), *gm = fetch(d_m, n, "adamw"), *gv = fetch(d_v, n, "adamw");
+    compare("adamw p (3 steps)", gp, p, n, TOL);
+    compare_bits("adamw p (3 steps)", gp, p, n * 4, 4);
+    compare_bits("adamw m", gm, m, n * 4, 4);
+    compare_bits("adamw v", gv, v, n * 4, 4);
+    free(p), free(m), free(v), free(gp), free(gm), free(gv);
+    dfree_all();
+}
+
+static void test_casts(void) {
+    /* fp32 -> bf16: random values over many exponents, and hand-picked ones
+     * (NaN, infinities, signed zeros, ties to even, the largest finite). */
+    size_t n = 100000;
+    float *x = falloc(n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)rng_next();
+        memcpy(&x[i], &u, 4);
+    }
+    const uint32_t special[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7f800000u, 0xff800000u, 0x00000000u,
+                                0x80000000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0x00000001u,
+                                0x3f7fffffu, 0xbf808000u};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) memcpy(&x[i], &special[i], 4);
+    zt_bf16 *h = xmalloc(n * sizeof(zt_bf16)), *gh = xmalloc(n * sizeof(zt_bf16));
+    float *d_x = dcopyf(x, n);
+    zt_bf16 *d_h = dalloc(n * sizeof(zt_bf16));
+    g_cpu->ops->cast_f32_to_bf16(&g_cs, h, x, n);
+    g_gpu->ops->cast_f32_to_bf16(&g_gs, d_h, d_x, n);
+    gsync("cast_f32_to_bf16");
+    d2h(gh, d_h, n * sizeof(zt_bf16));
+    compare_bits("cast_f32_to_bf16", gh, h, n * sizeof(zt_bf16), sizeof(zt_bf16));
+
+    /* bf16 -> fp32: every pattern. */
+    size_t np = 65536;
+    zt_bf16 *pat = xmalloc(np * sizeof(zt_bf16));
+    for (size_t i = 0; i < np; i++) pat[i] = (zt_bf16)i;
+    float *f = fnan(np), *d_f = dnan(np);
+    zt_bf16 *d_pat = dcopy(pat, np * sizeof(zt_bf16));
+    g_cpu->ops->cast_bf16_to_f32(&g_cs, f, pat, np);
+    g_gpu->ops->cast_bf16_to_f32(&g_gs, d_f, d_pat, np);
+    float *gf = fetch(d_f, np, "cast_bf16_to_f32");
+    compare_bits("cast_bf16_to_f32 (all 65536 patterns)", gf, f, np * 4, 4);
+    free(x), free(h), free(gh), free(pat), free(f), free(gf);
+    dfree_all();
+}
+
+static void test_sum_squares(size_t n) {
+    float *x = frand(n, -2, 2), *d_x = dcopyf(x, n);
+    double cpu = -1.0, gpu_host = -1.0, gpu_host2 = -1.0, gpu_dev = -1.0;
+    g_cpu->ops->sum_squares(&g_cs, &cpu, x, n);
+    g_gpu->ops->sum_squares(&g_gs, &gpu_host, d_x, n); /* host pointer: valid on return */
+    g_gpu->ops->sum_squares(&g_gs, &gpu_host2, d_x, n);
+    double *d_res = dalloc(sizeof(double));
+    g_gpu->ops->sum_squares(&g_gs, d_res, d_x, n); /* device pointer: valid after a sync */
+    gsync("sum_squares");
+    d2h(&gpu_dev, d_res, sizeof(double));
+    double rel = fabs(gpu_host - cpu) / (cpu > 0 ? cpu : 1.0);
+    CHECK(n == 0 ? gpu_host == 0.0 : rel <= 1e-12, "sum_squares n=%zu: gpu %.17g cpu %.17g (rel %.3g)", n, gpu_host,
+          cpu, rel);
+    CHECK(memcmp(&gpu_host, &gpu_host2, sizeof(double)) == 0 && memcmp(&gpu_host, &gpu_dev, sizeof(double)) == 0,
+          "sum_squares n=%zu: runs differ: %.17g %.17g %.17g", n, gpu_host, gpu_host2, gpu_dev);
+    if (n == 0 ? gpu_host == 0.0 : rel <= 1e-12)
+        printf("ok sum_squares n=%zu (rel err %.2e; host and device results, repeat: same bits)\n", n, rel);
+    free(x);
+    dfree_all();
+}
+
+/* Row-major reference in double of C = alpha op(A) op(B) + beta C0. */
+static void gemm_ref(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                     int ldb, float beta, const float *C0, int ldc, double *out) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0.0;
+            for (int k = 0; k < K; k++) {
+                double a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                double b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                acc += a * b;
+            }
+            out[(size_t)i * N + j] = alpha * acc + (double)beta * C0[(size_t)i * ldc + j];
+        }
+}
+
+static void test_gemm_bf16(int M, int N, int K) {
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int cbf = 0; cbf < 2; cbf++) {
+                int lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
+                size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+                /* Inputs already bf16-representable, so the reference sees what the GPU sees. */
+                zt_bf16 *a = xmalloc(na * 2), *b = xmalloc(nb * 2), *c16 = xmalloc(nc * 2);
+                float *af = falloc(na), *bf = falloc(nb), *c0 = falloc(nc);
+                for (size_t i = 0; i < na; i++) af[i] = zt_bf16_to_f32(a[i] = zt_f32_to_bf16(rng_uniform(-1, 1)));
+                for (size_t i = 0; i < nb; i++) bf[i] = zt_bf16_to_f32(b[i] = zt_f32_to_bf16(rng_uniform(-1, 1)));
+                for (size_t i = 0; i < nc; i++) c0[i] = zt_bf16_to_f32(c16[i] = zt_f32_to_bf16(rng_uniform(-1, 1)));
+                double *ref = xmalloc(nc * sizeof(double));
+                gemm_ref(ta, tb, M, N, K, 1.5f, af, lda, bf, ldb, 0.5f, c0, ldc, ref);
+                void *d_a = dcopy(a, na * 2), *d_b = dcopy(b, nb * 2);
+                void *d_c = cbf ? dcopy(c16, nc * 2) : dcopy(c0, nc * 4);
+                zt_error err;
+                zt_error_clear(&err);
+                zt_status st = zt_cuda_gemm_bf16(&g_gs, ta, tb, M, N, K, 1.5f, d_a, lda, d_b, ldb, 0.5f, d_c,
+                                                 cbf ? ZT_BF16 : ZT_FP32, ldc, &err);
+                CHECK(st == ZT_OK, "zt_cuda_gemm_bf16: %s", err.msg);
+                gsync("gemm_bf16");
+                float *got = falloc(nc), *want = falloc(nc);
+                if (cbf) {
+                    d2h(c16, d_c, nc * 2);
+                    for (size_t i = 0; i < nc; i++) got[i] = zt_bf16_to_f32(c16[i]);
+                } else {
+                    d2h(got, d_c, nc * 4);
+                }
+                for (size_t i = 0; i < nc; i++) want[i] = (float)ref[i];
+                char what[96];
+                snprintf(what, sizeof what, "gemm_bf16 M=%d N=%d K=%d ta=%d tb=%d out=%s", M, N, K, ta, tb,
+                         cbf ? "bf16" : "fp32");
+                /* bf16 output: one rounding to 8 significant bits. */
+                compare(what, got, want, nc, cbf ? 8e-3 : TOL);
+                free(a), free(b), free(c16), free(af), free(bf), free(c0), free(ref), free(got), free(want);
+                dfree_all();
+            }
+}
+
+static void test_backend_basics(void) {
+    zt_error err;
+    zt_error_clear(&err);
+    size_t fb = 0, tb = 0;
+    zt_status st = g_gpu->mem_info(g_gpu, &fb, &tb, &err);
+    CHECK(st == ZT_OK && fb > 0 && tb >= fb, "mem_info: status %d free %zu total %zu (%s)", (int)st, fb, tb, err.msg);
+    CHECK(g_gs.handle != NULL, "zt_backend_stream: the CUDA stream handle is NULL");
+    CHECK(g_gpu->device == ZT_DEVICE_CUDA && strcmp(g_gpu->name, "cuda") == 0, "backend identity");
+    /* memset_async, then a device-to-device copy. */
+    size_t n = 1000;
+    float *d_a = dalloc(n * 4), *d_b = dnan(n), *h = falloc(n);
+    st = g_gpu->memset_async(g_gpu, d_a, 0, n * 4, &g_gs, &err);
+    if (st == ZT_OK) st = g_gpu->memcpy_async(g_gpu, d_b, d_a, n * 4, ZT_COPY_D2D, &g_gs, &err);
+    CHECK(st == ZT_OK, "memset/memcpy: %s", err.msg);
+    d2h(h, d_b, n * 4);
+    int zeros = 1;
+    for (size_t i = 0; i < n; i++) zeros &= h[i] == 0.0f;
+    CHECK(zeros, "memset_async + D2D copy: not all zeros");
+    free(h);
+    dfree_all();
+    if (!g_failures) printf("ok backend basics (mem_info free %zu of %zu bytes)\n", fb, tb);
+}
+
+/* A kernel launch that fails inside a (void) zt_ops call (attention backward
+ * asking for more shared memory than any GPU has, so nothing runs) is reported
+ * by the next stream_sync with its file:line, and keeps being reported; other
+ * backends are unaffected. */
+static void test_sticky_error(void) {
+    zt_backend *be = NULL;
+    zt_error err;
+    zt_error_clear(&err);
+    if (zt_backend_cuda_create(1, 0, &be, &err) != ZT_OK) die_status("second CUDA backend", &err);
+    zt_stream s = zt_backend_stream(be);
+    zt_status st = be->stream_sync(be, &s, &err);
+    CHECK(st == ZT_OK, "fresh backend: sync failed: %s", err.msg);
+    be->ops->attention_bwd(&s, NULL, NULL, NULL, NULL, NULL, 1, 1 << 20, 32, 1); /* 4 MiB of shared memory */
+    zt_error_clear(&err);
+    st = be->stream_sync(be, &s, &err);
+    CHECK(st != ZT_OK && err.file && strstr(err.file, "ops_attention") != NULL,
+          "failed launch: sync gave status %d, %s:%d: %s", (int)st, err.file ? err.file : "?", err.line, err.msg);
+    printf("sticky error reported as: %s:%d: %s\n", err.file ? err.file : "?", err.line, err.msg);
+    zt_error_clear(&err);
+    CHECK(be->stream_sync(be, &s, &err) != ZT_OK, "the sticky error was reported only once");
+    zt_backend_destroy(be);
+    zt_error_clear(&err);
+    CHECK(g_gpu->stream_sync(g_gpu, &g_gs, &err) == ZT_OK, "the other backend sees the error: %s", err.msg);
+    if (!g_failures) printf("ok sticky error\n");
+}
+
+int main(void) {
+    int count = 0;
+    cudaError_t rc = cudaGetDeviceCount(&count);
+    if (rc != cudaSuccess || count == 0) {
+        printf("SKIP: no CUDA device (cudaGetDeviceCount: %s, %d devices)\n",
+               rc != cudaSuccess ? cudaGetErrorString(rc) : "ok", count);
+        return 77;
+    }
+    const char *seed = getenv("ZT_TEST_SEED");
+    if (seed && *seed) rng_state = strtoull(seed, NULL, 0) | 1u;
+    printf("seed 0x%016llx, %d CUDA device(s)\n", (unsigned long long)rng_state, count);
+
+    zt_error err;
+    zt_error_clear(&err);
+    if (zt_backend_create(ZT_DEVICE_CUDA, 1, &g_gpu, &err) != ZT_OK) die_status("zt_backend_create(cuda)", &err);
+    if (zt_backend_create(ZT_DEVICE_CPU, 2, &g_cpu, &err) != ZT_OK) die_status("zt_backend_create(cpu)", &err);
+    g_gs = zt_backend_stream(g_gpu);
+    g_cs = zt_backend_stream(g_cpu);
+
+    test_backend_basics();
+    test_embedding(3, 17, 40, 53);
+    test_embedding(4, 64, 96, 1000);
+    test_layernorm(37, 48);
+    test_layernorm(130, 770);
+    test_matmul(37, 48, 72, 1, 1);
+    test_matmul(64, 256, 200, 0, 1);
+    test_matmul(50, 33, 17, 1, 0);
+    test_matmul(256, 512, 384, 1, 1);
+    test_attention(2, 19, 48, 4);
+    test_attention(1, 1, 16, 2);
+    test_attention(2, 64, 64, 2);
+    test_attention(1, 200, 96, 3);
+    test_pointwise(1);
+    test_pointwise(100003);
+    test_softmax_xent(23, 37);
+    test_softmax_xent(9, 5003);
+    test_adamw(1031);
+    test_casts();
+    test_sum_squares(0);
+    test_sum_squares(1);
+    test_sum_squares(4097);
+    test_sum_squares((1u << 20) + 5);
+    test_gemm_bf16(37, 45, 64);
+    test_gemm_bf16(64, 128, 256);
+    test_sticky_error(); /* last: it leaves one launch failed on a second backend */
+
+    zt_backend_destroy(g_gpu);
+    zt_backend_destroy(g_cpu);
+    printf("%d checks, %d failures\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
