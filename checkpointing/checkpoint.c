@@ -291,7 +291,7 @@ zt_status zt_ckpt_open(const char *dir, zt_ckpt_info *info, zt_error *err) {
         snprintf(path, sizeof path, "%s/latest", dir);
         FILE *f = fopen(path, "r");
         if (!f)
-            return ZT_FAIL(err, ZT_ERR_INVALID, "--resume %s: no complete checkpoint there (no 'latest' file and no manifest.json)", dir);
+            return ZT_FAIL(err, ZT_ERR_INVALID, "checkpoint directory %s: no complete checkpoint there (no 'latest' file and no manifest.json)", dir);
         char name[128] = "";
         if (!fgets(name, sizeof name, f)) name[0] = '\0';
         fclose(f);

@@ -446,28 +446,57 @@ def write_memory_plot(out, rows, subtitle, cap):
     return "ablation_memory.gp"
 
 
-def label_positions(points, xlim, ylim, line=0.035, width=0.17):
-    """Label heights (data units) that keep the labels of nearby points from
-    overprinting: taken in order of x, each label starts at its point's height
-    and moves up or down by a line until it is clear of the labels already
-    placed that overlap it horizontally. line and width are a label's height
-    and width as fractions of the plot."""
+# Throughput plot geometry (pixels), used to keep labels apart: the terminal
+# size, the plot area fixed by the margins below, and the label font's
+# (',9') character width and line height, with some slack.
+THR_SIZE = (1200, 800)
+THR_AREA = (0.08, 0.84, 0.10, 0.88)  # left, right, bottom, top as fractions of the screen
+LABEL_CHAR_PX, LABEL_LINE_PX, MARKER_PX = 7.0, 15.0, 8.0
+
+
+def place_labels(points, names, xlim, ylim):
+    """Where to put each point's label so that labels overlap neither each
+    other nor other points: beside the point (right, else left), else moved
+    up or down by whole lines (then a leader line joins them). Returns per
+    point (label x, label y, 'left'|'right' alignment, moved?) in data units."""
     (x0, x1), (y0, y1) = xlim, ylim
-    placed = []  # (normalised x, normalised y) of labels already placed
-    heights = [0.0] * len(points)
-    for i in sorted(range(len(points)), key=lambda k: points[k]):
-        nx = (points[i][0] - x0) / ((x1 - x0) or 1.0)
-        ny = (points[i][1] - y0) / ((y1 - y0) or 1.0)
-        best = ny
-        for k in range(40):
-            cand = ny + (k + 1) // 2 * line * (1 if k % 2 else -1)
-            if 0.0 <= cand <= 1.0 - line and all(abs(cand - py) >= line or abs(nx - px) >= width
-                                                 for px, py in placed):
-                best = cand
+    width = (THR_AREA[1] - THR_AREA[0]) * THR_SIZE[0]
+    height = (THR_AREA[3] - THR_AREA[2]) * THR_SIZE[1]
+    px = [((x - x0) / (x1 - x0) * width, (y - y0) / (y1 - y0) * height) for x, y in points]
+    markers = [(a - MARKER_PX, b - MARKER_PX, a + MARKER_PX, b + MARKER_PX) for a, b in px]
+    gap = MARKER_PX + 3.0
+    placed, result = [], [None] * len(points)
+
+    def clear(box, own):
+        xa, ya, xb, yb = box
+        if xa < 0 or xb > width or ya < 0 or yb > height:
+            return False
+        others = [m for k, m in enumerate(markers) if k != own] + placed
+        return all(xb <= ma or xa >= mb or yb <= na or ya >= nb for ma, na, mb, nb in others)
+
+    shifts = [0] + [k * sign for k in range(1, 8) for sign in (1, -1)]
+    for i in sorted(range(len(points)), key=lambda k: (points[k][0], points[k][1])):
+        a, b = px[i]
+        w = len(names[i]) * LABEL_CHAR_PX
+        choice = None
+        for k in shifts:
+            cy = b + k * LABEL_LINE_PX
+            for side in ("left", "right"):  # gnuplot's alignment: 'left' = text right of the point
+                xa = a + gap if side == "left" else a - gap - w
+                box = (xa, cy - LABEL_LINE_PX / 2, xa + w, cy + LABEL_LINE_PX / 2)
+                if clear(box, i):
+                    choice = (box, side, k)
+                    break
+            if choice:
                 break
-        placed.append((nx, best))
-        heights[i] = y0 + best * (y1 - y0)
-    return heights
+        if choice is None:  # nowhere clear: beside the point, to the right
+            choice = ((a + gap, b - LABEL_LINE_PX / 2, a + gap + w, b + LABEL_LINE_PX / 2), "left", 0)
+        box, side, k = choice
+        placed.append(box)
+        ax = box[0] if side == "left" else box[2]
+        ay = (box[1] + box[3]) / 2
+        result[i] = (x0 + ax / width * (x1 - x0), y0 + ay / height * (y1 - y0), side, k != 0)
+    return result
 
 
 def write_throughput_plot(out, rows, subtitle):
@@ -475,9 +504,12 @@ def write_throughput_plot(out, rows, subtitle):
     failed = [r["name"] for r in rows if r["status"] != "ok"]
     gp = [
         "# tokens/s against the mean per-rank peak, one labelled point per configuration;",
-        "# data: ablation_throughput.dat (label_y: the label's height, moved off its neighbours)",
-        "set terminal pngcairo size 1200,800 enhanced font 'Sans,11'",
+        "# data: ablation_throughput.dat (label_x/label_y/align: where the label goes,",
+        "# kept clear of other labels and points; moved = 1: joined to its point by a line)",
+        "set terminal pngcairo size %d,%d enhanced font 'Sans,11'" % THR_SIZE,
         "set output 'ablation_throughput.png'",
+        "set lmargin at screen %g\nset rmargin at screen %g\nset bmargin at screen %g\nset tmargin at screen %g"
+        % THR_AREA,
         f"set title {gp_string('Throughput against memory')} . \"\\n\" . {gp_string(subtitle)} noenhanced",
         "set xlabel 'peak device memory per rank, mean over ranks (MiB)'",
         "set ylabel 'tokens/s (all ranks)'",
@@ -486,30 +518,33 @@ def write_throughput_plot(out, rows, subtitle):
     ]
     if failed:
         note = "not shown (failed): " + ", ".join(failed)
-        gp.append("set bmargin 6")
         gp.append(f"set label {gp_string(note)} at screen 0.01, screen 0.02 left textcolor rgb '#c00000' "
                   "noenhanced font ',9'")
     with open(os.path.join(out, "ablation_throughput.dat"), "w") as f:
-        f.write("# config peak_mean_MiB tokens_per_s stage label_y\n")
+        f.write("# config peak_mean_MiB tokens_per_s stage label_x label_y align moved\n")
         if ok:
             xs = [r["peak_mean_bytes"] / MIB for r in ok]
             ys = [r["tokens_per_s"] for r in ok]
-            xpad = (max(xs) - min(xs)) * 0.08 or max(xs) * 0.1 or 1.0
-            ypad = (max(ys) - min(ys)) * 0.1 or max(ys) * 0.1 or 1.0
-            xlim = (max(0.0, min(xs) - xpad), max(xs) + 3.0 * xpad)  # room for the labels on the right
-            ylim = (max(0.0, min(ys) - ypad), max(ys) + ypad)
-            label_y = label_positions(list(zip(xs, ys)), xlim, ylim)
-            for r, x, y, ly in zip(ok, xs, ys, label_y):
-                f.write(f"{r['name']} {x:.6f} {y:.6g} {r['stage']} {ly:.6g}\n")
+            xspan = (max(xs) - min(xs)) or max(xs) or 1.0
+            yspan = (max(ys) - min(ys)) or max(ys) or 1.0
+            xlim = (max(0.0, min(xs) - 0.15 * xspan), max(xs) + 0.3 * xspan)  # room for labels
+            ylim = (max(0.0, min(ys) - 0.12 * yspan), max(ys) + 0.12 * yspan)
+            labels = place_labels(list(zip(xs, ys)), [r["name"] for r in ok], xlim, ylim)
+            for r, x, y, (lx, ly, align, moved) in zip(ok, xs, ys, labels):
+                f.write(f"{r['name']} {x:.6f} {y:.6g} {r['stage']} {lx:.6g} {ly:.6g} {align} {int(moved)}\n")
     if ok:
         colours = " ".join(STAGE_COLOURS)
         gp += [
             f"set xrange [{xlim[0]:.6g}:{xlim[1]:.6g}]",
             f"set yrange [{ylim[0]:.6g}:{ylim[1]:.6g}]",
             f"colours = {gp_string(colours)}",
-            "plot for [s=0:3] 'ablation_throughput.dat' using ($4 == s ? $2 : NaN):3 with points "
+            "plot 'ablation_throughput.dat' using 2:($8 != 0 ? $3 : NaN):($5-$2):($6-$3) with vectors nohead "
+            "linecolor rgb '#a0a0a0' notitle, \\",
+            "     for [s=0:3] 'ablation_throughput.dat' using ($4 == s ? $2 : NaN):3 with points "
             "pointtype 7 pointsize 1.6 linecolor rgb word(colours, s+1) title sprintf('stage %d', s), \\",
-            "     'ablation_throughput.dat' using 2:5:1 with labels left offset char 1, char 0 "
+            "     'ablation_throughput.dat' using 5:6:(strcol(7) eq 'left' ? strcol(1) : '') with labels left "
+            "font ',9' noenhanced notitle, \\",
+            "     'ablation_throughput.dat' using 5:6:(strcol(7) eq 'right' ? strcol(1) : '') with labels right "
             "font ',9' noenhanced notitle",
         ]
     else:

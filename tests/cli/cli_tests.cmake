@@ -5,3 +5,4 @@ foreach(zt_cli_case bad_input config_precedence deepspeed_config determinism con
            COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/cli/zt_cli_test.py ${zt_cli_case} $<TARGET_FILE:zt-train>)
   set_tests_properties(cli_${zt_cli_case} PROPERTIES LABELS "cli" TIMEOUT 600)
 endforeach()
+set_tests_properties(cli_convergence PROPERTIES LABELS "cli;slow")

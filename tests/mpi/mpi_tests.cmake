@@ -9,3 +9,6 @@ foreach(zt_mpi_case np1_equals_single stages_np2 stages_np3 stages_np4 bf16_stag
                    $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
   set_tests_properties(mpi_${zt_mpi_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
 endforeach()
+# The longest scenarios (64 runs; a 400-step convergence) run in the normal
+# build only; the sanitizer pass (tests/run_all.sh) excludes label "slow".
+set_tests_properties(mpi_planner_matches PROPERTIES LABELS "mpi;slow")
