@@ -117,13 +117,15 @@ void zt_coll_bandwidth(const zt_comm *c, zt_coll_kind k, double *algbw_gbs, doub
 #ifndef ZT_HAVE_NCCL
 zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
     memset(c, 0, sizeof *c);
-    return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "this build has no NCCL (configure with CUDA to get it)");
+    return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--device cuda: this build has no NCCL (configure with CUDA to get it)");
 }
 #endif
 
 #ifndef ZT_HAVE_CUDA_COMM
 zt_status zt_comm_create_staged(zt_comm *c, zt_error *err) {
     memset(c, 0, sizeof *c);
-    return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "this build has no CUDA (host staging is for device buffers)");
+    return ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
+                   "--device cuda: this build has no CUDA support (build where nvcc is found, or with ZT_CUDA=ON); "
+                   "use --device cpu");
 }
 #endif
