@@ -12,7 +12,8 @@ zt_status zt_ctx_init(zt_ctx *ctx, zt_device device, int nthreads, size_t device
     zt_log_init(&ctx->log, rank, world_size, quiet);
     ZT_TRY(zt_backend_create(device, nthreads, &ctx->be, &ctx->err));
     zt_mem_init(&ctx->device_mem, "device", ctx->be->raw_device, device_limit);
-    zt_mem_init(&ctx->host_mem, "host", zt_raw_allocator_host_locked(&ctx->host_lock), 0);
+    zt_raw_allocator host = ctx->be->raw_host.alloc ? ctx->be->raw_host : zt_raw_allocator_host_locked(&ctx->host_lock);
+    zt_mem_init(&ctx->host_mem, "host", host, 0);
     ctx->compute = zt_backend_stream(ctx->be);
     return ZT_OK;
 }

@@ -94,6 +94,9 @@ typedef struct zt_backend {
     const char *name;
     const zt_ops *ops;
     zt_raw_allocator raw_device; /* blocks for the tracked device allocator */
+    /* Blocks for the host offload pool: pinned (cudaHostAlloc) on CUDA; when
+     * alloc is NULL (CPU) the context uses mlock'ed host memory. */
+    zt_raw_allocator raw_host;
     int nthreads;
     /* Copies and fills, ordered on stream s. */
     zt_status (*memcpy_async)(struct zt_backend *be, void *dst, const void *src, size_t bytes,

@@ -122,6 +122,23 @@ static void *cuda_raw_alloc(void *ctx, size_t bytes) {
     return p;
 }
 
+/* Page-locked host memory for the offload pool: copies to and from it run
+ * at full PCIe/NVLink speed and can be asynchronous. */
+static void *cuda_host_alloc(void *ctx, size_t bytes) {
+    (void)ctx;
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_host_free(void *ctx, void *ptr) {
+    (void)ctx;
+    if (ptr) cudaFreeHost(ptr);
+}
+
 static void cuda_raw_free(void *ctx, void *ptr) {
     zt_cuda_impl *im = ctx;
     if (!ptr) return;
@@ -269,6 +286,7 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
     be->name = "cuda";
     be->ops = &cuda_ops;
     be->raw_device = (zt_raw_allocator){cuda_raw_alloc, cuda_raw_free, im};
+    be->raw_host = (zt_raw_allocator){cuda_host_alloc, cuda_host_free, im};
     be->nthreads = nthreads;
     be->default_stream = im->stream;
     be->memcpy_async = cuda_memcpy;
