@@ -103,9 +103,8 @@ zt_status zt_comm_barrier(zt_comm *c, zt_error *err) {
     return ZT_OK;
 }
 
-void zt_coll_bandwidth(const zt_comm *c, zt_coll_kind k, double *algbw_gbs, double *busbw_gbs) {
-    const zt_coll_stats *s = &c->stats[k];
-    double n = c->world_size;
+void zt_coll_bandwidth(const zt_coll_stats *s, zt_coll_kind k, int world_size, double *algbw_gbs, double *busbw_gbs) {
+    double n = world_size;
     double alg = s->time_s > 0 ? s->bytes / s->time_s / 1e9 : 0.0;
     double factor = k == ZT_COLL_ALL_REDUCE ? 2.0 * (n - 1) / n
                     : (k == ZT_COLL_ALL_GATHER || k == ZT_COLL_REDUCE_SCATTER) ? (n - 1) / n

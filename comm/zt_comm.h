@@ -110,7 +110,9 @@ zt_status zt_comm_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long
 zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err);
 zt_status zt_comm_barrier(zt_comm *c, zt_error *err);
 
-/* algbw (bytes / time) and busbw (algbw x (n-1)/n, or 2(n-1)/n for all-reduce) in GB/s. */
-void zt_coll_bandwidth(const zt_comm *c, zt_coll_kind k, double *algbw_gbs, double *busbw_gbs);
+/* nccl-tests' algbw (bytes / time) and busbw (algbw x (n-1)/n for all-gather
+ * and reduce-scatter, 2(n-1)/n for all-reduce) in GB/s, for statistics s of
+ * collective kind k over world_size ranks (a run's or one step's). */
+void zt_coll_bandwidth(const zt_coll_stats *s, zt_coll_kind k, int world_size, double *algbw_gbs, double *busbw_gbs);
 
 #endif

@@ -53,23 +53,23 @@ static void trainer_free(trainer *t) {
     if (t->run_info) json_decref(t->run_info);
 }
 
+/* This step's collectives: the difference of the counters since `before`. */
 static json_t *comm_json(const zt_comm *comm, const zt_coll_stats *before) {
     json_t *o = json_object();
     for (int k = 0; k < ZT_COLL_KINDS; k++) {
-        const zt_coll_stats *s = &comm->stats[k];
-        long calls = s->calls - before[k].calls;
-        if (calls == 0) continue;
-        double bytes = s->bytes - before[k].bytes, time_s = s->time_s - before[k].time_s;
-        double n = comm->world_size, alg = time_s > 0 ? bytes / time_s / 1e9 : 0.0;
-        double factor = k == ZT_COLL_ALL_REDUCE ? 2.0 * (n - 1) / n
-                        : (k == ZT_COLL_ALL_GATHER || k == ZT_COLL_REDUCE_SCATTER) ? (n - 1) / n : 1.0;
+        const zt_coll_stats *now = &comm->stats[k];
+        zt_coll_stats d = {now->calls - before[k].calls, now->bytes - before[k].bytes, now->time_s - before[k].time_s,
+                           now->wait_s - before[k].wait_s};
+        if (d.calls == 0) continue;
+        double alg, bus;
+        zt_coll_bandwidth(&d, (zt_coll_kind)k, comm->world_size, &alg, &bus);
         json_t *kj = json_object();
-        json_object_set_new(kj, "calls", json_integer(calls));
-        json_object_set_new(kj, "bytes", json_real(bytes));
-        json_object_set_new(kj, "time_s", json_real(time_s));
-        json_object_set_new(kj, "wait_s", json_real(s->wait_s - before[k].wait_s));
+        json_object_set_new(kj, "calls", json_integer(d.calls));
+        json_object_set_new(kj, "bytes", json_real(d.bytes));
+        json_object_set_new(kj, "time_s", json_real(d.time_s));
+        json_object_set_new(kj, "wait_s", json_real(d.wait_s));
         json_object_set_new(kj, "algbw_gbs", json_real(alg));
-        json_object_set_new(kj, "busbw_gbs", json_real(alg * factor));
+        json_object_set_new(kj, "busbw_gbs", json_real(bus));
         json_object_set_new(o, zt_coll_name(k), kj);
     }
     return o;
