@@ -23,10 +23,15 @@
 #include "zt_comm.h"
 #include "zt_engine.h"
 
+/* Called on every rank once all rank files are written and before rank 0
+ * writes the manifest (tests use it to kill a save midway). */
+typedef void (*zt_ckpt_after_shards_fn)(void *arg, int rank, int step);
+
 /* run_info: caller's description (model config, seed, data...) stored in the
- * manifest under "run"; its "model" member must match on load. Collective. */
+ * manifest under "run"; its "model" member must match on load. after_shards
+ * may be NULL. Collective. */
 zt_status zt_ckpt_save(zt_engine *eng, zt_comm *comm, const char *dir, int step, const json_t *run_info,
-                       zt_error *err);
+                       zt_ckpt_after_shards_fn after_shards, void *hook_arg, zt_error *err);
 
 /* Loads the newest complete checkpoint of dir (or dir itself when it holds a
  * manifest) into eng, after checking every file's size and checksum and that

@@ -34,6 +34,7 @@ typedef struct {
     /* Fault injection for tests (from the environment, not flags):
      * ZT_TEST_EXIT_RANK / ZT_TEST_EXIT_STEP make that rank exit abruptly. */
     int test_exit_rank, test_exit_step;
+    int test_kill_in_save; /* ZT_TEST_KILL_IN_SAVE: step whose save rank 0 dies in */
     /* which options were given (by flag or config file), by option index */
     unsigned char given[64];
 } zt_train_config;

@@ -53,6 +53,17 @@ static void trainer_free(trainer *t) {
     if (t->run_info) json_decref(t->run_info);
 }
 
+/* Test hook (ZT_TEST_KILL_IN_SAVE=STEP): rank 0 dies after the rank files of
+ * that step's checkpoint are written and before its manifest, as a kill would. */
+static void kill_in_save(void *arg, int rank, int step) {
+    const zt_train_config *c = arg;
+    if (c->test_kill_in_save == step && rank == 0) {
+        fprintf(stderr, "test hook: killed during the save of step %d\n", step);
+        fflush(stderr);
+        _exit(9);
+    }
+}
+
 /* This step's collectives: the difference of the counters since `before`. */
 static json_t *comm_json(const zt_comm *comm, const zt_coll_stats *before) {
     json_t *o = json_object();
@@ -318,7 +329,8 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         }
         if (c->save_every > 0 && (step + 1) % c->save_every == 0) {
             double ts = zt_now_s();
-            ZT_TRY(zt_ckpt_save(&t->eng, comm, c->save_dir, step + 1, run_info, err));
+            ZT_TRY(zt_ckpt_save(&t->eng, comm, c->save_dir, step + 1, run_info,
+                                c->test_kill_in_save > 0 ? kill_in_save : NULL, (void *)c, err));
             zt_trace_span(ctx->trace, "checkpoint save", "io", 0, ts);
             zt_log_rank0(&ctx->log, "saved checkpoint step %d in %s (%.3f s)", step + 1, c->save_dir, zt_now_s() - ts);
         }

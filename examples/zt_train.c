@@ -67,6 +67,7 @@ int main(int argc, char **argv) {
     zt_train_config_defaults(&cfg);
     cfg.test_exit_rank = env_int("ZT_TEST_EXIT_RANK", -1);
     cfg.test_exit_step = env_int("ZT_TEST_EXIT_STEP", -1);
+    cfg.test_kill_in_save = env_int("ZT_TEST_KILL_IN_SAVE", 0);
     zt_error err = {0};
     int want_help = 0;
     int bad = zt_train_config_parse(&cfg, argc, argv, &want_help, &err) != ZT_OK ||
