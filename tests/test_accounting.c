@@ -48,24 +48,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_util.h"
 #include "gpt.h"
 #include "zt_ctx.h"
 #include "zt_engine.h"
 #include "test_comm.h"
 
-static int g_failures = 0;
-static int g_checks = 0;
 
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        g_checks++;                                     \
-        if (!(cond)) {                                  \
-            g_failures++;                               \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
 
 #define CHECK_EQ(got, want)                                                                                \
     do {                                                                                                   \
@@ -471,6 +460,6 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof limit_configs / sizeof limit_configs[0]; i++) test_limits(&limit_configs[i]);
 
-    printf("%d checks, %d failed\n", g_checks, g_failures);
+    printf("%ld checks, %d failed\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }

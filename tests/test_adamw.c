@@ -20,36 +20,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_util.h"
 #include "zt_backend.h"
 
 #define NSTEPS 5
 #define NELEM 9
 #define TOL 1e-6
 
-static int g_failures = 0;
 
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            g_failures++;                               \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
 
-static uint64_t rng_state = 0x13198A2E03707344ull;
-static uint64_t rng_next(void) { /* xorshift64* */
-    uint64_t x = rng_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    rng_state = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-static float rng_uniform(float lo, float hi) {
-    return lo + (hi - lo) * (float)((double)(rng_next() >> 40) / 16777216.0);
-}
 
 typedef struct {
     const char *name;
@@ -123,6 +102,7 @@ static void run_config(const zt_ops *ops, zt_stream *s, zt_stream *s3, const con
 }
 
 int main(void) {
+    rng_state = 0x13198A2E03707344ull; /* this test's own stream */
     zt_backend *be = NULL;
     zt_error err = {0};
     if (zt_backend_cpu_create(1, &be, &err) != ZT_OK) {

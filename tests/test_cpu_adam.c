@@ -26,35 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_util.h"
 #include "zt_backend.h"
 #include "zt_cpu_adam.h"
 
-static int g_failures = 0;
-static long g_checks = 0;
 
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        g_checks++;                                     \
-        if (!(cond)) {                                  \
-            g_failures++;                               \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
 
-static uint64_t rng_state = 0x243F6A8885A308D3ull;
-static uint64_t rng_next(void) { /* xorshift64* */
-    uint64_t x = rng_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    rng_state = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-static float rng_uniform(float lo, float hi) {
-    return lo + (hi - lo) * (float)((double)(rng_next() >> 40) / 16777216.0);
-}
 static float rng_sign(void) { return (rng_next() >> 63) ? -1.0f : 1.0f; }
 static float from_bits(uint32_t u) {
     float f;

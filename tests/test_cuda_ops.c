@@ -30,50 +30,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_util.h"
 #include "cuda_ops.h"
 
 #define TOL 1e-5
 
-static int g_failures = 0;
-static int g_checks = 0;
 
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        g_checks++;                                                      \
-        if (!(cond)) {                                                   \
-            g_failures++;                                                \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                  \
-            printf(__VA_ARGS__);                                         \
-            printf("\n");                                                \
-        }                                                                \
-    } while (0)
 
 /* ---- random numbers ------------------------------------------------------ */
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rng_next(void) { /* xorshift64* */
-    uint64_t x = rng_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    rng_state = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-static float rng_uniform(float lo, float hi) {
-    return lo + (hi - lo) * (float)((double)(rng_next() >> 40) / 16777216.0);
-}
 static int rng_int(int n) { return (int)(rng_next() % (uint64_t)n); }
 
 /* ---- host buffers ---------------------------------------------------------- */
 
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "malloc(%zu) failed\n", bytes);
-        exit(2);
-    }
-    return p;
-}
 static float *falloc(size_t n) { return xmalloc(n * sizeof(float)); }
 static float *frand(size_t n, float lo, float hi) {
     float *p = falloc(n);
@@ -633,6 +602,7 @@ static void test_sticky_error(void) {
 }
 
 int main(void) {
+    rng_state = 0x9E3779B97F4A7C15ull; /* this test's own stream */
     int count = 0;
     cudaError_t rc = cudaGetDeviceCount(&count);
     if (rc != cudaSuccess || count == 0) {
@@ -680,6 +650,6 @@ int main(void) {
 
     zt_backend_destroy(g_gpu);
     zt_backend_destroy(g_cpu);
-    printf("%d checks, %d failures\n", g_checks, g_failures);
+    printf("%ld checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }

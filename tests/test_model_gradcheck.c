@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_util.h"
 #include "gpt.h"
 #include "zt_ctx.h"
 #include "zt_dtype.h"
@@ -69,19 +70,7 @@
  * the fp32 and bf16 masters differ by far less than lr. */
 #define BF16_STEP_TOL 1e-3
 
-static int g_failures = 0;
-static int g_checks = 0;
 
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        g_checks++;                                     \
-        if (!(cond)) {                                  \
-            g_failures++;                               \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
 
 /* Stops the test on a runtime error: nothing after it would be meaningful. */
 #define MUST(expr, ctxp)                                                                       \
@@ -455,6 +444,6 @@ int main(void) {
     test_fp32_gradcheck(1);
     test_bf16(0);
     test_bf16(1);
-    printf("%d checks, %d failed\n", g_checks, g_failures);
+    printf("%ld checks, %d failed\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }

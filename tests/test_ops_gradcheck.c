@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_util.h"
 #include "zt_backend.h"
 
 /* Tolerances of the gradient check (see the metric above). Measured errors at
@@ -44,44 +45,12 @@
 /* Forward values against double references: |f32 - ref| <= FWD_TOL * (1 + |ref|). */
 #define FWD_TOL 1e-5
 
-static int g_failures = 0;
-static int g_checks = 0;
 
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        g_checks++;                                                      \
-        if (!(cond)) {                                                   \
-            g_failures++;                                                \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                  \
-            printf(__VA_ARGS__);                                         \
-            printf("\n");                                                \
-        }                                                                \
-    } while (0)
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static uint64_t rng_state = 0x243F6A8885A308D3ull;
-static uint64_t rng_next(void) { /* xorshift64* */
-    uint64_t x = rng_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    rng_state = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-static float rng_uniform(float lo, float hi) {
-    return lo + (hi - lo) * (float)((double)(rng_next() >> 40) / 16777216.0);
-}
 static int rng_int(int n) { return (int)(rng_next() % (uint64_t)n); }
 
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "malloc(%zu) failed\n", bytes);
-        exit(2);
-    }
-    return p;
-}
 static float *falloc(size_t n) { return xmalloc(n * sizeof(float)); }
 static void fill_uniform(float *x, size_t n, float lo, float hi) {
     for (size_t i = 0; i < n; i++) x[i] = rng_uniform(lo, hi);
@@ -900,6 +869,6 @@ int main(void) {
     test_sum_squares(ops, &s);
 
     zt_backend_destroy(be);
-    printf("%d checks, %d failed\n", g_checks, g_failures);
+    printf("%ld checks, %d failed\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }
