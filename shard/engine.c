@@ -6,25 +6,30 @@
 
 #include "engine_internal.h"
 
-zt_status zt_engine_alloc(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
+/* Both spaces: the device (zeroed on the compute stream) and the host pool. */
+static zt_status alloc_in(zt_engine *e, int host, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
                           const char *what, int unit) {
     char label[40];
     snprintf(label, sizeof label, "%s %s", unit >= 0 ? e->spec->units[unit].name : "engine", what);
     int64_t shape[1] = {(int64_t)numel};
     zt_ctx *ctx = e->ctx;
-    ZT_TRY(zt_tensor_alloc(t, &ctx->device_mem, ctx->be->device, dtype, 1, shape, cat, label, &ctx->err));
+    zt_mem *mem = host ? &ctx->host_mem : &ctx->device_mem;
+    ZT_TRY(zt_tensor_alloc(t, mem, host ? ZT_DEVICE_CPU : ctx->be->device, dtype, 1, shape, cat, label, &ctx->err));
+    if (host) {
+        memset(t->data, 0, zt_tensor_bytes(t));
+        return ZT_OK;
+    }
     return ctx->be->memset_async(ctx->be, t->data, 0, zt_tensor_bytes(t), &ctx->compute, &ctx->err);
+}
+
+zt_status zt_engine_alloc(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
+                          const char *what, int unit) {
+    return alloc_in(e, 0, t, dtype, numel, cat, what, unit);
 }
 
 zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
                                const char *what, int unit) {
-    char label[40];
-    snprintf(label, sizeof label, "%s %s", unit >= 0 ? e->spec->units[unit].name : "engine", what);
-    int64_t shape[1] = {(int64_t)numel};
-    zt_ctx *ctx = e->ctx;
-    ZT_TRY(zt_tensor_alloc(t, &ctx->host_mem, ZT_DEVICE_CPU, dtype, 1, shape, cat, label, &ctx->err));
-    memset(t->data, 0, zt_tensor_bytes(t));
-    return ZT_OK;
+    return alloc_in(e, 1, t, dtype, numel, cat, what, unit);
 }
 
 zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype, int offload) {
@@ -144,13 +149,6 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
     return ZT_OK;
 }
 
-static void free_bucket(zt_engine *e, zt_bucket *b) {
-    zt_mem *mem = &e->ctx->device_mem;
-    zt_tensor_free(&b->send, mem);
-    zt_tensor_free(&b->staging, mem);
-    zt_tensor_free(&b->reduced, mem);
-}
-
 void zt_engine_destroy(zt_engine *e) {
     if (!e->units) return;
     zt_mem *mem = &e->ctx->device_mem;
@@ -165,8 +163,8 @@ void zt_engine_destroy(zt_engine *e) {
         for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) zt_tensor_free(host[i], &e->ctx->host_mem);
     }
     if (e->in_flight.handle.active) zt_comm_wait(e->comm, &e->in_flight.handle, &ignore);
-    free_bucket(e, &e->filling);
-    free_bucket(e, &e->in_flight);
+    zt_engine_free_bucket(e, &e->filling);
+    zt_engine_free_bucket(e, &e->in_flight);
     free(e->units);
     e->units = NULL;
 }

@@ -44,6 +44,9 @@ zt_status zt_engine_drop_prefetched(zt_engine *e);
  * collectives inside MPI calls, so the engine pokes them at each API call). */
 zt_status zt_engine_progress(zt_engine *e);
 
+/* Frees a bucket's buffers and empties it. */
+void zt_engine_free_bucket(zt_engine *e, zt_bucket *b);
+
 /* Completes the bucket in flight (if any). */
 zt_status zt_engine_complete_bucket(zt_engine *e);
 

@@ -93,7 +93,7 @@ static zt_status unpack_bucket(zt_engine *e, zt_bucket *b) {
     return ZT_OK;
 }
 
-static void free_bucket_buffers(zt_engine *e, zt_bucket *b) {
+void zt_engine_free_bucket(zt_engine *e, zt_bucket *b) {
     zt_mem *mem = &e->ctx->device_mem;
     zt_tensor_free(&b->send, mem);
     zt_tensor_free(&b->staging, mem);
@@ -107,7 +107,7 @@ zt_status zt_engine_complete_bucket(zt_engine *e) {
     if (b->nunits == 0) return ZT_OK;
     ZT_TRY(zt_comm_wait(e->comm, &b->handle, &e->ctx->err));
     ZT_TRY(unpack_bucket(e, b));
-    free_bucket_buffers(e, b);
+    zt_engine_free_bucket(e, b);
     return ZT_OK;
 }
 

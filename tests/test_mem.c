@@ -22,19 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_util.h"
 #include "zt_mem.h"
-
-static int g_failures = 0;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            g_failures++;                               \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
 
 #define CHECK_EQ(got, want)                                                                       \
     do {                                                                                          \
