@@ -1,7 +1,12 @@
 /* The bf16 GEMM peak of this GPU through cuBLAS (bf16 inputs, fp32
- * accumulate), the denominator of MFU in bench/gpu_check.sh.
+ * accumulate), the denominator of MFU in bench/gpu_check.sh; and, for
+ * comparison, the rate of the path the model's matmuls take with
+ * --dtype bf16: fp32 A, B, C with CUBLAS_COMPUTE_32F_FAST_16BF (operands
+ * rounded to bf16 inside the kernel, fp32 accumulate; the backend issues it
+ * through cuBLASLt, which cublasGemmEx uses underneath). The MFU
+ * denominator stays the bf16 peak.
  *   bench_gemm [M=N=K, default 8192] [iterations, default 50]
- * Prints "bf16_gemm_tflops <value>". */
+ * Prints "bf16_gemm_tflops <value>", then "fast16bf_f32io_gemm_tflops <value>". */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -16,40 +21,66 @@
         }                                                                   \
     } while (0)
 
+/* Seconds per call of `iters` back-to-back GEMMs (after 3 warm-up calls),
+ * all of them M=N=K=n with the given types; negative on a failure. */
+static double time_gemm(cublasHandle_t h, int n, int iters, const void *a, const void *b, void *c, cudaDataType ab_type,
+                        cudaDataType c_type, cublasComputeType_t compute) {
+    float alpha = 1.0f, beta = 0.0f;
+    cudaEvent_t t0, t1;
+    if (cudaEventCreate(&t0) != cudaSuccess || cudaEventCreate(&t1) != cudaSuccess) return -1.0;
+    double secs = -1.0;
+    for (int i = -3; i < iters; i++) {
+        if (i == 0 && cudaEventRecord(t0, 0) != cudaSuccess) goto out;
+        if (cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, ab_type, n, b, ab_type, n, &beta, c, c_type,
+                         n, compute, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+            goto out;
+    }
+    if (cudaEventRecord(t1, 0) == cudaSuccess && cudaEventSynchronize(t1) == cudaSuccess) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess) secs = ms * 1e-3 / iters;
+    }
+out:
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    return secs;
+}
+
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 8192, iters = argc > 2 ? atoi(argv[2]) : 50;
     if (n <= 0 || iters <= 0) return 2;
     size_t elems = (size_t)n * n;
+    double flops = 2.0 * n * (double)n * n;
+    cublasHandle_t h;
+    CHECK(cublasCreate(&h), "cublasCreate");
+
+    /* bf16 in, bf16 out, fp32 accumulate: the peak. */
     __nv_bfloat16 *a, *b, *c;
     CHECK(cudaMalloc((void **)&a, elems * 2), "cudaMalloc");
     CHECK(cudaMalloc((void **)&b, elems * 2), "cudaMalloc");
     CHECK(cudaMalloc((void **)&c, elems * 2), "cudaMalloc");
     CHECK(cudaMemset(a, 0, elems * 2), "cudaMemset");
     CHECK(cudaMemset(b, 0, elems * 2), "cudaMemset");
-    cublasHandle_t h;
-    CHECK(cublasCreate(&h), "cublasCreate");
-    float alpha = 1.0f, beta = 0.0f;
-    cudaEvent_t t0, t1;
-    cudaEventCreate(&t0);
-    cudaEventCreate(&t1);
-    for (int warm = 0; warm < 3; warm++)
-        CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &beta,
-                           c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-              "cublasGemmEx");
-    cudaEventRecord(t0, 0);
-    for (int i = 0; i < iters; i++)
-        CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &beta,
-                           c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-              "cublasGemmEx");
-    cudaEventRecord(t1, 0);
-    CHECK(cudaEventSynchronize(t1), "cudaEventSynchronize");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, t0, t1);
-    double tflops = 2.0 * n * (double)n * n * iters / (ms * 1e-3) / 1e12;
-    printf("bf16_gemm_tflops %.1f\n", tflops);
-    cublasDestroy(h);
+    double secs = time_gemm(h, n, iters, a, b, c, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F);
+    CHECK(secs <= 0.0, "bf16 cublasGemmEx");
+    printf("bf16_gemm_tflops %.1f\n", flops / secs / 1e12);
+    fflush(stdout);
     cudaFree(a);
     cudaFree(b);
     cudaFree(c);
+
+    /* fp32 in and out, bf16 tensor-core math: the model's --dtype bf16 path. */
+    float *fa, *fb, *fc;
+    CHECK(cudaMalloc((void **)&fa, elems * 4), "cudaMalloc");
+    CHECK(cudaMalloc((void **)&fb, elems * 4), "cudaMalloc");
+    CHECK(cudaMalloc((void **)&fc, elems * 4), "cudaMalloc");
+    CHECK(cudaMemset(fa, 0, elems * 4), "cudaMemset");
+    CHECK(cudaMemset(fb, 0, elems * 4), "cudaMemset");
+    secs = time_gemm(h, n, iters, fa, fb, fc, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16BF);
+    CHECK(secs <= 0.0, "fp32 cublasGemmEx (CUBLAS_COMPUTE_32F_FAST_16BF)");
+    printf("fast16bf_f32io_gemm_tflops %.1f\n", flops / secs / 1e12);
+    cudaFree(fa);
+    cudaFree(fb);
+    cudaFree(fc);
+    cublasDestroy(h);
     return 0;
 }

@@ -26,21 +26,21 @@ static zt_status begin(zt_comm_handle *h, zt_coll_kind kind, size_t bytes, zt_er
     return ZT_OK;
 }
 
-zt_status zt_comm_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
+zt_status zt_comm_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank, void *ready,
                                    zt_comm_handle *h, zt_error *err) {
     ZT_TRY(begin(h, ZT_COLL_ALL_GATHER, bytes_per_rank * (size_t)c->world_size, err));
-    ZT_TRY(c->ops->all_gather_start(c, send, recv, bytes_per_rank, h, err));
+    ZT_TRY(c->ops->all_gather_start(c, send, recv, bytes_per_rank, ready, h, err));
     h->active = 1;
     return ZT_OK;
 }
 
 zt_status zt_comm_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out, size_t count,
-                                       zt_comm_handle *h, zt_error *err) {
+                                       void *ready, zt_comm_handle *h, zt_error *err) {
     ZT_TRY(begin(h, ZT_COLL_REDUCE_SCATTER, count * sizeof(float) * (size_t)c->world_size, err));
     h->staging = staging;
     h->out = out;
     h->count = count;
-    ZT_TRY(c->ops->reduce_scatter_start(c, send, staging, out, count, h, err));
+    ZT_TRY(c->ops->reduce_scatter_start(c, send, staging, out, count, ready, h, err));
     h->active = 1;
     return ZT_OK;
 }
@@ -58,6 +58,21 @@ zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
     s->time_s += t1 - h->t_start;
     s->wait_s += t1 - t0;
     zt_trace_span(c->trace, zt_coll_name(h->kind), "comm", 1, h->t_start);
+    return ZT_OK;
+}
+
+zt_status zt_comm_wait_stream(zt_comm *c, zt_comm_handle *h, void *stream, zt_error *err) {
+    if (!h->active) return ZT_OK;
+    if (!c->ops->wait_stream || !stream) return zt_comm_wait(c, h, err);
+    double t0 = zt_now_s();
+    zt_status st = c->ops->wait_stream(c, h, stream, err);
+    h->active = 0;
+    ZT_TRY(st);
+    /* Calls and bytes now; the implementation adds the GPU time later. */
+    zt_coll_stats *s = &c->stats[h->kind];
+    s->calls++;
+    s->bytes += (double)h->bytes;
+    s->wait_s += zt_now_s() - t0;
     return ZT_OK;
 }
 
@@ -86,6 +101,13 @@ zt_status zt_comm_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long
     double t0 = zt_now_s();
     ZT_TRY(c->ops->all_gather_u64(c, v, recv, err));
     record(c, ZT_COLL_ALL_GATHER, sizeof v * (size_t)c->world_size, t0);
+    return ZT_OK;
+}
+
+zt_status zt_comm_all_gather_host(zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err) {
+    double t0 = zt_now_s();
+    ZT_TRY(c->ops->all_gather_host(c, recv, bytes_per_rank, err));
+    record(c, ZT_COLL_ALL_GATHER, bytes_per_rank * (size_t)c->world_size, t0);
     return ZT_OK;
 }
 

@@ -36,8 +36,18 @@ static zt_status new_request(zt_comm_handle *h, zt_error *err) {
     return ZT_OK;
 }
 
-static zt_status mpi_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
+/* MPI reads host buffers, which are final when the CPU backend returns: an
+ * event means a caller handed it device memory behind a stream. */
+static zt_status check_host_ready(void *ready, const char *what, zt_error *err) {
+    if (ready)
+        return ZT_FAIL(err, ZT_ERR_INTERNAL,
+                       "comm: %s over MPI was given a device event; device buffers need NCCL or host staging", what);
+    return ZT_OK;
+}
+
+static zt_status mpi_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank, void *ready,
                                       zt_comm_handle *h, zt_error *err) {
+    ZT_TRY(check_host_ready(ready, "all_gather", err));
     ZT_TRY(check_int(bytes_per_rank, "all_gather", err));
     ZT_TRY(new_request(h, err));
     int rc = MPI_Iallgather(send ? send : MPI_IN_PLACE, (int)bytes_per_rank, MPI_BYTE, recv, (int)bytes_per_rank,
@@ -51,8 +61,9 @@ static zt_status mpi_all_gather_start(zt_comm *c, const void *send, void *recv, 
 }
 
 static zt_status mpi_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out, size_t count,
-                                          zt_comm_handle *h, zt_error *err) {
+                                          void *ready, zt_comm_handle *h, zt_error *err) {
     (void)out;
+    ZT_TRY(check_host_ready(ready, "reduce_scatter", err));
     ZT_TRY(check_int(count, "reduce_scatter", err));
     ZT_TRY(new_request(h, err));
     int rc = MPI_Ialltoall(send, (int)count, MPI_FLOAT, staging, (int)count, MPI_FLOAT, world_of(c), h->impl_req);
@@ -103,6 +114,13 @@ static zt_status mpi_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
     return ZT_OK;
 }
 
+static zt_status mpi_all_gather_host(zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err) {
+    ZT_TRY(check_int(bytes_per_rank, "all_gather", err));
+    MPI_TRY(MPI_Allgather(MPI_IN_PLACE, 0, MPI_BYTE, recv, (int)bytes_per_rank, MPI_BYTE, world_of(c)),
+            "MPI_Allgather");
+    return ZT_OK;
+}
+
 static zt_status mpi_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err) {
     MPI_TRY(MPI_Allgather(&v, 1, MPI_UNSIGNED_LONG_LONG, recv, 1, MPI_UNSIGNED_LONG_LONG, world_of(c)),
             "MPI_Allgather");
@@ -137,6 +155,7 @@ static const zt_comm_ops mpi_ops = {
     .test = mpi_test,
     .sum_f64 = mpi_sum_f64,
     .all_gather_u64 = mpi_all_gather_u64,
+    .all_gather_host = mpi_all_gather_host,
     .broadcast = mpi_broadcast,
     .barrier = mpi_barrier,
     .destroy = mpi_destroy,

@@ -1,9 +1,15 @@
-/* The NCCL communicator: one GPU per rank (by local rank), collectives on a
- * dedicated communication stream, completion tracked with CUDA events. The
- * unique id is created by rank 0 and broadcast over MPI; scalar helpers
- * (sums of norms, fingerprints) go over the embedded MPI communicator. The
- * reduce-scatter is the same deterministic algorithm as MPI's: grouped
- * send/recv (an all-to-all) and a sum in rank order on the device. */
+/* The NCCL communicator: one GPU per rank (by local rank), all-gathers on
+ * one stream and reduce-scatters on another, ordered against the compute
+ * stream with CUDA events only (the caller's `ready` event before, a stream
+ * wait after), so the host never blocks inside a step. Both streams drive
+ * one communicator: NCCL runs a communicator's operations in the order they
+ * were issued, which is the same on every rank, so the two streams cannot
+ * deadlock each other; what they buy is that compute waits only for the
+ * collective it needs. The unique id is created by rank 0 and broadcast
+ * over MPI; scalar helpers (sums of norms, fingerprints) go over the
+ * embedded MPI communicator. The reduce-scatter is the same deterministic
+ * algorithm as MPI's: grouped send/recv (an all-to-all) and a sum in rank
+ * order on the device. */
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -13,11 +19,23 @@
 #include "nccl_reduce.h"
 #include "zt_comm.h"
 
+/* A collective in flight: timing events around it on its stream. */
+typedef struct {
+    cudaEvent_t start, end;
+    zt_coll_kind kind;
+} nccl_req;
+
+/* Collectives retired with wait_stream whose GPU time is not yet known. */
+#define NCCL_MAX_UNTIMED 256
+
 typedef struct {
     zt_comm host; /* MPI, for bootstrap and host scalars */
     ncclComm_t nccl;
-    cudaStream_t stream;
+    cudaStream_t ag_stream; /* all-gathers (and broadcasts) */
+    cudaStream_t rs_stream; /* reduce-scatters and their ordered sums */
     int device;
+    nccl_req untimed[NCCL_MAX_UNTIMED];
+    int nuntimed;
 } nccl_impl;
 
 #define CUDA_TRY(call)                                                                                   \
@@ -35,56 +53,140 @@ typedef struct {
 
 static nccl_impl *impl_of(zt_comm *c) { return c->impl; }
 
-static zt_status record_event(nccl_impl *m, zt_comm_handle *h, zt_error *err) {
-    cudaEvent_t *ev = malloc(sizeof *ev);
-    if (!ev) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate an event");
-    cudaError_t rc = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
-    if (rc == cudaSuccess) rc = cudaEventRecord(*ev, m->stream);
-    if (rc != cudaSuccess) {
-        free(ev);
-        return ZT_FAIL(err, ZT_ERR_COMM, "cudaEventRecord failed: %s", cudaGetErrorString(rc));
+static void free_req(nccl_req *r) {
+    if (!r) return;
+    if (r->start) cudaEventDestroy(r->start);
+    if (r->end) cudaEventDestroy(r->end);
+    free(r);
+}
+
+/* Adds the GPU time of finished untimed collectives to the statistics;
+ * with `block`, waits for all of them. Returns the number still pending. */
+static int harvest(zt_comm *c, int block) {
+    nccl_impl *m = impl_of(c);
+    int kept = 0;
+    for (int i = 0; i < m->nuntimed; i++) {
+        nccl_req *r = &m->untimed[i];
+        cudaError_t rc = block ? cudaEventSynchronize(r->end) : cudaEventQuery(r->end);
+        if (rc == cudaErrorNotReady) {
+            m->untimed[kept++] = *r;
+            continue;
+        }
+        float ms = 0.0f;
+        if (rc == cudaSuccess && cudaEventElapsedTime(&ms, r->start, r->end) == cudaSuccess)
+            c->stats[r->kind].time_s += ms * 1e-3;
+        (void)cudaGetLastError(); /* a failure surfaces at the next wait or sync */
+        cudaEventDestroy(r->start);
+        cudaEventDestroy(r->end);
     }
-    h->impl_req = ev;
+    m->nuntimed = kept;
+    return kept;
+}
+
+/* Opens a request on `stream`: waits for the producer's event, then marks
+ * the start. */
+static zt_status begin_req(cudaStream_t stream, void *ready, zt_comm_handle *h, zt_error *err) {
+    nccl_req *r = calloc(1, sizeof *r);
+    if (!r) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate a request");
+    r->kind = h->kind;
+    cudaError_t rc = cudaEventCreate(&r->start);
+    if (rc == cudaSuccess) rc = cudaEventCreate(&r->end);
+    if (rc == cudaSuccess && ready) rc = cudaStreamWaitEvent(stream, (cudaEvent_t)ready, 0);
+    if (rc == cudaSuccess) rc = cudaEventRecord(r->start, stream);
+    if (rc != cudaSuccess) {
+        free_req(r);
+        return ZT_FAIL(err, ZT_ERR_COMM, "comm: ordering %s after its producer failed: %s", zt_coll_name(h->kind),
+                       cudaGetErrorString(rc));
+    }
+    h->impl_req = r;
     return ZT_OK;
 }
 
-static zt_status nccl_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
+static zt_status end_req(zt_comm_handle *h, cudaStream_t stream, zt_error *err) {
+    nccl_req *r = h->impl_req;
+    cudaError_t rc = cudaEventRecord(r->end, stream);
+    if (rc != cudaSuccess) {
+        free_req(r);
+        h->impl_req = NULL;
+        return ZT_FAIL(err, ZT_ERR_COMM, "cudaEventRecord failed: %s", cudaGetErrorString(rc));
+    }
+    return ZT_OK;
+}
+
+/* A failed enqueue: drop the request, report the NCCL error. */
+static zt_status fail_req(zt_comm_handle *h, ncclResult_t rc, const char *what, zt_error *err) {
+    free_req(h->impl_req);
+    h->impl_req = NULL;
+    return ZT_FAIL(err, ZT_ERR_COMM, "%s failed: %s", what, ncclGetErrorString(rc));
+}
+
+static zt_status nccl_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank, void *ready,
                                        zt_comm_handle *h, zt_error *err) {
     nccl_impl *m = impl_of(c);
+    harvest(c, 0);
+    ZT_TRY(begin_req(m->ag_stream, ready, h, err));
     const void *src = send ? send : (const char *)recv + (size_t)c->rank * bytes_per_rank; /* in place */
-    NCCL_TRY(ncclAllGather(src, recv, bytes_per_rank, ncclUint8, m->nccl, m->stream));
-    return record_event(m, h, err);
+    ncclResult_t rc = ncclAllGather(src, recv, bytes_per_rank, ncclUint8, m->nccl, m->ag_stream);
+    if (rc != ncclSuccess) return fail_req(h, rc, "ncclAllGather", err);
+    return end_req(h, m->ag_stream, err);
 }
 
 static zt_status nccl_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out,
-                                           size_t count, zt_comm_handle *h, zt_error *err) {
+                                           size_t count, void *ready, zt_comm_handle *h, zt_error *err) {
     nccl_impl *m = impl_of(c);
-    NCCL_TRY(ncclGroupStart());
-    for (int r = 0; r < c->world_size; r++) {
-        NCCL_TRY(ncclSend(send + (size_t)r * count, count, ncclFloat, r, m->nccl, m->stream));
-        NCCL_TRY(ncclRecv(staging + (size_t)r * count, count, ncclFloat, r, m->nccl, m->stream));
+    harvest(c, 0);
+    ZT_TRY(begin_req(m->rs_stream, ready, h, err));
+    ncclResult_t rc = ncclGroupStart();
+    for (int r = 0; r < c->world_size && rc == ncclSuccess; r++) {
+        rc = ncclSend(send + (size_t)r * count, count, ncclFloat, r, m->nccl, m->rs_stream);
+        if (rc == ncclSuccess) rc = ncclRecv(staging + (size_t)r * count, count, ncclFloat, r, m->nccl, m->rs_stream);
     }
-    NCCL_TRY(ncclGroupEnd());
-    CUDA_TRY(zt_nccl_ordered_sum(out, staging, count, c->world_size, m->stream));
-    return record_event(m, h, err);
+    ncclResult_t end_rc = ncclGroupEnd(); /* always closes the group */
+    if (rc == ncclSuccess) rc = end_rc;
+    if (rc != ncclSuccess) return fail_req(h, rc, "reduce-scatter (grouped ncclSend/ncclRecv)", err);
+    cudaError_t crc = zt_nccl_ordered_sum(out, staging, count, c->world_size, m->rs_stream);
+    if (crc != cudaSuccess) {
+        free_req(h->impl_req);
+        h->impl_req = NULL;
+        return ZT_FAIL(err, ZT_ERR_COMM, "reduce-scatter's ordered sum failed: %s", cudaGetErrorString(crc));
+    }
+    return end_req(h, m->rs_stream, err);
 }
 
 static zt_status nccl_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
     (void)c;
-    cudaEvent_t *ev = h->impl_req;
-    cudaError_t rc = cudaEventSynchronize(*ev);
-    cudaEventDestroy(*ev);
-    free(ev);
+    nccl_req *r = h->impl_req;
     h->impl_req = NULL;
+    cudaError_t rc = cudaEventSynchronize(r->end);
+    free_req(r);
     if (rc != cudaSuccess)
-        return ZT_FAIL(err, ZT_ERR_COMM, "%s on the NCCL stream failed: %s", zt_coll_name(h->kind),
+        return ZT_FAIL(err, ZT_ERR_COMM, "%s on its NCCL stream failed: %s", zt_coll_name(h->kind),
                        cudaGetErrorString(rc));
+    return ZT_OK;
+}
+
+/* The consumer stream waits on the collective's end; its GPU time is
+ * collected later by harvest. */
+static zt_status nccl_wait_stream(zt_comm *c, zt_comm_handle *h, void *stream, zt_error *err) {
+    nccl_impl *m = impl_of(c);
+    nccl_req *r = h->impl_req;
+    h->impl_req = NULL;
+    cudaError_t rc = cudaStreamWaitEvent((cudaStream_t)stream, r->end, 0);
+    if (rc != cudaSuccess) {
+        free_req(r);
+        return ZT_FAIL(err, ZT_ERR_COMM, "cudaStreamWaitEvent after %s failed: %s", zt_coll_name(h->kind),
+                       cudaGetErrorString(rc));
+    }
+    if (m->nuntimed == NCCL_MAX_UNTIMED && harvest(c, 0) == NCCL_MAX_UNTIMED) harvest(c, 1);
+    m->untimed[m->nuntimed++] = *r;
+    free(r); /* its events now belong to the untimed list */
     return ZT_OK;
 }
 
 static zt_status nccl_test(zt_comm *c, zt_comm_handle *h, int *done, zt_error *err) {
     (void)c;
-    cudaError_t rc = cudaEventQuery(*(cudaEvent_t *)h->impl_req);
+    nccl_req *r = h->impl_req;
+    cudaError_t rc = cudaEventQuery(r->end);
     if (rc != cudaSuccess && rc != cudaErrorNotReady)
         return ZT_FAIL(err, ZT_ERR_COMM, "cudaEventQuery failed: %s", cudaGetErrorString(rc));
     *done = rc == cudaSuccess;
@@ -93,7 +195,12 @@ static zt_status nccl_test(zt_comm *c, zt_comm_handle *h, int *done, zt_error *e
 
 static zt_status nccl_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
     zt_comm *host = &impl_of(c)->host;
+    harvest(c, 0); /* once per step: keeps the statistics current */
     return host->ops->sum_f64(host, v, out, err);
+}
+static zt_status nccl_all_gather_host(zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err) {
+    zt_comm *host = &impl_of(c)->host;
+    return host->ops->all_gather_host(host, recv, bytes_per_rank, err);
 }
 static zt_status nccl_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err) {
     zt_comm *host = &impl_of(c)->host;
@@ -101,8 +208,8 @@ static zt_status nccl_all_gather_u64(zt_comm *c, unsigned long long v, unsigned 
 }
 static zt_status nccl_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err) {
     nccl_impl *m = impl_of(c);
-    NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclUint8, root, m->nccl, m->stream));
-    CUDA_TRY(cudaStreamSynchronize(m->stream));
+    NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclUint8, root, m->nccl, m->ag_stream));
+    CUDA_TRY(cudaStreamSynchronize(m->ag_stream));
     return ZT_OK;
 }
 static zt_status nccl_barrier(zt_comm *c, zt_error *err) {
@@ -113,8 +220,10 @@ static zt_status nccl_barrier(zt_comm *c, zt_error *err) {
 static void nccl_destroy(zt_comm *c) {
     nccl_impl *m = c->impl;
     if (!m) return;
+    if (m->nuntimed) harvest(c, 1);
     if (m->nccl) ncclCommDestroy(m->nccl);
-    if (m->stream) cudaStreamDestroy(m->stream);
+    if (m->ag_stream) cudaStreamDestroy(m->ag_stream);
+    if (m->rs_stream) cudaStreamDestroy(m->rs_stream);
     zt_comm_destroy(&m->host);
     free(m);
     c->impl = NULL;
@@ -125,9 +234,11 @@ static const zt_comm_ops nccl_ops = {
     .all_gather_start = nccl_all_gather_start,
     .reduce_scatter_start = nccl_reduce_scatter_start,
     .wait = nccl_wait,
+    .wait_stream = nccl_wait_stream,
     .test = nccl_test,
     .sum_f64 = nccl_sum_f64,
     .all_gather_u64 = nccl_all_gather_u64,
+    .all_gather_host = nccl_all_gather_host,
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
     .destroy = nccl_destroy,
@@ -151,7 +262,8 @@ zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
                        "NCCL needs one GPU per rank: %d rank(s) on this node, %d GPU(s) visible", c->local_size, ndev);
     m->device = c->local_rank;
     CUDA_TRY(cudaSetDevice(m->device));
-    CUDA_TRY(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaStreamCreateWithFlags(&m->ag_stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaStreamCreateWithFlags(&m->rs_stream, cudaStreamNonBlocking));
     ncclUniqueId id;
     if (c->rank == 0) NCCL_TRY(ncclGetUniqueId(&id));
     ZT_TRY(m->host.ops->broadcast(&m->host, &id, sizeof id, 0, err));

@@ -50,11 +50,19 @@ static void free_req(staged_req *r) {
     free(r);
 }
 
+/* The copies to host staging are synchronous on the legacy stream, which is
+ * not ordered with the runtime's non-blocking streams: wait for the producer. */
+static zt_status wait_ready(void *ready, zt_error *err) {
+    if (ready) CUDA_TRY(cudaEventSynchronize((cudaEvent_t)ready));
+    return ZT_OK;
+}
+
 static zt_status staged_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
-                                         zt_comm_handle *h, zt_error *err) {
+                                         void *ready, zt_comm_handle *h, zt_error *err) {
     staged_impl *m = impl_of(c);
+    ZT_TRY(wait_ready(ready, err));
     size_t total = bytes_per_rank * (size_t)c->world_size;
-    staged_req *r;
+    staged_req *r = NULL;
     ZT_TRY(new_req(total, &r, err));
     const void *src = send ? send : (const char *)recv + (size_t)c->rank * bytes_per_rank;
     cudaError_t rc = cudaMemcpy(r->owned + (size_t)c->rank * bytes_per_rank, src, bytes_per_rank, cudaMemcpyDefault);
@@ -63,7 +71,7 @@ static zt_status staged_all_gather_start(zt_comm *c, const void *send, void *rec
         return ZT_FAIL(err, ZT_ERR_COMM, "staging copy failed: %s", cudaGetErrorString(rc));
     }
     r->mpi.kind = ZT_COLL_ALL_GATHER;
-    zt_status st = m->host.ops->all_gather_start(&m->host, NULL, r->owned, bytes_per_rank, &r->mpi, err);
+    zt_status st = m->host.ops->all_gather_start(&m->host, NULL, r->owned, bytes_per_rank, NULL, &r->mpi, err);
     if (st != ZT_OK) {
         free_req(r);
         return st;
@@ -76,11 +84,12 @@ static zt_status staged_all_gather_start(zt_comm *c, const void *send, void *rec
 }
 
 static zt_status staged_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out,
-                                             size_t count, zt_comm_handle *h, zt_error *err) {
+                                             size_t count, void *ready, zt_comm_handle *h, zt_error *err) {
     (void)staging; /* the device staging is replaced by host staging */
     staged_impl *m = impl_of(c);
+    ZT_TRY(wait_ready(ready, err));
     size_t N = (size_t)c->world_size, bytes = count * sizeof(float);
-    staged_req *r;
+    staged_req *r = NULL;
     ZT_TRY(new_req(bytes * (2 * N + 1), &r, err)); /* send | received chunks | sum */
     float *hsend = (float *)r->owned, *hrecv = hsend + N * count, *hout = hrecv + N * count;
     cudaError_t rc = cudaMemcpy(hsend, send, bytes * N, cudaMemcpyDefault);
@@ -92,7 +101,7 @@ static zt_status staged_reduce_scatter_start(zt_comm *c, const float *send, floa
     r->mpi.staging = hrecv;
     r->mpi.out = hout;
     r->mpi.count = count;
-    zt_status st = m->host.ops->reduce_scatter_start(&m->host, hsend, hrecv, hout, count, &r->mpi, err);
+    zt_status st = m->host.ops->reduce_scatter_start(&m->host, hsend, hrecv, hout, count, NULL, &r->mpi, err);
     if (st != ZT_OK) {
         free_req(r);
         return st;
@@ -126,6 +135,9 @@ static zt_status staged_test(zt_comm *c, zt_comm_handle *h, int *done, zt_error 
 static zt_status staged_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
     return impl_of(c)->host.ops->sum_f64(&impl_of(c)->host, v, out, err);
 }
+static zt_status staged_all_gather_host(zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err) {
+    return impl_of(c)->host.ops->all_gather_host(&impl_of(c)->host, recv, bytes_per_rank, err);
+}
 static zt_status staged_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err) {
     return impl_of(c)->host.ops->all_gather_u64(&impl_of(c)->host, v, recv, err);
 }
@@ -152,6 +164,7 @@ static const zt_comm_ops staged_ops = {
     .test = staged_test,
     .sum_f64 = staged_sum_f64,
     .all_gather_u64 = staged_all_gather_u64,
+    .all_gather_host = staged_all_gather_host,
     .broadcast = staged_broadcast,
     .barrier = staged_barrier,
     .destroy = staged_destroy,

@@ -53,15 +53,20 @@ typedef struct {
 typedef struct {
     const char *name;
     zt_status (*all_gather_start)(struct zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
-                                  zt_comm_handle *h, zt_error *err);
+                                  void *ready, zt_comm_handle *h, zt_error *err);
     zt_status (*reduce_scatter_start)(struct zt_comm *c, const float *send, float *staging, float *out,
-                                      size_t count, zt_comm_handle *h, zt_error *err);
+                                      size_t count, void *ready, zt_comm_handle *h, zt_error *err);
     /* Blocks until h completes (and, for reduce-scatter, out holds the sum). */
     zt_status (*wait)(struct zt_comm *c, zt_comm_handle *h, zt_error *err);
+    /* Orders work queued later on `stream` (a cudaStream_t) after h without
+     * blocking the host, and retires h; NULL where the implementation can
+     * only wait on the host (then zt_comm_wait_stream calls wait). */
+    zt_status (*wait_stream)(struct zt_comm *c, zt_comm_handle *h, void *stream, zt_error *err);
     /* Lets h progress without blocking; sets *done. */
     zt_status (*test)(struct zt_comm *c, zt_comm_handle *h, int *done, zt_error *err);
     zt_status (*sum_f64)(struct zt_comm *c, double v, double *out, zt_error *err);
     zt_status (*all_gather_u64)(struct zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err);
+    zt_status (*all_gather_host)(struct zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err);
     zt_status (*broadcast)(struct zt_comm *c, void *buf, size_t bytes, int root, zt_error *err);
     zt_status (*barrier)(struct zt_comm *c, zt_error *err);
     void (*destroy)(struct zt_comm *c);
@@ -90,23 +95,41 @@ void zt_comm_destroy(zt_comm *c);
  * nonblocking collectives inside MPI calls); never blocks. */
 zt_status zt_comm_progress(zt_comm *c, zt_comm_handle *h, zt_error *err);
 
+/* Starting a collective: `ready` is a backend event (zt_event_record: a
+ * cudaEvent_t) after which the input buffers hold their values, or NULL
+ * when they already do (host buffers; the CPU backend). NCCL makes its
+ * stream wait on it; host staging waits for it on the host before copying.
+ * The caller may destroy the event once the start call has returned. */
+
 /* recv[N * bytes_per_rank] gets every rank's send[bytes_per_rank] in rank
  * order. send == NULL means in place: this rank's part is already at
  * recv + rank * bytes_per_rank. */
-zt_status zt_comm_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
+zt_status zt_comm_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank, void *ready,
                                    zt_comm_handle *h, zt_error *err);
 /* send[N * count] (chunk r goes to rank r) -> out[count] = sum over ranks in
  * rank order. staging[N * count] receives the chunks and must stay untouched
  * until zt_comm_wait; out may alias neither. */
 zt_status zt_comm_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out, size_t count,
-                                       zt_comm_handle *h, zt_error *err);
+                                       void *ready, zt_comm_handle *h, zt_error *err);
+/* Blocks the host until h completes; its outputs are then valid everywhere. */
 zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err);
+/* Completes h for the work queued on `stream` (zt_stream.handle: a
+ * cudaStream_t, or NULL on the CPU): NCCL makes the stream wait on the
+ * collective's event and returns at once; the host implementations wait
+ * (MPI_Wait, then the copy back). Either way h is retired, and kernels
+ * enqueued on `stream` afterwards see the results. Time on the GPU is added
+ * to the statistics when the collective is seen to have finished. */
+zt_status zt_comm_wait_stream(zt_comm *c, zt_comm_handle *h, void *stream, zt_error *err);
 
 /* Blocking helpers. */
 /* out = sum over ranks of v, added in rank order (same bits on every rank). */
 zt_status zt_comm_sum_f64(zt_comm *c, double v, double *out, zt_error *err);
 /* recv[N] = every rank's value. */
 zt_status zt_comm_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err);
+/* In place on a HOST buffer recv[N * bytes_per_rank] (this rank's part at
+ * rank x bytes_per_rank), whatever the communicator's device: digests and
+ * other host-side bookkeeping. */
+zt_status zt_comm_all_gather_host(zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err);
 zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err);
 zt_status zt_comm_barrier(zt_comm *c, zt_error *err);
 

@@ -59,6 +59,13 @@ zt_status zt_gpt_create(zt_gpt *g, const zt_gpt_config *cfg, zt_error *err) {
 }
 
 void zt_gpt_destroy(zt_gpt *g) {
+    if (g->loss_host) {
+        if (g->loss_alloc.free) g->loss_alloc.free(g->loss_alloc.ctx, g->loss_host);
+        else free(g->loss_host);
+    }
+    free(g->loss_micro_n);
+    g->loss_host = NULL;
+    g->loss_micro_n = NULL;
     free(g->spec);
     free(g->block_acts);
     free(g->block_out);
@@ -130,6 +137,54 @@ static const float *param_ptr(const zt_gpt *g, const float *unit_base, int unit,
 }
 static float *grad_ptr(const zt_gpt *g, float *unit_base, int unit, int param) {
     return unit_base + g->spec->units[unit].params[param].offset;
+}
+
+/* Appends the copy of losses[N] (device) to the pending host buffer. */
+static zt_status queue_losses(zt_gpt *g, zt_ctx *ctx, zt_stream *s, const float *losses, size_t N) {
+    if (g->loss_micros == g->loss_micros_cap) {
+        int cap = g->loss_micros_cap ? 2 * g->loss_micros_cap : 8;
+        size_t *n = realloc(g->loss_micro_n, (size_t)cap * sizeof *n);
+        if (!n) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "forward: cannot track %d micro-batches", cap);
+        g->loss_micro_n = n;
+        g->loss_micros_cap = cap;
+    }
+    if (g->loss_used + N > g->loss_cap) {
+        /* Grow (first steps only): wait for copies into the old buffer. */
+        ZT_TRY(ctx->be->stream_sync(ctx->be, s, &ctx->err));
+        size_t cap = 2 * (g->loss_used + N);
+        g->loss_alloc = ctx->be->raw_host;
+        float *p = g->loss_alloc.alloc ? g->loss_alloc.alloc(g->loss_alloc.ctx, cap * sizeof(float))
+                                       : malloc(cap * sizeof(float));
+        if (!p) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "forward: cannot allocate %zu host losses", cap);
+        if (g->loss_used) memcpy(p, g->loss_host, g->loss_used * sizeof(float));
+        if (g->loss_host) {
+            if (g->loss_alloc.free) g->loss_alloc.free(g->loss_alloc.ctx, g->loss_host);
+            else free(g->loss_host);
+        }
+        g->loss_host = p;
+        g->loss_cap = cap;
+    }
+    ZT_TRY(ctx->be->memcpy_async(ctx->be, g->loss_host + g->loss_used, losses, N * sizeof(float), ZT_COPY_D2H, s,
+                                 &ctx->err));
+    g->loss_used += N;
+    g->loss_micro_n[g->loss_micros++] = N;
+    return ZT_OK;
+}
+
+zt_status zt_gpt_take_losses(zt_gpt *g, zt_ctx *ctx, double *sum_of_means) {
+    *sum_of_means = 0.0;
+    ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err));
+    const float *x = g->loss_host;
+    for (int m = 0; m < g->loss_micros; m++) {
+        size_t N = g->loss_micro_n[m];
+        double sum = 0.0;
+        for (size_t i = 0; i < N; i++) sum += x[i];
+        *sum_of_means += (float)(sum / (double)N);
+        x += N;
+    }
+    g->loss_used = 0;
+    g->loss_micros = 0;
+    return ZT_OK;
 }
 
 void zt_gpt_free_activations(zt_gpt *g, zt_engine *eng) {
@@ -228,15 +283,11 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
 
     /* The per-position losses come to the host and are added in position
      * order, so the mean is reproducible. */
-    float *host = malloc(N * sizeof(float));
-    if (!host) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "forward: cannot allocate %zu losses", N);
-    zt_status st = ctx->be->memcpy_async(ctx->be, host, losses, N * sizeof(float), ZT_COPY_D2H, s, &ctx->err);
-    if (st == ZT_OK) st = ctx->be->stream_sync(ctx->be, s, &ctx->err);
+    ZT_TRY(queue_losses(g, ctx, s, losses, N));
+    if (!mean_loss) return ZT_OK;
     double sum = 0.0;
-    for (size_t i = 0; st == ZT_OK && i < N; i++) sum += host[i];
-    free(host);
-    ZT_TRY(st);
-    *mean_loss = (float)(sum / (double)N);
+    ZT_TRY(zt_gpt_take_losses(g, ctx, &sum));
+    *mean_loss = (float)sum;
     return ZT_OK;
 }
 
@@ -350,9 +401,10 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
             char label[32];
             snprintf(label, sizeof label, "block%d acts", l);
             ZT_TRY(alloc_f32(ctx, &g->block_acts[l], lay.total, ZT_CAT_ACTIVATIONS, label));
+            /* Host time: the replay itself on the CPU; on a GPU the time to
+             * enqueue it (a wait here would stall the stream pipeline). */
             double t0 = zt_now_s();
             block_forward(g, s, ops, zt_f32(&g->block_acts[l]), &lay, x, w, u);
-            ZT_TRY(ctx->be->stream_sync(ctx->be, s, &ctx->err));
             g->recompute_time_s += zt_now_s() - t0;
         }
         ZT_TRY(zt_engine_grad_buffer(eng, u, &dw));

@@ -47,6 +47,16 @@ typedef struct {
     zt_tensor *block_out;      /* [layers] [B,T,C] block outputs kept under recompute */
     double recompute_time_s;   /* forward replays since the last reset */
     zt_tensor head_acts;       /* lnf [B,T,C], lnf_mean [B*T], lnf_rstd [B*T], probs [B,T,V], losses [B*T] */
+
+    /* Per-position losses of the micro-batches forwarded since the last
+     * zt_gpt_take_losses, copied to the host behind the compute stream so
+     * that reading them (a wait) happens once per step, not between forward
+     * and backward. Pinned where the backend provides it (raw_host). */
+    float *loss_host;          /* [loss_cap] */
+    size_t loss_cap, loss_used;
+    size_t *loss_micro_n;      /* [loss_micros_cap] positions of each pending micro-batch */
+    int loss_micros, loss_micros_cap;
+    zt_raw_allocator loss_alloc;
 } zt_gpt;
 
 zt_status zt_gpt_create(zt_gpt *gpt, const zt_gpt_config *cfg, zt_error *err);
@@ -56,9 +66,15 @@ void zt_gpt_init_param(void *arg, int unit, int param, float *dst);
 zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int T);
 
 /* Forward over tokens/targets (host arrays of B*T ids, T <= seq_len): keeps
- * activations for backward and returns the mean loss over the B*T positions. */
+ * activations for backward. With mean_loss, waits and returns the mean loss
+ * over the B*T positions; with NULL, the losses stay pending for
+ * zt_gpt_take_losses and the host does not wait. */
 zt_status zt_gpt_forward(zt_gpt *gpt, zt_engine *eng, const int32_t *tokens, const int32_t *targets,
                          int B, int T, float *mean_loss);
+/* Waits for the compute stream and returns the sum over pending micro-batches
+ * of their mean losses (each the float mean of its positions added in
+ * order, as zt_gpt_forward returns it), then forgets them. */
+zt_status zt_gpt_take_losses(zt_gpt *gpt, zt_ctx *ctx, double *sum_of_means);
 /* Backward of the last forward; the loss gradient per position is dloss
  * (1/(B*T*grad_accum) for a mean). Frees the activations as it goes. */
 zt_status zt_gpt_backward(zt_gpt *gpt, zt_engine *eng, float dloss);

@@ -245,18 +245,17 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         }
         for (int micro = 0; micro < c->grad_accum; micro++) {
             zt_data_batch(&t->data, (uint64_t)c->seed, ctx->rank, step, micro, B, Tstep, t->tokens, t->targets);
-            float loss;
             zt_engine_begin_micro(&t->eng, micro == c->grad_accum - 1);
             zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_FORWARD);
             double tf = zt_now_s();
-            ZT_TRY(zt_gpt_forward(&t->gpt, &t->eng, t->tokens, t->targets, B, Tstep, &loss));
+            /* The loss is read after the step: no host wait between forward and backward. */
+            ZT_TRY(zt_gpt_forward(&t->gpt, &t->eng, t->tokens, t->targets, B, Tstep, NULL));
             zt_trace_span(ctx->trace, "forward", "phase", 0, tf);
             zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_BACKWARD);
             double tb = zt_now_s();
             ZT_TRY(zt_gpt_backward(&t->gpt, &t->eng, 1.0f / ((float)B * (float)Tstep * (float)c->grad_accum)));
             ZT_TRY(zt_engine_sync_grads(&t->eng));
             zt_trace_span(ctx->trace, "backward", "phase", 0, tb);
-            loss_sum += loss;
         }
         if (c->test_exit_step == step + 1 && c->test_exit_rank == ctx->rank) {
             zt_log_error(&ctx->log, "test hook: rank %d exits abruptly at step %d", ctx->rank, step + 1);
@@ -266,7 +265,7 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_OPTIMIZER);
         double to = zt_now_s();
         ZT_TRY(zt_engine_step(&t->eng, lr));
-        ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, err));
+        ZT_TRY(zt_gpt_take_losses(&t->gpt, ctx, &loss_sum)); /* waits for the step's kernels */
         zt_trace_span(ctx->trace, "optimizer", "phase", 0, to);
         char step_name[32];
         snprintf(step_name, sizeof step_name, "step %d", step + 1);

@@ -117,7 +117,10 @@ int main(int argc, char **argv) {
     }
     zt_device device = strcmp(cfg.device, "cuda") == 0 ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
     zt_ctx ctx;
-    zt_status st = zt_ctx_init(&ctx, device, threads, cfg.mem_limit, rank, world, cfg.quiet);
+    /* The GPU is the one NCCL uses: this rank's index on its node. */
+    zt_status st = zt_ctx_init_on(&ctx, device, comm.local_rank, threads, cfg.mem_limit, rank, world, cfg.quiet);
+    /* bf16 storage on a GPU: its GEMMs run on the bf16 tensor cores too. */
+    if (st == ZT_OK && device == ZT_DEVICE_CUDA && strcmp(cfg.dtype, "bf16") == 0) ctx.be->matmul_bf16 = 1;
     if (st != ZT_OK) {
         if (rank == 0) report_error(&ctx.err, prog);
         zt_ctx_destroy(&ctx);

@@ -22,12 +22,18 @@ static int cuda_device_index(void) {
 #endif
 
 zt_status zt_backend_create(zt_device device, int nthreads, zt_backend **out, zt_error *err) {
+    return zt_backend_create_on(device, nthreads, -1, out, err);
+}
+
+zt_status zt_backend_create_on(zt_device device, int nthreads, int cuda_device, zt_backend **out, zt_error *err) {
     *out = NULL;
     if (device == ZT_DEVICE_CPU) return zt_backend_cpu_create(nthreads, out, err);
 #ifdef ZT_HAVE_CUDA
-    if (device == ZT_DEVICE_CUDA) return zt_backend_cuda_create(nthreads, cuda_device_index(), out, err);
+    if (device == ZT_DEVICE_CUDA)
+        return zt_backend_cuda_create(nthreads, cuda_device >= 0 ? cuda_device : cuda_device_index(), out, err);
     return ZT_FAIL(err, ZT_ERR_INVALID, "unknown device %d", (int)device);
 #else
+    (void)cuda_device;
     return ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
                    "--device cuda: this build has no CUDA backend (configure with -DZT_CUDA=ON on a "
                    "machine with the CUDA toolkit); use --device cpu");
@@ -41,4 +47,42 @@ void zt_backend_destroy(zt_backend *be) {
 zt_stream zt_backend_stream(zt_backend *be) {
     zt_stream s = {be, be->default_stream, be->nthreads};
     return s;
+}
+
+zt_status zt_event_record(zt_backend *be, zt_stream *s, void **event, zt_error *err) {
+    *event = NULL;
+    return be->event_record ? be->event_record(be, s, event, err) : ZT_OK;
+}
+
+zt_status zt_stream_wait_event(zt_backend *be, zt_stream *s, void *event, zt_error *err) {
+    if (!event || !be->stream_wait_event) return ZT_OK;
+    return be->stream_wait_event(be, s, event, err);
+}
+
+zt_status zt_stream_after(zt_backend *be, zt_stream *waiter, zt_stream *after, zt_error *err) {
+    if (!be->event_record || waiter->handle == after->handle) return ZT_OK; /* one queue: already ordered */
+    void *ev = NULL;
+    ZT_TRY(zt_event_record(be, after, &ev, err));
+    zt_status st = zt_stream_wait_event(be, waiter, ev, err);
+    zt_event_destroy(be, ev);
+    return st;
+}
+
+zt_status zt_event_sync(zt_backend *be, void *event, zt_error *err) {
+    if (!event || !be->event_sync) return ZT_OK;
+    return be->event_sync(be, event, err);
+}
+
+void zt_event_destroy(zt_backend *be, void *event) {
+    if (event && be->event_destroy) be->event_destroy(be, event);
+}
+
+zt_status zt_stream_create(zt_backend *be, zt_stream *out, zt_error *err) {
+    *out = zt_backend_stream(be);
+    return be->stream_create ? be->stream_create(be, out, err) : ZT_OK;
+}
+
+void zt_stream_destroy(zt_backend *be, zt_stream *s) {
+    if (be->stream_destroy && s->handle && s->handle != be->default_stream) be->stream_destroy(be, s);
+    s->handle = NULL;
 }

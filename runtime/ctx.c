@@ -6,15 +6,22 @@
 
 zt_status zt_ctx_init(zt_ctx *ctx, zt_device device, int nthreads, size_t device_limit, int rank,
                       int world_size, int quiet) {
+    return zt_ctx_init_on(ctx, device, -1, nthreads, device_limit, rank, world_size, quiet);
+}
+
+zt_status zt_ctx_init_on(zt_ctx *ctx, zt_device device, int cuda_device, int nthreads, size_t device_limit,
+                         int rank, int world_size, int quiet) {
     memset(ctx, 0, sizeof *ctx);
     ctx->rank = rank;
     ctx->world_size = world_size;
     zt_log_init(&ctx->log, rank, world_size, quiet);
-    ZT_TRY(zt_backend_create(device, nthreads, &ctx->be, &ctx->err));
+    ZT_TRY(zt_backend_create_on(device, nthreads, cuda_device, &ctx->be, &ctx->err));
     zt_mem_init(&ctx->device_mem, "device", ctx->be->raw_device, device_limit);
     zt_raw_allocator host = ctx->be->raw_host.alloc ? ctx->be->raw_host : zt_raw_allocator_host_locked(&ctx->host_lock);
     zt_mem_init(&ctx->host_mem, "host", host, 0);
     ctx->compute = zt_backend_stream(ctx->be);
+    ZT_TRY(zt_stream_create(ctx->be, &ctx->h2d, &ctx->err));
+    ZT_TRY(zt_stream_create(ctx->be, &ctx->d2h, &ctx->err));
     return ZT_OK;
 }
 
@@ -32,6 +39,8 @@ void zt_ctx_destroy(zt_ctx *ctx) {
     free(ctx->oom_report);
     ctx->oom_report = NULL;
     if (ctx->be) {
+        zt_stream_destroy(ctx->be, &ctx->h2d);
+        zt_stream_destroy(ctx->be, &ctx->d2h);
         zt_mem_destroy(&ctx->device_mem);
         zt_mem_destroy(&ctx->host_mem);
         zt_backend_destroy(ctx->be);

@@ -98,12 +98,28 @@ typedef struct zt_backend {
      * alloc is NULL (CPU) the context uses mlock'ed host memory. */
     zt_raw_allocator raw_host;
     int nthreads;
+    /* When set, matmul_fwd/bwd and attention_fwd's GEMMs round their
+     * operands to bf16 and accumulate in fp32 (tensor cores); fp32
+     * throughout otherwise. Set for --dtype bf16 on CUDA; the CPU backend
+     * computes in fp32 regardless. */
+    int matmul_bf16;
     /* Copies and fills, ordered on stream s. */
     zt_status (*memcpy_async)(struct zt_backend *be, void *dst, const void *src, size_t bytes,
                               zt_copy_kind kind, zt_stream *s, zt_error *err);
     zt_status (*memset_async)(struct zt_backend *be, void *dst, int value, size_t bytes,
                               zt_stream *s, zt_error *err);
     zt_status (*stream_sync)(struct zt_backend *be, zt_stream *s, zt_error *err);
+    /* Ordering between streams without blocking the host (CUDA events). NULL
+     * on the CPU, whose operations are complete when they return: call them
+     * through the zt_event_* and zt_stream_* wrappers below, which turn a
+     * missing entry into a no-op. An event is a cudaEvent_t on CUDA. */
+    zt_status (*event_record)(struct zt_backend *be, zt_stream *s, void **event, zt_error *err);
+    zt_status (*stream_wait_event)(struct zt_backend *be, zt_stream *s, void *event, zt_error *err);
+    zt_status (*event_sync)(struct zt_backend *be, void *event, zt_error *err);
+    void (*event_destroy)(struct zt_backend *be, void *event);
+    /* A further stream (copies, collectives) of the same device. */
+    zt_status (*stream_create)(struct zt_backend *be, zt_stream *out, zt_error *err);
+    void (*stream_destroy)(struct zt_backend *be, zt_stream *s);
     /* Free and total bytes of the device (cudaMemGetInfo); zeros on CPU. */
     zt_status (*mem_info)(struct zt_backend *be, size_t *free_bytes, size_t *total_bytes, zt_error *err);
     void (*destroy)(struct zt_backend *be);
@@ -117,8 +133,31 @@ typedef struct zt_backend {
  * the launcher's local rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
  * SLURM_LOCALID, LOCAL_RANK), else 0, modulo the visible device count. */
 zt_status zt_backend_create(zt_device device, int nthreads, zt_backend **out, zt_error *err);
+/* As zt_backend_create, on CUDA ordinal `cuda_device` (modulo the visible
+ * count) when it is >= 0: the communicator's local rank, so the backend and
+ * NCCL agree on the GPU. -1 picks as zt_backend_create does. */
+zt_status zt_backend_create_on(zt_device device, int nthreads, int cuda_device, zt_backend **out, zt_error *err);
 void zt_backend_destroy(zt_backend *be);
 zt_stream zt_backend_stream(zt_backend *be);
+
+/* Stream ordering. *event marks everything queued on s so far (NULL on the
+ * CPU, where it has all happened). */
+zt_status zt_event_record(zt_backend *be, zt_stream *s, void **event, zt_error *err);
+/* Work queued on s from now on runs after `event` (NULL: nothing to wait for).
+ * The host does not block. */
+zt_status zt_stream_wait_event(zt_backend *be, zt_stream *s, void *event, zt_error *err);
+/* Work queued on `waiter` from now on runs after everything queued on `after`
+ * so far: record + wait + destroy. */
+zt_status zt_stream_after(zt_backend *be, zt_stream *waiter, zt_stream *after, zt_error *err);
+/* Blocks the host until `event` has happened (NULL: returns at once). */
+zt_status zt_event_sync(zt_backend *be, void *event, zt_error *err);
+/* NULL is a no-op. Destroying an event that streams still wait on is safe:
+ * the waits keep the point they were given. */
+void zt_event_destroy(zt_backend *be, void *event);
+/* A further stream of be's device: a distinct cudaStream_t on CUDA; on the
+ * CPU a copy of the default stream (everything is synchronous there). */
+zt_status zt_stream_create(zt_backend *be, zt_stream *out, zt_error *err);
+void zt_stream_destroy(zt_backend *be, zt_stream *s);
 
 /* Implementation entry points (one per backend). */
 zt_status zt_backend_cpu_create(int nthreads, zt_backend **out, zt_error *err);

@@ -19,6 +19,10 @@ typedef struct {
     zt_trace *trace; /* the timeline, or NULL */
     zt_backend *be;
     zt_stream compute;
+    /* Copy streams for offload traffic, so host<->device transfers overlap
+     * with kernels on `compute` (on the CPU: the same synchronous stream). */
+    zt_stream h2d;
+    zt_stream d2h;
     int rank;
     int world_size;
     /* The device memory report taken at the moment an allocation failed
@@ -33,6 +37,10 @@ void zt_ctx_capture_oom_report(zt_ctx *ctx);
  * (0: none). */
 zt_status zt_ctx_init(zt_ctx *ctx, zt_device device, int nthreads, size_t device_limit, int rank,
                       int world_size, int quiet);
+/* As zt_ctx_init on CUDA ordinal cuda_device (the local rank; -1: the
+ * launcher's local-rank variable, see zt_backend_create). */
+zt_status zt_ctx_init_on(zt_ctx *ctx, zt_device device, int cuda_device, int nthreads, size_t device_limit,
+                         int rank, int world_size, int quiet);
 void zt_ctx_destroy(zt_ctx *ctx);
 
 #endif

@@ -159,8 +159,18 @@ void zt_engine_destroy(zt_engine *e) {
         zt_tensor *all[] = {&st->params, &st->grads,    &st->master, &st->adam_m,
                             &st->adam_v, &st->gathered, &st->view32, &st->grad32};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zt_tensor_free(all[i], mem);
-        zt_tensor *host[] = {&st->host_master, &st->host_m, &st->host_v, &st->host_grads};
+        zt_tensor *host[] = {&st->host_master, &st->host_m, &st->host_v, &st->host_grads, &st->host_grads16};
+        /* A copy may still be writing host_grads16 (a step that failed). */
+        (void)zt_event_sync(e->ctx->be, st->d2h_done, &ignore);
+        zt_event_destroy(e->ctx->be, st->d2h_done);
+        st->d2h_done = NULL;
         for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) zt_tensor_free(host[i], &e->ctx->host_mem);
+    }
+    for (int k = 0; k < 2; k++) {
+        (void)zt_event_sync(e->ctx->be, e->h2d_done[k], &ignore);
+        zt_event_destroy(e->ctx->be, e->h2d_done[k]);
+        e->h2d_done[k] = NULL;
+        zt_tensor_free(&e->h2d_src[k], &e->ctx->host_mem);
     }
     if (e->in_flight.handle.active) zt_comm_wait(e->comm, &e->in_flight.handle, &ignore);
     zt_engine_free_bucket(e, &e->filling);
@@ -184,9 +194,7 @@ zt_status zt_engine_digest(zt_engine *e, char hex[33]) {
         size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
         /* This rank's slice of the fp32 values, then everyone's. */
         st = zt_engine_get_slice(e, u, ZT_STATE_MASTER, full + lo);
-        zt_comm_handle hd = {0};
-        if (st == ZT_OK) st = zt_comm_all_gather_start(e->comm, NULL, full, S * sizeof(float), &hd, &ctx->err);
-        if (st == ZT_OK) st = zt_comm_wait(e->comm, &hd, &ctx->err);
+        if (st == ZT_OK) st = zt_comm_all_gather_host(e->comm, full, S * sizeof(float), &ctx->err);
         if (st == ZT_OK) XXH3_128bits_update(h, full, e->spec->units[u].numel * sizeof(float));
     }
     XXH128_hash_t d = XXH3_128bits_digest(h);

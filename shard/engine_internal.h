@@ -44,6 +44,15 @@ zt_status zt_engine_drop_prefetched(zt_engine *e);
  * collectives inside MPI calls, so the engine pokes them at each API call). */
 zt_status zt_engine_progress(zt_engine *e);
 
+/* All-gathers buf (in place, this rank's part at rank x bytes_per_rank)
+ * after the work queued on `producer`, and makes compute wait for it (a
+ * host wait when overlap_comm is off). */
+zt_status zt_engine_all_gather_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer);
+
+/* Offload: waits for the last parameter copies and releases their host
+ * buffers; compute is ordered after them. End of the optimizer step. */
+zt_status zt_engine_offload_finish(zt_engine *e);
+
 /* Frees a bucket's buffers and empties it. */
 void zt_engine_free_bucket(zt_engine *e, zt_bucket *b);
 

@@ -21,9 +21,15 @@ static zt_status start_gather(zt_engine *e, int u) {
     zt_ctx *ctx = e->ctx;
     ZT_TRY(ctx->be->memcpy_async(ctx->be, (char *)st->gathered.data + shard_lo(e, u) * d, st->params.data,
                                  us->shard_numel * d, ZT_COPY_D2D, &ctx->compute, &ctx->err));
-    ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err)); /* before MPI reads it */
-    ZT_TRY(zt_comm_all_gather_start(e->comm, NULL, st->gathered.data, us->shard_numel * d, &st->gather_handle,
-                                    &e->ctx->err));
+    /* The collective runs after everything queued on compute so far: this
+     * copy, and every kernel that read a block freed before the buffer was
+     * allocated, so reusing a cached block is safe on any stream. */
+    void *ready = NULL;
+    ZT_TRY(zt_event_record(ctx->be, &ctx->compute, &ready, &ctx->err));
+    zt_status s = zt_comm_all_gather_start(e->comm, NULL, st->gathered.data, us->shard_numel * d, ready,
+                                           &st->gather_handle, &ctx->err);
+    zt_event_destroy(ctx->be, ready);
+    ZT_TRY(s);
     st->gather_state = ZT_GATHER_IN_FLIGHT;
     char name[48];
     snprintf(name, sizeof name, "gather %s", us->name);
@@ -55,7 +61,9 @@ zt_status zt_engine_gather(zt_engine *e, int unit, const float **params32) {
     if (e->cfg.stage == 3) {
         if (st->gather_state == ZT_GATHER_NONE) ZT_TRY(start_gather(e, unit));
         if (st->gather_state == ZT_GATHER_IN_FLIGHT) {
-            ZT_TRY(zt_comm_wait(e->comm, &st->gather_handle, &ctx->err));
+            /* Kernels queued from here on read the gathered values: the
+             * compute stream waits for the collective, the host does not. */
+            ZT_TRY(zt_comm_wait_stream(e->comm, &st->gather_handle, ctx->compute.handle, &ctx->err));
             st->gather_state = ZT_GATHER_READY;
         }
         if (st->gather_count == 0) ZT_TRY(prefetch_after(e, unit));
@@ -78,7 +86,10 @@ void zt_engine_release(zt_engine *e, int unit) {
     zt_mem *mem = &e->ctx->device_mem;
     zt_tensor_free(&st->view32, mem);
     if (e->cfg.stage == 3) {
-        /* reshard_after_forward: the full copy goes as soon as it is unused. */
+        /* reshard_after_forward: the full copy goes as soon as it is unused.
+         * Its readers may still be queued on compute; the block is reused
+         * either by compute (after them, in stream order) or by a collective
+         * that first waits for compute (start_gather, flush_bucket). */
         e->gathered_inflight_now -= zt_tensor_bytes(&st->gathered);
         zt_tensor_free(&st->gathered, mem);
         st->gather_state = ZT_GATHER_NONE;
@@ -106,4 +117,16 @@ zt_status zt_engine_progress(zt_engine *e) {
         if (e->units[u].gather_state == ZT_GATHER_IN_FLIGHT)
             ZT_TRY(zt_comm_progress(e->comm, &e->units[u].gather_handle, &e->ctx->err));
     return zt_comm_progress(e->comm, &e->in_flight.handle, &e->ctx->err);
+}
+
+zt_status zt_engine_all_gather_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer) {
+    zt_ctx *ctx = e->ctx;
+    zt_comm_handle h = {0};
+    void *ready = NULL;
+    ZT_TRY(zt_event_record(ctx->be, producer, &ready, &ctx->err));
+    zt_status st = zt_comm_all_gather_start(e->comm, NULL, buf, bytes_per_rank, ready, &h, &ctx->err);
+    zt_event_destroy(ctx->be, ready);
+    ZT_TRY(st);
+    if (!e->cfg.overlap_comm) return zt_comm_wait(e->comm, &h, &ctx->err);
+    return zt_comm_wait_stream(e->comm, &h, ctx->compute.handle, &ctx->err);
 }

@@ -1,6 +1,9 @@
-/* The engine's side of optimizer offload: reduced gradients go device->host,
- * the fused CPU Adam (offload/) updates the host master and m, v, and the new
- * compute-dtype parameters go host->device. */
+/* The engine's side of optimizer offload: reduced gradients go device->host
+ * on the d2h copy stream while backward continues, the fused CPU Adam
+ * (offload/) updates the host master and m, v, and the new compute-dtype
+ * parameters go host->device on the h2d copy stream while the CPU steps the
+ * next unit. On the CPU backend the copies are synchronous and the events
+ * NULL, so the same code runs in program order. */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -11,31 +14,27 @@
 
 zt_status zt_engine_offload_grads(zt_engine *e, int u) {
     zt_ctx *ctx = e->ctx;
+    zt_backend *be = ctx->be;
     zt_unit_state *st = &e->units[u];
     size_t n = owned_numel(e, u), lo = owned_lo(e, u), at = local_index(full_grads(e), lo, shard_lo(e, u));
+    size_t d = zt_dtype_size(e->cfg.dtype);
     if (!st->host_grads.data)
         ZT_TRY(zt_engine_alloc_host(e, &st->host_grads, ZT_FP32, n, ZT_CAT_COMM_BUFFERS, "host grads", u));
-    double t0 = zt_now_s();
-    size_t d = zt_dtype_size(e->cfg.dtype);
-    if (e->cfg.dtype == ZT_FP32) {
-        ZT_TRY(ctx->be->memcpy_async(ctx->be, st->host_grads.data, zt_f32(&st->grads) + at, n * 4, ZT_COPY_D2H,
-                                     &ctx->compute, &ctx->err));
-        ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err));
-    } else {
-        /* bf16 crosses as bf16 (half the bytes) and widens on the host. */
-        zt_tensor staging;
-        ZT_TRY(zt_engine_alloc_host(e, &staging, ZT_BF16, n, ZT_CAT_COMM_BUFFERS, "grad staging", u));
-        zt_status s = ctx->be->memcpy_async(ctx->be, staging.data, (const zt_bf16 *)st->grads.data + at, n * 2,
-                                            ZT_COPY_D2H, &ctx->compute, &ctx->err);
-        if (s == ZT_OK) s = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
-        if (s == ZT_OK) {
-            const zt_bf16 *src = staging.data;
-            float *dst = zt_f32(&st->host_grads);
-            for (size_t i = 0; i < n; i++) dst[i] = zt_bf16_to_f32(src[i]);
-        }
-        zt_tensor_free(&staging, &ctx->host_mem);
-        ZT_TRY(s);
+    /* bf16 crosses as bf16 (half the bytes) and widens on the host at the step. */
+    zt_tensor *dst = &st->host_grads;
+    if (e->cfg.dtype == ZT_BF16) {
+        if (!st->host_grads16.data)
+            ZT_TRY(zt_engine_alloc_host(e, &st->host_grads16, ZT_BF16, n, ZT_CAT_COMM_BUFFERS, "grad staging", u));
+        dst = &st->host_grads16;
     }
+    double t0 = zt_now_s();
+    /* The copy follows the kernels that stored the reduced gradients. */
+    ZT_TRY(zt_stream_after(be, &ctx->d2h, &ctx->compute, &ctx->err));
+    ZT_TRY(be->memcpy_async(be, dst->data, (const char *)st->grads.data + at * d, n * d, ZT_COPY_D2H, &ctx->d2h,
+                            &ctx->err));
+    zt_event_destroy(be, st->d2h_done);
+    st->d2h_done = NULL;
+    ZT_TRY(zt_event_record(be, &ctx->d2h, &st->d2h_done, &ctx->err));
     e->d2h_bytes += (double)(n * d);
     e->d2h_time_s += zt_now_s() - t0;
     char name[48];
@@ -44,18 +43,54 @@ zt_status zt_engine_offload_grads(zt_engine *e, int u) {
     return ZT_OK;
 }
 
+/* Waits until unit u's gradients are on the host (fp32). */
+static zt_status host_grads_ready(zt_engine *e, int u, size_t n) {
+    zt_ctx *ctx = e->ctx;
+    zt_unit_state *st = &e->units[u];
+    double t0 = zt_now_s();
+    zt_status s = zt_event_sync(ctx->be, st->d2h_done, &ctx->err);
+    zt_event_destroy(ctx->be, st->d2h_done);
+    st->d2h_done = NULL;
+    e->d2h_time_s += zt_now_s() - t0;
+    ZT_TRY(s);
+    if (st->host_grads16.data) {
+        const zt_bf16 *src = st->host_grads16.data;
+        float *dst = zt_f32(&st->host_grads);
+        for (size_t i = 0; i < n; i++) dst[i] = zt_bf16_to_f32(src[i]);
+        zt_tensor_free(&st->host_grads16, &ctx->host_mem);
+    }
+    return ZT_OK;
+}
+
+/* Waits for the copy out of h2d slot k and frees its host buffer. */
+static zt_status retire_h2d_slot(zt_engine *e, int k) {
+    zt_ctx *ctx = e->ctx;
+    double t0 = zt_now_s();
+    zt_status s = zt_event_sync(ctx->be, e->h2d_done[k], &ctx->err);
+    zt_event_destroy(ctx->be, e->h2d_done[k]);
+    e->h2d_done[k] = NULL;
+    zt_tensor_free(&e->h2d_src[k], &ctx->host_mem);
+    e->h2d_time_s += zt_now_s() - t0;
+    return s;
+}
+
 /* One unit's CPU step: AdamW per parameter segment of the owned range on the
- * host buffers, the compute-dtype copy written to host staging, then copied
- * into the device parameters. */
+ * host buffers, the compute-dtype copy written to a host buffer, then copied
+ * into the device parameters on the h2d stream. */
 zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr, int t) {
     zt_ctx *ctx = e->ctx;
+    zt_backend *be = ctx->be;
     zt_unit_state *st = &e->units[u];
     const zt_unit_spec *us = &e->spec->units[u];
     size_t n = owned_numel(e, u), lo = owned_lo(e, u);
     if (!st->host_grads.data) ZT_TRY(zt_engine_offload_grads(e, u)); /* no bucket carried it */
+    ZT_TRY(host_grads_ready(e, u, n));
     size_t d = zt_dtype_size(e->cfg.dtype);
-    zt_tensor out;
-    ZT_TRY(zt_engine_alloc_host(e, &out, e->cfg.dtype, n, ZT_CAT_COMM_BUFFERS, "params out", u));
+    /* The slot's previous copy (two units ago) has had a whole CPU step to finish. */
+    int k = e->h2d_slot;
+    ZT_TRY(retire_h2d_slot(e, k));
+    zt_tensor *out = &e->h2d_src[k];
+    ZT_TRY(zt_engine_alloc_host(e, out, e->cfg.dtype, n, ZT_CAT_COMM_BUFFERS, "params out", u));
     float *p = zt_f32(&st->host_master), *g = zt_f32(&st->host_grads);
     float *m = zt_f32(&st->host_m), *v = zt_f32(&st->host_v);
     zt_adam_isa isa = zt_cpu_adam_best_isa();
@@ -64,30 +99,44 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
         size_t a = ps->offset > lo ? ps->offset : lo;
         size_t b = ps->offset + ps->numel < lo + n ? ps->offset + ps->numel : lo + n;
         if (a >= b) continue;
-        size_t k = a - lo;
+        size_t j = a - lo;
         float wd = ps->decay ? e->cfg.weight_decay : 0.0f;
-        zt_cpu_adam_fused(isa, e->cfg.host_threads, p + k, g + k, m + k, v + k, (char *)out.data + k * d,
+        zt_cpu_adam_fused(isa, e->cfg.host_threads, p + j, g + j, m + j, v + j, (char *)out->data + j * d,
                           e->cfg.dtype, b - a, clip, lr, e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
     }
     /* Padding never changes, but the device copy is rewritten whole. */
-    for (size_t k = 0; k < n; k++) {
-        size_t i = lo + k;
+    for (size_t j = 0; j < n; j++) {
+        size_t i = lo + j;
         if (i >= us->numel) {
-            if (e->cfg.dtype == ZT_FP32) ((float *)out.data)[k] = p[k];
-            else ((zt_bf16 *)out.data)[k] = zt_f32_to_bf16(p[k]);
+            if (e->cfg.dtype == ZT_FP32) ((float *)out->data)[j] = p[j];
+            else ((zt_bf16 *)out->data)[j] = zt_f32_to_bf16(p[j]);
         }
     }
+    zt_tensor_free(&st->host_grads, &ctx->host_mem);
     double t0 = zt_now_s();
     size_t at = local_index(full_params(e), lo, shard_lo(e, u));
-    zt_status s = ctx->be->memcpy_async(ctx->be, (char *)st->params.data + at * d, out.data, n * d, ZT_COPY_H2D,
-                                        &ctx->compute, &ctx->err);
-    if (s == ZT_OK) s = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+    /* The device parameters were last read by compute kernels of this step. */
+    ZT_TRY(zt_stream_after(be, &ctx->h2d, &ctx->compute, &ctx->err));
+    ZT_TRY(be->memcpy_async(be, (char *)st->params.data + at * d, out->data, n * d, ZT_COPY_H2D, &ctx->h2d,
+                            &ctx->err));
+    ZT_TRY(zt_event_record(be, &ctx->h2d, &e->h2d_done[k], &ctx->err));
+    e->h2d_slot = k ^ 1;
     e->h2d_bytes += (double)(n * d);
     e->h2d_time_s += zt_now_s() - t0;
     char name[48];
     snprintf(name, sizeof name, "h2d params %s", us->name);
     zt_trace_span(ctx->trace, name, "offload", 2, t0);
-    zt_tensor_free(&out, &ctx->host_mem);
-    zt_tensor_free(&st->host_grads, &ctx->host_mem);
+    return ZT_OK;
+}
+
+zt_status zt_engine_offload_finish(zt_engine *e) {
+    zt_ctx *ctx = e->ctx;
+    /* The next forward reads the new parameters on compute. */
+    zt_status s = zt_stream_after(ctx->be, &ctx->compute, &ctx->h2d, &ctx->err);
+    for (int k = 0; k < 2; k++) {
+        zt_status r = retire_h2d_slot(e, k);
+        if (s == ZT_OK) s = r;
+    }
+    e->h2d_slot = 0;
     return s;
 }

@@ -69,12 +69,9 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
         size_t P = spec->units[u].padded_numel, S = spec->units[u].shard_numel, lo = shard_lo(e, u);
         if (e->cfg.offload) {
             st = zt_engine_offload_step_unit(e, u, clip, lr, t);
-            if (st == ZT_OK && (e->cfg.stage == 1 || e->cfg.stage == 2)) {
-                zt_comm_handle h = {0};
-                size_t d = zt_dtype_size(e->cfg.dtype);
-                st = zt_comm_all_gather_start(e->comm, NULL, us->params.data, S * d, &h, &ctx->err);
-                if (st == ZT_OK) st = zt_comm_wait(e->comm, &h, &ctx->err);
-            }
+            /* The new slice arrives on the h2d stream; the gather follows it. */
+            if (st == ZT_OK && (e->cfg.stage == 1 || e->cfg.stage == 2))
+                st = zt_engine_all_gather_after(e, us->params.data, S * zt_dtype_size(e->cfg.dtype), &ctx->h2d);
             continue;
         }
         /* Stage 0 updates everything on every rank; others their slice. */
@@ -109,13 +106,13 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
             zt_bf16 *dst = (zt_bf16 *)us->params.data + local_index(full_params(e), rlo, lo);
             ops->cast_f32_to_bf16(&ctx->compute, dst, p + (rlo - p_at), rn);
         }
-        if (e->cfg.stage == 1 || e->cfg.stage == 2) {
+        if (e->cfg.stage == 1 || e->cfg.stage == 2)
             /* Everyone needs everyone's updated slice of the full params. */
-            zt_comm_handle h = {0};
-            size_t d = zt_dtype_size(e->cfg.dtype);
-            st = zt_comm_all_gather_start(e->comm, NULL, us->params.data, S * d, &h, &ctx->err);
-            if (st == ZT_OK) st = zt_comm_wait(e->comm, &h, &ctx->err);
-        }
+            st = zt_engine_all_gather_after(e, us->params.data, S * zt_dtype_size(e->cfg.dtype), &ctx->compute);
+    }
+    if (e->cfg.offload) {
+        zt_status fin = zt_engine_offload_finish(e);
+        if (st == ZT_OK) st = fin;
     }
     e->steps_taken = t;
 done:

@@ -56,8 +56,7 @@ static zt_status pack_bucket(zt_engine *e, zt_bucket *b) {
             }
             dst += S;
         }
-    /* The all-to-all reads the packed buffer from the host side. */
-    return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+    return ZT_OK;
 }
 
 /* Averages (once, here) and stores this rank's reduced slices. */
@@ -80,14 +79,13 @@ static zt_status unpack_bucket(zt_engine *e, zt_bucket *b) {
         src += S;
         if (e->cfg.stage == 0) {
             /* Stage 0 all-reduces as reduce-scatter + all-gather over the same layout. */
-            zt_comm_handle h = {0};
             size_t d = zt_dtype_size(e->cfg.dtype);
-            ZT_TRY(zt_comm_all_gather_start(e->comm, NULL, st->grads.data, S * d, &h, &ctx->err));
-            ZT_TRY(zt_comm_wait(e->comm, &h, &ctx->err));
+            ZT_TRY(zt_engine_all_gather_after(e, st->grads.data, S * d, &ctx->compute));
         }
         /* Offload: the reduced gradients leave for the host now, while the
-         * rest of backward runs. */
-        if (e->cfg.offload) ZT_TRY(zt_engine_offload_grads(e, u));
+         * rest of backward runs; shards that still accumulate further
+         * micro-batches leave after the last one. */
+        if (e->cfg.offload && e->sync_this_micro) ZT_TRY(zt_engine_offload_grads(e, u));
         st->queued = 0;
     }
     return ZT_OK;
@@ -105,7 +103,8 @@ void zt_engine_free_bucket(zt_engine *e, zt_bucket *b) {
 zt_status zt_engine_complete_bucket(zt_engine *e) {
     zt_bucket *b = &e->in_flight;
     if (b->nunits == 0) return ZT_OK;
-    ZT_TRY(zt_comm_wait(e->comm, &b->handle, &e->ctx->err));
+    /* unpack_bucket's kernels run on compute after the reduce-scatter. */
+    ZT_TRY(zt_comm_wait_stream(e->comm, &b->handle, e->ctx->compute.handle, &e->ctx->err));
     ZT_TRY(unpack_bucket(e, b));
     zt_engine_free_bucket(e, b);
     return ZT_OK;
@@ -123,8 +122,14 @@ static zt_status flush_bucket(zt_engine *e) {
     ZT_TRY(zt_engine_alloc(e, &b->reduced, ZT_FP32, b->numel / (size_t)N, ZT_CAT_COMM_BUFFERS, "bucket reduced", -1));
     ZT_TRY(pack_bucket(e, b));
     for (int i = 0; i < b->nunits; i++) zt_tensor_free(&e->units[b->units[i]].grad32, &e->ctx->device_mem);
-    ZT_TRY(zt_comm_reduce_scatter_start(e->comm, zt_f32(&b->send), zt_f32(&b->staging), zt_f32(&b->reduced),
-                                        b->numel / (size_t)N, &b->handle, &e->ctx->err));
+    /* After the pack (and whatever last read the blocks now in this bucket). */
+    zt_ctx *ctx = e->ctx;
+    void *ready = NULL;
+    ZT_TRY(zt_event_record(ctx->be, &ctx->compute, &ready, &ctx->err));
+    zt_status st = zt_comm_reduce_scatter_start(e->comm, zt_f32(&b->send), zt_f32(&b->staging), zt_f32(&b->reduced),
+                                                b->numel / (size_t)N, ready, &b->handle, &ctx->err);
+    zt_event_destroy(ctx->be, ready);
+    ZT_TRY(st);
     e->in_flight = *b;
     memset(b, 0, sizeof *b);
     if (!e->cfg.overlap_comm) ZT_TRY(zt_engine_complete_bucket(e));

@@ -52,6 +52,8 @@ typedef struct {
     zt_tensor host_m;      /* fp32 optimizer */
     zt_tensor host_v;      /* fp32 optimizer */
     zt_tensor host_grads;  /* fp32 reduced gradients copied device->host (comm_buffers, one step) */
+    zt_tensor host_grads16; /* bf16 runs: the same as sent (bf16), widened into host_grads at the step */
+    void *d2h_done;        /* backend event: the device->host gradient copy has landed */
     zt_gather_state gather_state;
     zt_comm_handle gather_handle;
     int gather_count;
@@ -82,8 +84,16 @@ typedef struct {
     double last_grad_norm;
     size_t gathered_inflight_peak; /* stage 3: most bytes of gathered params at once */
     size_t gathered_inflight_now;
-    /* Offload transfers since init: bytes and seconds in each direction. */
+    /* Offload transfers since init: bytes, and seconds the host spent
+     * issuing them and waiting for them (the exposed part: on CUDA the copies
+     * run on their own streams, overlapped with backward and the CPU Adam). */
     double d2h_bytes, d2h_time_s, h2d_bytes, h2d_time_s;
+    /* Offload: host buffers of new parameters on their way to the device,
+     * double-buffered so the CPU Adam of one unit overlaps the copy of the
+     * previous one; each is released when its event has happened. */
+    zt_tensor h2d_src[2];
+    void *h2d_done[2];
+    int h2d_slot;
 } zt_engine;
 
 /* Fills dst[numel] with the initial values of parameter `param` of `unit`.

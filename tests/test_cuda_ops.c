@@ -12,9 +12,18 @@
  * on one side only fails. Kernels whose CUDA version performs the CPU's
  * floating-point operations in the CPU's order must match bit for bit:
  * embedding forward and backward, residual, scale, both casts (all 65536 bf16
- * patterns back to fp32), softmax_xent_bwd, layernorm's dw/db, matmul's
- * dbias, and AdamW. Reductions must also be reproducible: kernels with
- * reductions run twice on the GPU and give the same bits.
+ * patterns back to fp32), softmax_xent_bwd, layernorm's dw/db, and AdamW.
+ * (matmul's dbias is a fixed-order tree of partial sums: 1e-5.) Reductions
+ * must also be reproducible: kernels with reductions run twice on the GPU and
+ * give the same bits.
+ *
+ * The GEMMs (cuBLASLt) run in both modes of zt_backend.matmul_bf16: fp32
+ * (1e-5, as above) and bf16 operands with fp32 accumulation (1e-2 against the
+ * CPU's fp32; matmul forward and backward, attention forward), each also
+ * repeated for the same bits. Some matmul cases pass pointers one float past
+ * an aligned address (the plans depend on the alignment, and a misaligned bias
+ * cannot be fused into the GEMM), and one has a long reduction (K = 4096) with
+ * small outputs, the shape where cuBLASLt splits K.
  *
  * Also: sum_squares (double) with host and device result pointers against
  * the CPU (relative 1e-12), the bf16 GEMM outside zt_ops against a double
@@ -126,6 +135,25 @@ static float *dnan(size_t n) {
     float *d = dcopyf(h, n);
     free(h);
     return d;
+}
+/* Device copies `off` floats past the start of their allocation (which is
+ * 256-byte aligned), to exercise misaligned operands. */
+static float *dcopyf_at(const float *h, size_t n, size_t off) {
+    float *d = dalloc((n + off) * sizeof(float));
+    h2d(d + off, h, n * sizeof(float));
+    return d + off;
+}
+static float *dnan_at(size_t n, size_t off) {
+    float *h = fnan(n);
+    float *d = dcopyf_at(h, n, off);
+    free(h);
+    return d;
+}
+/* Overwrites a device buffer with NaN again (before a repeated run). */
+static void dpoison(float *d, size_t n) {
+    float *h = fnan(n);
+    h2d(d, h, n * sizeof(float));
+    free(h);
 }
 /* The device buffer read back into fresh host memory (after a sync). */
 static float *fetch(const float *d, size_t n, const char *what) {
@@ -261,45 +289,90 @@ static void test_layernorm(int N, int C) {
     dfree_all();
 }
 
-static void test_matmul(int N, int C, int OC, int with_bias, int with_dinp) {
-    char what[128], tag[64];
-    snprintf(tag, sizeof tag, "N=%d C=%d OC=%d bias=%d dinp=%d", N, C, OC, with_bias, with_dinp);
-    size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
+/* matmul forward and backward against the CPU, in fp32 (bf16 = 0, 1e-5) or
+ * with the GPU's matmul_bf16 mode (bf16 = 1: operands rounded to bf16, fp32
+ * accumulation; 1e-2 against the CPU's fp32). Device operands start `off`
+ * floats past an aligned address. Both directions also run a second time
+ * (outputs poisoned again, gradients reset) for the same bits. */
+static void test_matmul(int N, int C, int OC, int with_bias, int with_dinp, int bf16, int off) {
+    char what[160], tag[96];
+    snprintf(tag, sizeof tag, "N=%d C=%d OC=%d bias=%d dinp=%d %s off=%d", N, C, OC, with_bias, with_dinp,
+             bf16 ? "bf16" : "fp32", off);
+    double tol = bf16 ? 1e-2 : TOL;
+    g_gpu->matmul_bf16 = bf16;
+    uint64_t fallbacks0 = ((zt_cuda_impl *)g_gpu->impl)->lt_fallback_calls;
+    size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC, o = (size_t)off;
     float *inp = frand(nin, -1, 1), *w = frand(nw, -1, 1), *bias = frand(OC, -1, 1);
-    float *d_inp = dcopyf(inp, nin), *d_w = dcopyf(w, nw), *d_bias = dcopyf(bias, OC);
-    float *out = fnan(nout), *d_out = dnan(nout);
+    float *d_inp = dcopyf_at(inp, nin, o), *d_w = dcopyf_at(w, nw, o), *d_bias = dcopyf_at(bias, OC, o);
+    float *out = fnan(nout), *d_out = dnan_at(nout, o);
     g_cpu->ops->matmul_fwd(&g_cs, out, inp, w, with_bias ? bias : NULL, N, C, OC);
     g_gpu->ops->matmul_fwd(&g_gs, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
     float *g_out = fetch(d_out, nout, "matmul_fwd");
     snprintf(what, sizeof what, "matmul_fwd %s", tag);
-    compare(what, g_out, out, nout, TOL);
+    compare(what, g_out, out, nout, tol);
+    dpoison(d_out, nout);
     g_gpu->ops->matmul_fwd(&g_gs, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
     float *g_out2 = fetch(d_out, nout, "matmul_fwd");
     compare_repeat(what, g_out, g_out2, nout);
 
     float *dout = frand(nout, -1, 1), *dinp = frand(nin, -1, 1), *dw = frand(nw, -1, 1), *dbias = frand(OC, -1, 1);
-    float *d_dout = dcopyf(dout, nout), *d_dinp = dcopyf(dinp, nin), *d_dw = dcopyf(dw, nw);
-    float *d_dbias = dcopyf(dbias, OC);
+    float *dinp0 = fdup(dinp, nin), *dw0 = fdup(dw, nw), *dbias0 = fdup(dbias, OC);
+    float *d_dout = dcopyf_at(dout, nout, o), *d_dinp = dcopyf_at(dinp, nin, o), *d_dw = dcopyf_at(dw, nw, o);
+    float *d_dbias = dcopyf_at(dbias, OC, o);
     g_cpu->ops->matmul_bwd(&g_cs, with_dinp ? dinp : NULL, dw, with_bias ? dbias : NULL, dout, inp, w, N, C, OC);
     g_gpu->ops->matmul_bwd(&g_gs, with_dinp ? d_dinp : NULL, d_dw, with_bias ? d_dbias : NULL, d_dout, d_inp, d_w, N,
                            C, OC);
     float *g_dinp = fetch(d_dinp, nin, "matmul_bwd"), *g_dw = fetch(d_dw, nw, "matmul_bwd");
     float *g_dbias = fetch(d_dbias, OC, "matmul_bwd");
     snprintf(what, sizeof what, "matmul_bwd dinp %s", tag);
-    compare(what, g_dinp, dinp, nin, TOL); /* untouched when dinp is NULL: both keep the start */
+    compare(what, g_dinp, dinp, nin, tol); /* untouched when dinp is NULL: both keep the start */
     snprintf(what, sizeof what, "matmul_bwd dw %s", tag);
-    compare(what, g_dw, dw, nw, TOL);
+    compare(what, g_dw, dw, nw, tol);
+    /* dbias is the backend's own fp32 reduction in both modes (not a GEMM). */
     snprintf(what, sizeof what, "matmul_bwd dbias %s", tag);
-    compare_bits(what, g_dbias, dbias, (size_t)OC * 4, 4);
+    compare(what, g_dbias, dbias, OC, TOL);
 
+    /* Again from the same starting gradients: the same bits. */
+    h2d(d_dinp, dinp0, nin * sizeof(float));
+    h2d(d_dw, dw0, nw * sizeof(float));
+    h2d(d_dbias, dbias0, OC * sizeof(float));
+    g_gpu->ops->matmul_bwd(&g_gs, with_dinp ? d_dinp : NULL, d_dw, with_bias ? d_dbias : NULL, d_dout, d_inp, d_w, N,
+                           C, OC);
+    float *g_dinp2 = fetch(d_dinp, nin, "matmul_bwd"), *g_dw2 = fetch(d_dw, nw, "matmul_bwd");
+    float *g_dbias2 = fetch(d_dbias, OC, "matmul_bwd");
+    snprintf(what, sizeof what, "matmul_bwd dinp %s", tag);
+    compare_repeat(what, g_dinp, g_dinp2, nin);
+    snprintf(what, sizeof what, "matmul_bwd dw %s", tag);
+    compare_repeat(what, g_dw, g_dw2, nw);
+    snprintf(what, sizeof what, "matmul_bwd dbias %s", tag);
+    compare_repeat(what, g_dbias, g_dbias2, OC);
+
+    /* Aligned pointers and row strides: cuBLASLt must have had an algorithm
+     * for every GEMM (the fused bias included), with the deterministic
+     * reduction mask and the alignments the backend states. */
+    uint64_t fallbacks = ((zt_cuda_impl *)g_gpu->impl)->lt_fallback_calls - fallbacks0;
+    if (off == 0 && C % 8 == 0 && OC % 8 == 0)
+        CHECK(fallbacks == 0, "matmul %s: %llu GEMM calls found no cuBLASLt algorithm", tag,
+              (unsigned long long)fallbacks);
+    else
+        printf("note matmul %s: %llu GEMM calls without a cuBLASLt algorithm (cuBLAS or the unfused bias instead)\n",
+               tag, (unsigned long long)fallbacks);
+
+    g_gpu->matmul_bf16 = 0;
     free(inp), free(w), free(bias), free(out), free(g_out), free(g_out2), free(dout), free(dinp), free(dw);
-    free(dbias), free(g_dinp), free(g_dw), free(g_dbias);
+    free(dbias), free(dinp0), free(dw0), free(dbias0), free(g_dinp), free(g_dw), free(g_dbias);
+    free(g_dinp2), free(g_dw2), free(g_dbias2);
     dfree_all();
 }
 
-static void test_attention(int B, int T, int C, int NH) {
+/* Attention forward against the CPU (and repeated: the same bits); in fp32
+ * also backward. bf16 = 1 runs the forward's GEMMs in the matmul_bf16 mode
+ * (1e-2); backward has no GEMMs, so it is checked in fp32 only. */
+static void test_attention(int B, int T, int C, int NH, int bf16) {
     char what[128], tag[64];
-    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d %s", B, T, C, NH, bf16 ? "bf16" : "fp32");
+    double tol = bf16 ? 1e-2 : TOL;
+    g_gpu->matmul_bf16 = bf16;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     size_t ndatt = (size_t)B * NH * T;
     float *qkv = frand(nqkv, -1.5f, 1.5f), *d_qkv = dcopyf(qkv, nqkv);
@@ -308,9 +381,23 @@ static void test_attention(int B, int T, int C, int NH) {
     g_gpu->ops->attention_fwd(&g_gs, d_out, d_att, d_qkv, B, T, C, NH);
     float *g_out = fetch(d_out, nout, "attention_fwd"), *g_att = fetch(d_att, natt, "attention_fwd");
     snprintf(what, sizeof what, "attention_fwd out %s", tag);
-    compare(what, g_out, out, nout, TOL);
+    compare(what, g_out, out, nout, tol);
     snprintf(what, sizeof what, "attention_fwd att %s", tag);
-    compare(what, g_att, att, natt, TOL);
+    compare(what, g_att, att, natt, tol);
+    dpoison(d_out, nout);
+    dpoison(d_att, natt);
+    g_gpu->ops->attention_fwd(&g_gs, d_out, d_att, d_qkv, B, T, C, NH);
+    float *g_out2 = fetch(d_out, nout, "attention_fwd"), *g_att2 = fetch(d_att, natt, "attention_fwd");
+    compare_repeat(what, g_att, g_att2, natt);
+    snprintf(what, sizeof what, "attention_fwd out %s", tag);
+    compare_repeat(what, g_out, g_out2, nout);
+    free(g_out2), free(g_att2);
+    g_gpu->matmul_bf16 = 0;
+    if (bf16) {
+        free(qkv), free(out), free(att), free(g_out), free(g_att);
+        dfree_all();
+        return;
+    }
 
     /* Backward from the CPU's probabilities on both sides. */
     float *dout = frand(nout, -1, 1), *dqkv = frand(nqkv, -1, 1), *dqkv0 = fdup(dqkv, nqkv), *datt = fnan(ndatt);
@@ -579,6 +666,52 @@ static void test_backend_basics(void) {
  * asking for more shared memory than any GPU has, so nothing runs) is reported
  * by the next stream_sync with its file:line, and keeps being reported; other
  * backends are unaffected. */
+/* Events order streams without the host: a long chain of kernels on the
+ * compute stream writes a buffer; a second stream waits on an event and
+ * copies it out; the host waits only on the second stream's event. Without
+ * the wait the copy would overtake the kernels and read the poison. */
+static void test_stream_ordering(void) {
+    zt_error err;
+    zt_error_clear(&err);
+    size_t n = (size_t)1 << 24; /* 64 MiB: the chain takes far longer than a launch */
+    float *d = dnan(n);
+    float *host = NULL;
+    CHECK(cudaMallocHost((void **)&host, n * sizeof(float)) == cudaSuccess, "cudaMallocHost");
+    if (!host) return;
+    for (size_t i = 0; i < n; i++) host[i] = -1.0f;
+    zt_stream side;
+    CHECK(zt_stream_create(g_gpu, &side, &err) == ZT_OK, "zt_stream_create: %s", err.msg);
+    CHECK(side.handle != NULL && side.handle != g_gs.handle, "a second stream has its own handle");
+    float *ones = frand(n, 1.0f, 1.0f);
+    h2d(d, ones, n * sizeof(float));
+    gsync("stream ordering setup");
+    dpoison(d, n); /* NaN, on compute */
+    h2d(d, ones, n * sizeof(float));
+    for (int k = 0; k < 20; k++) g_gpu->ops->scale(&g_gs, d, 1.0f + (float)(k % 2), n); /* ones -> 2^10 */
+    void *ev = NULL;
+    CHECK(zt_event_record(g_gpu, &g_gs, &ev, &err) == ZT_OK && ev, "zt_event_record: %s", err.msg);
+    CHECK(zt_stream_wait_event(g_gpu, &side, ev, &err) == ZT_OK, "zt_stream_wait_event: %s", err.msg);
+    zt_event_destroy(g_gpu, ev); /* the wait keeps its point */
+    CHECK(g_gpu->memcpy_async(g_gpu, host, d, n * sizeof(float), ZT_COPY_D2H, &side, &err) == ZT_OK, "copy: %s",
+          err.msg);
+    void *done = NULL;
+    CHECK(zt_event_record(g_gpu, &side, &done, &err) == ZT_OK, "record on the side stream: %s", err.msg);
+    CHECK(zt_event_sync(g_gpu, done, &err) == ZT_OK, "zt_event_sync: %s", err.msg);
+    zt_event_destroy(g_gpu, done);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += host[i] != 1024.0f;
+    CHECK(bad == 0, "stream ordering: %zu of %zu values copied before the kernels finished", bad, n);
+    /* zt_stream_after is the same through one call. */
+    dpoison(d, n);
+    CHECK(zt_stream_after(g_gpu, &side, &g_gs, &err) == ZT_OK, "zt_stream_after: %s", err.msg);
+    CHECK(g_gpu->memcpy_async(g_gpu, host, d, n * sizeof(float), ZT_COPY_D2H, &side, &err) == ZT_OK, "copy");
+    CHECK(g_gpu->stream_sync(g_gpu, &side, &err) == ZT_OK, "sync the side stream: %s", err.msg);
+    CHECK(host[0] != host[0] && host[n - 1] != host[n - 1], "zt_stream_after: the copy saw the poison");
+    zt_stream_destroy(g_gpu, &side);
+    cudaFreeHost(host);
+    free(ones);
+}
+
 static void test_sticky_error(void) {
     zt_backend *be = NULL;
     zt_error err;
@@ -626,14 +759,24 @@ int main(void) {
     test_embedding(4, 64, 96, 1000);
     test_layernorm(37, 48);
     test_layernorm(130, 770);
-    test_matmul(37, 48, 72, 1, 1);
-    test_matmul(64, 256, 200, 0, 1);
-    test_matmul(50, 33, 17, 1, 0);
-    test_matmul(256, 512, 384, 1, 1);
-    test_attention(2, 19, 48, 4);
-    test_attention(1, 1, 16, 2);
-    test_attention(2, 64, 64, 2);
-    test_attention(1, 200, 96, 3);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        test_matmul(37, 48, 72, 1, 1, bf16, 0);
+        test_matmul(64, 256, 200, 0, 1, bf16, 0);
+        test_matmul(50, 33, 17, 1, 0, bf16, 0);
+        test_matmul(256, 512, 384, 1, 1, bf16, 0);
+        test_matmul(64, 256, 200, 1, 1, bf16, 1); /* misaligned: the bias is added unfused */
+        test_matmul(50, 33, 17, 1, 1, bf16, 1);
+        test_matmul(4096, 64, 96, 1, 1, bf16, 0); /* dw: K = 4096 over a 96 x 64 output */
+        test_matmul(512, 768, 2304, 1, 1, bf16, 0);
+    }
+    test_attention(2, 19, 48, 4, 0);
+    test_attention(1, 1, 16, 2, 0);
+    test_attention(2, 64, 64, 2, 0);
+    test_attention(1, 200, 96, 3, 0);
+    test_attention(2, 256, 128, 2, 0);
+    test_attention(2, 19, 48, 4, 1);
+    test_attention(2, 64, 64, 2, 1);
+    test_attention(1, 200, 96, 3, 1);
     test_pointwise(1);
     test_pointwise(100003);
     test_softmax_xent(23, 37);
@@ -646,6 +789,7 @@ int main(void) {
     test_sum_squares((1u << 20) + 5);
     test_gemm_bf16(37, 45, 64);
     test_gemm_bf16(64, 128, 256);
+    test_stream_ordering();
     test_sticky_error(); /* last: it leaves one launch failed on a second backend */
 
     zt_backend_destroy(g_gpu);

@@ -1,5 +1,5 @@
-/* The CUDA backend: one device, a non-blocking compute stream, a cuBLAS
- * handle, cudaMalloc'd blocks under the tracked allocator, and the sticky
+/* The CUDA backend: one device, a non-blocking compute stream, a cuBLAS and
+ * a cuBLASLt handle, cudaMalloc'd blocks under the tracked allocator, and the sticky
  * error that turns failures inside the (void) kernel launchers into a status
  * at the next stream_sync. */
 #include <math.h>
@@ -195,6 +195,75 @@ static zt_status cuda_sync(zt_backend *be, zt_stream *s, zt_error *err) {
     return code;
 }
 
+/* ---- events and further streams ------------------------------------------ */
+
+static zt_status cuda_event_record(zt_backend *be, zt_stream *s, void **event, zt_error *err) {
+    zt_cuda_impl *im = be->impl;
+    cudaEvent_t ev = NULL;
+    *event = NULL;
+    CUDA_CHECK(cudaSetDevice(im->device));
+    /* Timing off: recording and waiting are cheaper, and nothing reads times. */
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    cudaError_t rc = cudaEventRecord(ev, stream_of(be, s));
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        (void)cudaEventDestroy(ev);
+        return ZT_FAIL(err, zt_cuda_status_of(rc), "CUDA: cudaEventRecord failed: %s", cudaGetErrorString(rc));
+    }
+    *event = ev;
+    return ZT_OK;
+}
+
+static zt_status cuda_stream_wait_event(zt_backend *be, zt_stream *s, void *event, zt_error *err) {
+    zt_cuda_impl *im = be->impl;
+    CUDA_CHECK(cudaSetDevice(im->device));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_of(be, s), (cudaEvent_t)event, 0));
+    return ZT_OK;
+}
+
+/* Like stream_sync, a failure of any kernel before the event surfaces here
+ * together with the sticky error. */
+static zt_status cuda_event_sync(zt_backend *be, void *event, zt_error *err) {
+    zt_cuda_impl *im = be->impl;
+    cudaError_t rc = cudaEventSynchronize((cudaEvent_t)event);
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        zt_cuda_record(im, zt_cuda_status_of(rc), __FILE__, __LINE__, "CUDA: cudaEventSynchronize failed: %s (%s)",
+                       cudaGetErrorString(rc), cudaGetErrorName(rc));
+    }
+    zt_status code = ZT_OK;
+    pthread_mutex_lock(&im->lock);
+    if (im->sticky.code != ZT_OK)
+        code = zt_error_set(err, im->sticky.code, im->sticky.file, im->sticky.line, "%s", im->sticky.msg);
+    pthread_mutex_unlock(&im->lock);
+    return code;
+}
+
+static void cuda_event_destroy(zt_backend *be, void *event) {
+    (void)be;
+    (void)cudaEventDestroy((cudaEvent_t)event);
+}
+
+static zt_status cuda_stream_create(zt_backend *be, zt_stream *out, zt_error *err) {
+    zt_cuda_impl *im = be->impl;
+    cudaStream_t st = NULL;
+    CUDA_CHECK(cudaSetDevice(im->device));
+    /* Non-blocking: never implicitly ordered with the legacy default stream. */
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    out->be = be;
+    out->handle = st;
+    out->nthreads = be->nthreads;
+    return ZT_OK;
+}
+
+static void cuda_stream_destroy(zt_backend *be, zt_stream *s) {
+    zt_cuda_impl *im = be->impl;
+    (void)cudaSetDevice(im->device);
+    (void)cudaStreamSynchronize((cudaStream_t)s->handle);
+    (void)cudaStreamDestroy((cudaStream_t)s->handle);
+    (void)cudaGetLastError();
+}
+
 static zt_status cuda_mem_info(zt_backend *be, size_t *free_bytes, size_t *total_bytes, zt_error *err) {
     zt_cuda_impl *im = be->impl;
     *free_bytes = 0;
@@ -210,6 +279,10 @@ static void cuda_destroy(zt_backend *be) {
         (void)cudaSetDevice(im->device);
         if (im->stream) (void)cudaStreamSynchronize(im->stream);
         if (im->cublas) cublasDestroy(im->cublas);
+        zt_cuda_lt_plans_destroy(im);
+        if (im->lt) cublasLtDestroy(im->lt);
+        if (im->lt_workspace) (void)cudaFree(im->lt_workspace);
+        if (im->lt_ws_event) (void)cudaEventDestroy(im->lt_ws_event);
         if (im->sumsq_scratch) (void)cudaFree(im->sumsq_scratch);
         if (im->stream) (void)cudaStreamDestroy(im->stream);
         (void)cudaGetLastError();
@@ -281,6 +354,21 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
     CUBLAS_CHECK(cublasSetMathMode(im->cublas, CUBLAS_DEFAULT_MATH));
     CUBLAS_CHECK(cublasSetAtomicsMode(im->cublas, CUBLAS_ATOMICS_NOT_ALLOWED));
     CUBLAS_CHECK(cublasSetPointerMode(im->cublas, CUBLAS_POINTER_MODE_HOST));
+    /* cuBLASLt, which runs the GEMMs (ops_matmul.cu): a handle and a fixed
+     * workspace. The workspace is a plain cudaMalloc, outside the tracked
+     * allocator and its accounting, like the cuBLAS handle's own memory. */
+    {
+        cublasStatus_t lt_st = cublasLtCreate(&im->lt);
+        if (lt_st != CUBLAS_STATUS_SUCCESS) {
+            im->lt = NULL;
+            st = ZT_FAIL(err, lt_st == CUBLAS_STATUS_ALLOC_FAILED ? ZT_ERR_OOM : ZT_ERR_INTERNAL,
+                         "cuBLASLt: cublasLtCreate failed on CUDA device %d: %s (%s)", im->device,
+                         cublasLtGetStatusString(lt_st), cublasLtGetStatusName(lt_st));
+            goto fail;
+        }
+    }
+    CUDA_CHECK_GOTO(cudaMalloc(&im->lt_workspace, ZT_CUDA_LT_WORKSPACE_BYTES));
+    CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&im->lt_ws_event, cudaEventDisableTiming));
 
     be->device = ZT_DEVICE_CUDA;
     be->name = "cuda";
@@ -293,6 +381,12 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
     be->memset_async = cuda_memset;
     be->stream_sync = cuda_sync;
     be->mem_info = cuda_mem_info;
+    be->event_record = cuda_event_record;
+    be->stream_wait_event = cuda_stream_wait_event;
+    be->event_sync = cuda_event_sync;
+    be->event_destroy = cuda_event_destroy;
+    be->stream_create = cuda_stream_create;
+    be->stream_destroy = cuda_stream_destroy;
     *out = be;
     return ZT_OK;
 

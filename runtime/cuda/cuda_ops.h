@@ -4,7 +4,7 @@
  *
  * Included from C (backend_cuda.c, tests) and from CUDA C++ (*.cu).
  *
- * Errors. zt_ops functions return void, so a failed launch or cuBLAS call is
+ * Errors. zt_ops functions return void, so a failed launch or cuBLAS(Lt) call is
  * recorded as the backend's "sticky" error (first one wins, with file:line);
  * stream_sync reports it, and keeps reporting it: results computed after a
  * failure cannot be trusted.
@@ -13,7 +13,10 @@
  * fixed order run by one thread, or a block reduction with a fixed launch
  * shape and a fixed combining tree (warp butterfly, then the warps in order),
  * so repeated runs give the same bits on the same GPU model. GEMMs go through
- * cuBLAS with atomics disallowed and the default (non-TF32) math mode. */
+ * cuBLASLt with an algorithm chosen once per shape and cached, restricted to
+ * reduction schemes with a fixed summation order (ops_matmul.cu explains the
+ * mask), fp32 compute without TF32 unless zt_backend.matmul_bf16 asks for
+ * bf16 tensor-core math. */
 #ifndef ZT_CUDA_OPS_H
 #define ZT_CUDA_OPS_H
 
@@ -25,6 +28,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -38,6 +42,35 @@ extern "C" {
 #define ZT_CUDA_SUMSQ_BLOCKS 512
 #define ZT_CUDA_SUMSQ_THREADS 256
 
+/* cuBLASLt: the fixed workspace every Lt matmul may use, and the number of
+ * cached GEMM plans (descriptors + algorithm per shape, LRU). */
+#define ZT_CUDA_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define ZT_CUDA_LT_PLANS 64
+
+/* What a cached plan is for. All int64 so the struct has no padding and two
+ * keys compare with memcmp (built from a zeroed struct regardless). Row-major
+ * terms: C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C (+ bias[N]), `batch`
+ * such products at the given element strides; align_* are the pointers'
+ * alignments in bytes (capped at 256), which the algorithm choice depends on. */
+typedef struct {
+    int64_t trans_a, trans_b, m, n, k, lda, ldb, ldc;
+    int64_t batch, stride_a, stride_b, stride_c;
+    int64_t a_type, b_type, c_type, compute; /* cudaDataType, cublasComputeType_t */
+    int64_t bias;                            /* 1: CUBLASLT_EPILOGUE_BIAS with an fp32 bias[N] */
+    int64_t align_a, align_b, align_c, align_bias;
+} zt_cuda_lt_key;
+
+typedef struct {
+    int used;                /* slot holds a key */
+    int supported;           /* 0: the heuristic found no algorithm (cached, not retried) */
+    uint64_t last_use;       /* LRU tick */
+    zt_cuda_lt_key key;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A, B and C = D (column-major view) */
+    cublasLtMatmulAlgo_t algo;
+    size_t workspace;        /* bytes the algorithm needs (<= ZT_CUDA_LT_WORKSPACE_BYTES) */
+} zt_cuda_lt_plan;
+
 typedef struct {
     int device;              /* CUDA ordinal this backend runs on */
     cudaStream_t stream;     /* the default compute stream (non-blocking) */
@@ -47,7 +80,22 @@ typedef struct {
      * streams: sum_squares calls on different streams must be ordered by the
      * caller (the runtime issues them on the compute stream). */
     double *sumsq_scratch;
-    pthread_mutex_t lock;    /* guards `sticky` and the cuBLAS handle */
+    /* cuBLASLt: the handle, its workspace (cudaMalloc'd at creation, outside
+     * the tracked allocator, like the cuBLAS handle's own memory), the plan
+     * cache, and an event marking the last use of the workspace on
+     * lt_ws_stream, so an Lt matmul on another stream waits for it (the lock
+     * orders the enqueues, not the GPU's execution). All under `lock`. */
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    zt_cuda_lt_plan lt_plans[ZT_CUDA_LT_PLANS];
+    uint64_t lt_tick;
+    cudaEvent_t lt_ws_event;
+    cudaStream_t lt_ws_stream; /* NULL: the workspace has not been used yet */
+    /* GEMM calls cuBLASLt had no algorithm for: run through the cuBLAS
+     * handle instead, or, with a bias, the bias added by a separate kernel
+     * (a diagnostic: the tests expect 0 for aligned shapes). */
+    uint64_t lt_fallback_calls;
+    pthread_mutex_t lock;    /* guards `sticky`, the cuBLAS handle and the cuBLASLt state */
     zt_error sticky;         /* first asynchronous failure, reported by stream_sync */
 } zt_cuda_impl;
 
@@ -118,6 +166,39 @@ void zt_cuda_sum_squares(zt_stream *s, double *out, const float *x, size_t n);
 
 const zt_ops *zt_cuda_ops(void);
 
+/* ---- GEMMs ----------------------------------------------------------------- */
+/* A row-major (strided-batched) GEMM through cuBLASLt, as the kernels use it:
+ * for i < batch,
+ *   C_i[M,N] = alpha op(A_i) @ op(B_i) + beta C_i (+ bias[N] on every row)
+ * with X_i = X + i * stride_x elements, op(X) = X^T when trans_x; A is [M,K]
+ * ([K,M] when trans_a), B is [K,N] ([N,K] when trans_b); lda, ldb, ldc are
+ * row strides in elements. bias (fp32, may be NULL) needs c_type fp32.
+ * Falls back to cuBLAS (cublasGemmStridedBatchedEx, atomics off) when
+ * cuBLASLt has no algorithm for the case, except with a bias: then it returns
+ * ZT_ERR_UNSUPPORTED with err untouched, and the caller adds the bias itself.
+ * Enqueued on s; returns launch-time errors (not asynchronous ones). */
+typedef struct {
+    int trans_a, trans_b, M, N, K, batch;
+    float alpha, beta;
+    const void *A;
+    cudaDataType a_type;
+    int64_t lda, stride_a;
+    const void *B;
+    cudaDataType b_type;
+    int64_t ldb, stride_b;
+    void *C;
+    cudaDataType c_type;
+    int64_t ldc, stride_c;
+    const float *bias;
+    cublasComputeType_t compute;
+} zt_cuda_gemm_args;
+zt_status zt_cuda_gemm(zt_stream *s, const zt_cuda_gemm_args *g, zt_error *err);
+/* The compute type of the kernels' fp32 GEMMs on s's backend: 32F, or
+ * 32F_FAST_16BF when zt_backend.matmul_bf16 is set. */
+cublasComputeType_t zt_cuda_matmul_compute(zt_stream *s);
+/* Destroys the cached cuBLASLt plans (backend destroy). */
+void zt_cuda_lt_plans_destroy(zt_cuda_impl *im);
+
 /* ---- GEMM outside zt_ops ---------------------------------------------- */
 /* Row-major C[M,N] = alpha * op(A) @ op(B) + beta * C, with op(X) = X or X^T
  * (trans_x != 0). A is [M,K] (or [K,M] when trans_a), B is [K,N] (or [N,K]
@@ -130,7 +211,8 @@ const zt_ops *zt_cuda_ops(void);
 zt_status zt_cuda_gemm_bf16(zt_stream *s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                             const zt_bf16 *A, int lda, const zt_bf16 *B, int ldb, float beta, void *C,
                             zt_dtype c_dtype, int ldc, zt_error *err);
-/* The same in fp32 (cublasSgemm, no TF32), as used by matmul_fwd/bwd. */
+/* The same in fp32 (CUBLAS_COMPUTE_32F, no TF32), as matmul_fwd/bwd use it
+ * when matmul_bf16 is 0; both go through zt_cuda_gemm. */
 zt_status zt_cuda_gemm_f32(zt_stream *s, int trans_a, int trans_b, int M, int N, int K, float alpha,
                            const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
                            zt_error *err);

@@ -1,12 +1,30 @@
-/* Causal multi-head self-attention, computed directly (no flash tiling), as
- * the CPU kernel: att[B,NH,T,T] keeps the probabilities for backward. qkv
- * rows hold [q (C) | k (C) | v (C)]; head h uses channels h*hs .. h*hs+hs-1.
+/* Causal multi-head self-attention without flash tiling, as the CPU kernel:
+ * att[B,NH,T,T] keeps the probabilities for backward. qkv rows hold
+ * [q (C) | k (C) | v (C)]; head h uses channels h*hs .. h*hs+hs-1.
  *
- * Every value that the CPU computes as a sequential loop (dot products over
- * the head channels, the accumulation of out, dq, dk, dv over positions) is a
- * sequential loop here too, in the same order; only the softmax sums (and
- * backward's per-row sum of a * da) are block reductions with a fixed tree.
- * No atomics: each output element has exactly one writer. */
+ * Forward: three steps on the stream, GEMMs through zt_cuda_gemm (cuBLASLt).
+ *   1. For each batch b, one strided-batched GEMM over the NH heads (head
+ *      stride hs elements, row stride 3C inside qkv):
+ *        att[b,h] = scale * Q[b,h] K[b,h]^T, the full T x T block.
+ *   2. A causal softmax over every row of att in place: a warp per row, each
+ *      lane running over its columns in order and a warp butterfly combining
+ *      the lanes (fixed order); entries above the diagonal become exactly 0.
+ *   3. For each batch b, one strided-batched GEMM over the heads:
+ *        out[b, :, h*hs:(h+1)*hs] = att[b,h] @ V[b,h]   (output row stride C)
+ *      the zeros above the diagonal add nothing.
+ * The GEMMs compute in fp32 (CUBLAS_COMPUTE_32F, no TF32), or with operands
+ * rounded to bf16 (CUBLAS_COMPUTE_32F_FAST_16BF) when zt_backend.matmul_bf16
+ * is set. In fp32 the values differ from the CPU's loops only by float
+ * rounding: the dot products and the sums over positions run in cuBLAS's
+ * order instead of the CPU's sequential one, and the softmax sums in the warp's.
+ *
+ * Backward computes directly, one block per query row (its scratch datt is
+ * only [B,NH,T], too small for a T x T GEMM intermediate). Every value the CPU
+ * computes as a sequential loop (dot products over the head channels, the
+ * accumulation of dq, dk, dv over positions) is a sequential loop here too, in
+ * the same order; only backward's per-row sum of a * da is a block reduction
+ * with a fixed tree. No atomics anywhere: each output element has exactly one
+ * writer, and the GEMMs' algorithms are deterministic (ops_matmul.cu). */
 #include "cuda_common.cuh"
 
 #define ATT_THREADS 128
@@ -25,42 +43,28 @@ __device__ __forceinline__ att_index att_decode(unsigned int block, int T, int N
     return ix;
 }
 
-/* One block per (b, h, t) query row. */
-__global__ static void attention_fwd_kernel(float *out, float *att, const float *qkv, int T, int C, int NH,
-                                            float scale) {
-    __shared__ float red[33];
-    att_index ix = att_decode(blockIdx.x, T, NH);
-    int hs = C / NH, t = ix.t;
-    size_t C3 = (size_t)C * 3, row0 = (size_t)ix.b * T; /* first row of this batch */
-    const float *q = qkv + (row0 + t) * C3 + (size_t)ix.h * hs;
-    float *a = att + (ix.bh * T + t) * T;
-
+/* Forward step 2: att rows (b, h, t) hold scale * q . k for all T keys; make
+ * them the causal softmax probabilities in place. A warp per row: lane l
+ * handles columns l, l + 32, ... in order, the butterflies combine the lanes;
+ * each lane reads back only what it wrote itself, so no barrier is needed. */
+#define SOFTMAX_WARPS 8
+__global__ static void __launch_bounds__(SOFTMAX_WARPS * 32)
+    causal_softmax_kernel(float *att, int T, size_t rows) {
+    size_t row = (size_t)blockIdx.x * SOFTMAX_WARPS + threadIdx.x / 32;
+    if (row >= rows) return; /* the whole warp: row is the same for its lanes */
+    int lane = threadIdx.x % 32, t = (int)(row % (size_t)T);
+    float *a = att + row * (size_t)T;
     float lmax = -INFINITY;
-    for (int t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
-        const float *k = qkv + (row0 + t2) * C3 + C + (size_t)ix.h * hs;
-        float dot = 0.0f;
-        for (int i = 0; i < hs; i++) dot += q[i] * k[i];
-        dot *= scale;
-        a[t2] = dot;
-        lmax = fmaxf(lmax, dot);
-    }
-    float maxv = zt_block_max(lmax, red);
+    for (int t2 = lane; t2 <= t; t2 += 32) lmax = fmaxf(lmax, a[t2]);
+    float maxv = zt_warp_max(lmax);
     float lsum = 0.0f;
-    for (int t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
+    for (int t2 = lane; t2 <= t; t2 += 32) {
         float e = expf(a[t2] - maxv);
         a[t2] = e;
         lsum += e;
     }
-    float inv = 1.0f / zt_block_sum(lsum, red);
-    for (int t2 = threadIdx.x; t2 < T; t2 += blockDim.x) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
-    __syncthreads(); /* the row of probabilities is complete (global writes are visible block-wide) */
-
-    float *o = out + (row0 + t) * C + (size_t)ix.h * hs;
-    for (int i = threadIdx.x; i < hs; i += blockDim.x) {
-        float acc = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) acc += a[t2] * qkv[(row0 + t2) * C3 + 2 * (size_t)C + (size_t)ix.h * hs + i];
-        o[i] = acc;
-    }
+    float inv = 1.0f / zt_warp_sum(lsum);
+    for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
 }
 
 /* Backward, part 1: one block per (b, h, t) query row.
@@ -146,14 +150,87 @@ static void allow_smem(zt_stream *s, const void *kernel, size_t bytes) {
         ZT_CUDA_RT(s, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
+/* A GEMM inside this (void) kernel: its error becomes the sticky one;
+ * returns 1 on failure. */
+static int gemm_failed(zt_stream *s, const zt_cuda_gemm_args *g) {
+    zt_error e;
+    zt_error_clear(&e);
+    if (zt_cuda_gemm(s, g, &e) == ZT_OK) return 0;
+    zt_cuda_record(zt_cuda_impl_of(s), e.code, e.file, e.line, "attention_fwd: %s", e.msg);
+    return 1;
+}
+
 extern "C" void zt_cuda_attention_fwd(zt_stream *s, float *out, float *att, const float *qkv, int B, int T, int C,
                                       int NH) {
-    size_t blocks = (size_t)B * NH * T;
-    if (blocks == 0 || C <= 0) return;
+    size_t rows = (size_t)B * NH * T;
+    if (rows == 0 || C <= 0) return;
+    int hs = C / NH;
+    int64_t C3 = 3 * (int64_t)C, TT = (int64_t)T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    cublasComputeType_t compute = zt_cuda_matmul_compute(s);
+
+    /* 1. att[b,h] = scale * Q K^T: row-major [T,T] = [T,hs] @ ([T,hs])^T */
+    for (int b = 0; b < B; b++) {
+        const float *qkv_b = qkv + (size_t)b * T * C3;
+        zt_cuda_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.trans_a = 0;
+        g.trans_b = 1;
+        g.M = T;
+        g.N = T;
+        g.K = hs;
+        g.batch = NH;
+        g.alpha = scale;
+        g.beta = 0.0f;
+        g.A = qkv_b; /* q */
+        g.a_type = CUDA_R_32F;
+        g.lda = C3;
+        g.stride_a = hs;
+        g.B = qkv_b + C; /* k */
+        g.b_type = CUDA_R_32F;
+        g.ldb = C3;
+        g.stride_b = hs;
+        g.C = att + (size_t)b * NH * TT;
+        g.c_type = CUDA_R_32F;
+        g.ldc = T;
+        g.stride_c = TT;
+        g.compute = compute;
+        if (gemm_failed(s, &g)) return;
+    }
+
+    /* 2. causal softmax of every row, in place */
     cudaStream_t st = zt_cuda_enter(s);
-    float scale = 1.0f / sqrtf((float)(C / NH));
-    attention_fwd_kernel<<<(unsigned int)blocks, ATT_THREADS, 0, st>>>(out, att, qkv, T, C, NH, scale);
-    ZT_CUDA_LAUNCHED(s, "attention_fwd");
+    size_t blocks = (rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS;
+    causal_softmax_kernel<<<(unsigned int)blocks, SOFTMAX_WARPS * 32, 0, st>>>(att, T, rows);
+    if (ZT_CUDA_LAUNCHED(s, "attention_fwd (softmax)")) return;
+
+    /* 3. out[b, :, h] = att[b,h] @ V: row-major [T,hs] = [T,T] @ [T,hs] */
+    for (int b = 0; b < B; b++) {
+        zt_cuda_gemm_args g;
+        memset(&g, 0, sizeof g);
+        g.trans_a = 0;
+        g.trans_b = 0;
+        g.M = T;
+        g.N = hs;
+        g.K = T;
+        g.batch = NH;
+        g.alpha = 1.0f;
+        g.beta = 0.0f;
+        g.A = att + (size_t)b * NH * TT;
+        g.a_type = CUDA_R_32F;
+        g.lda = T;
+        g.stride_a = TT;
+        g.B = qkv + (size_t)b * T * C3 + 2 * (int64_t)C; /* v */
+        g.b_type = CUDA_R_32F;
+        g.ldb = C3;
+        g.stride_b = hs;
+        g.C = out + (size_t)b * T * C;
+        g.c_type = CUDA_R_32F;
+        g.ldc = C;
+        g.stride_c = hs;
+        g.compute = compute;
+        if (gemm_failed(s, &g)) return;
+    }
 }
 
 extern "C" void zt_cuda_attention_bwd(zt_stream *s, float *dqkv, float *datt, const float *dout, const float *qkv,

@@ -248,7 +248,19 @@ def case_planner_matches(ctx):
                     err = predicted / measured - 1
                     worst = max(worst, abs(err))
                     assert abs(err) <= 0.05, (np_, stage, off, rc, predicted, measured)
-    print(f"ok: planner within 5% of measurement in 64 configurations (worst {worst:.2%})")
+                    if off == "cpu":  # the host pool is predicted to the byte
+                        host = json.loads(p.stdout)["host_bytes"]
+                        assert all(r["host_peak_bytes"] == host for r in s["ranks"]), (np_, stage, rc, host, s["ranks"])
+    # bf16 offload keeps the gradients as sent (bf16) beside their fp32 copy.
+    for np_ in (2, 3):
+        args = ["--stage", "2", "--offload", "cpu", "--dtype", "bf16"]
+        d = os.path.join(ctx["work"], f"plan-host-bf16-{np_}")
+        launch(ctx["zt_run"], ctx["zt"], np_, args + ["--steps", "2", "--quiet", "--trace", "0", "--log-dir", d])
+        s = json.load(open(os.path.join(d, "summary.json")))
+        p = subprocess.run([plan, "--world", str(np_), "--json"] + args, capture_output=True, text=True)
+        host = json.loads(p.stdout)["host_bytes"]
+        assert all(r["host_peak_bytes"] == host for r in s["ranks"]), (np_, host, s["ranks"])
+    print(f"ok: planner within 5% of measurement in 64 configurations (worst {worst:.2%}); host pool exact")
 
 
 def case_imbalance_jitter(ctx):
