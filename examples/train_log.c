@@ -7,7 +7,7 @@
 
 #include "zt_imbalance.h"
 
-json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host) {
+json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host, zt_backend *be) {
     json_t *o = json_object();
     json_t *cur = json_object(), *peak = json_object(), *phase = json_object();
     for (int c = 0; c < ZT_NUM_CATEGORIES; c++) {
@@ -40,8 +40,18 @@ json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host) {
         if (host->by_category[c].peak)
             json_object_set_new(hcur, zt_category_name(c), json_integer((json_int_t)host->by_category[c].current));
     json_object_set_new(o, "host_by_category", hcur);
-    zt_os_mem os;
     zt_error ignore = {0};
+    /* The driver's view (cudaMemGetInfo) beside the allocator's: used covers
+     * the cached blocks, the CUDA context, cuBLAS workspaces and NCCL buffers
+     * and any other process on the GPU. Absent on the CPU. */
+    size_t free_b = 0, total_b = 0;
+    if (be->mem_info && be->mem_info(be, &free_b, &total_b, &ignore) == ZT_OK && total_b > 0) {
+        json_t *dj = json_object();
+        json_object_set_new(dj, "used_bytes", json_integer((json_int_t)(total_b - free_b)));
+        json_object_set_new(dj, "total_bytes", json_integer((json_int_t)total_b));
+        json_object_set_new(o, "driver", dj);
+    }
+    zt_os_mem os;
     if (zt_os_mem_read(&os, &ignore) == ZT_OK) {
         json_t *osj = json_object();
         json_object_set_new(osj, "vm_rss", json_integer((json_int_t)os.vm_rss));

@@ -16,7 +16,7 @@ typedef struct {
 } zt_step_record;
 
 /* Memory view of one step (window peaks since the last reset) as JSON. */
-json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host);
+json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host, zt_backend *be);
 
 typedef struct {
     const zt_train_config *cfg;

@@ -92,6 +92,7 @@ enum {
     ROW_DEV_PEAK = ZT_NUM_CATEGORIES,
     ROW_HOST_PEAK,
     ROW_OS_PEAK,
+    ROW_DRIVER_USED, /* cudaMemGetInfo: total - free now (0 on the CPU) */
     ROW_HOST_CAT,
     RANK_ROW = ROW_HOST_CAT + ZT_NUM_CATEGORIES
 };
@@ -109,6 +110,10 @@ static zt_status gather_rank_rows(zt_ctx *ctx, zt_comm *comm, size_t *table) {
     row[ROW_DEV_PEAK] = ctx->device_mem.allocated.peak;
     row[ROW_HOST_PEAK] = ctx->host_mem.allocated.peak;
     row[ROW_OS_PEAK] = os.vm_hwm;
+    size_t free_b = 0, total_b = 0;
+    zt_error ignore = {0};
+    if (ctx->be->mem_info && ctx->be->mem_info(ctx->be, &free_b, &total_b, &ignore) != ZT_OK) total_b = free_b = 0;
+    row[ROW_DRIVER_USED] = total_b - free_b;
     unsigned long long *col = calloc((size_t)N, sizeof *col);
     if (!col) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate");
     zt_status st = ZT_OK;
@@ -131,13 +136,17 @@ static void print_rank_table(const zt_ctx *ctx, int N, const size_t *table, cons
     }
     printf("memory by rank (%s), peak MiB per category:\nrank", when);
     for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) printf(" %15s", zt_category_name(cc));
-    printf(" %12s %12s %12s\n", "device peak", "host peak", "os (VmHWM)");
+    int driver = 0; /* a GPU: show the driver's view too */
+    for (int r = 0; r < N; r++) driver |= table[(size_t)r * RANK_ROW + ROW_DRIVER_USED] > 0;
+    printf(" %12s %12s %12s%s\n", "device peak", "host peak", "os (VmHWM)", driver ? "  driver used" : "");
     for (int r = 0; r < N; r++) {
         const size_t *row = table + (size_t)r * RANK_ROW;
         printf("%4d", r);
         for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) printf(" %15.3f", (double)row[ROW_DEV_CAT + cc] / 1048576.0);
-        printf(" %12.3f %12.3f %12.3f\n", (double)row[ROW_DEV_PEAK] / 1048576.0,
+        printf(" %12.3f %12.3f %12.3f", (double)row[ROW_DEV_PEAK] / 1048576.0,
                (double)row[ROW_HOST_PEAK] / 1048576.0, (double)row[ROW_OS_PEAK] / 1048576.0);
+        if (driver) printf(" %12.3f", (double)row[ROW_DRIVER_USED] / 1048576.0);
+        printf("\n");
         peaks[r] = row[ROW_DEV_PEAK];
         memcpy(cats + (size_t)r * ZT_NUM_CATEGORIES, row + ROW_DEV_CAT, ZT_NUM_CATEGORIES * sizeof *row);
     }
@@ -292,7 +301,7 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
             json_object_set_new(o, "recompute_time_s", json_real(t->gpt.recompute_time_s));
             json_object_set_new(o, "tokens_per_s", json_real(tps));
             json_object_set_new(o, "seq_len", json_integer(Tstep));
-            json_object_set_new(o, "memory", zt_mem_step_json(&ctx->device_mem, &ctx->host_mem));
+            json_object_set_new(o, "memory", zt_mem_step_json(&ctx->device_mem, &ctx->host_mem, ctx->be));
             json_object_set_new(o, "comm", comm_json(comm, comm_before));
             json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)t->eng.gathered_inflight_peak));
             if (t->eng.cfg.offload) {
@@ -314,8 +323,16 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
                 free(line);
             }
         }
-        char peak[32];
+        char peak[96];
         zt_format_bytes(ctx->device_mem.window_allocated_peak, peak, sizeof peak);
+        size_t free_b = 0, total_b = 0;
+        zt_error ignore = {0};
+        if (ctx->be->mem_info && ctx->be->mem_info(ctx->be, &free_b, &total_b, &ignore) == ZT_OK && total_b > 0) {
+            char used[32];
+            zt_format_bytes(total_b - free_b, used, sizeof used);
+            size_t n = strlen(peak);
+            snprintf(peak + n, sizeof peak - n, " (driver: %s used)", used);
+        }
         if (c->report_every > 0 && (step + 1) % c->report_every == 0 && step + 1 < c->steps) {
             size_t *rows = calloc((size_t)comm->world_size * RANK_ROW, sizeof *rows);
             if (!rows) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");

@@ -103,8 +103,10 @@ void zt_engine_free_bucket(zt_engine *e, zt_bucket *b) {
 zt_status zt_engine_complete_bucket(zt_engine *e) {
     zt_bucket *b = &e->in_flight;
     if (b->nunits == 0) return ZT_OK;
-    /* unpack_bucket's kernels run on compute after the reduce-scatter. */
-    ZT_TRY(zt_comm_wait_stream(e->comm, &b->handle, e->ctx->compute.handle, &e->ctx->err));
+    /* unpack_bucket's kernels run on compute after the reduce-scatter (the
+     * host waits too without overlap: the serial baseline). */
+    if (e->cfg.overlap_comm) ZT_TRY(zt_comm_wait_stream(e->comm, &b->handle, e->ctx->compute.handle, &e->ctx->err));
+    else ZT_TRY(zt_comm_wait(e->comm, &b->handle, &e->ctx->err));
     ZT_TRY(unpack_bucket(e, b));
     zt_engine_free_bucket(e, b);
     return ZT_OK;
