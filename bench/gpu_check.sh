@@ -96,8 +96,13 @@ P, tps, L, C, T = s["params"], s["tokens_per_s"], 12, 768, 1024
 flops = (6 * P + 12 * L * C * T) * tps  # model FLOPs per second incl. attention
 mfu = flops / (peak * 1e12) if peak > 0 else float("nan")
 r = s["ranks"][0]
+try:  # the driver's view (cudaMemGetInfo) after the last step
+    last = json.loads(open(f"{out}/gpt2s/rank0.jsonl").read().splitlines()[-1])
+    driver = f", driver used {last['memory']['driver']['used_bytes']/2**30:.2f} GiB"
+except Exception:
+    driver = ""
 print(f"| GPT-2-small (12x768, seq 1024, bf16, np=1) | INFO | {tps:.0f} tokens/s, MFU {mfu:.1%} of {peak:.0f} TFLOP/s bf16 GEMM peak, "
-      f"peak memory {r['peak_bytes']/2**30:.2f} GiB (activations {r['peak_by_category']['activations']/2**30:.2f} GiB) |")
+      f"peak memory {r['peak_bytes']/2**30:.2f} GiB (activations {r['peak_by_category']['activations']/2**30:.2f} GiB){driver} |")
 PY
 
 stamp "done"

@@ -2,6 +2,7 @@
  * and AdamW (weight decay only where the model asked for it), then the
  * all-gather of updated parameters where the stage keeps them full. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine_internal.h"
@@ -34,6 +35,38 @@ static void adamw_range(zt_engine *e, int u, size_t lo, size_t hi, float *p, siz
     }
 }
 
+/* *local = sum over units (in unit order) of the squared norm of this rank's
+ * gradient slice. On a GPU each unit's sum lands in a device slot and all
+ * come back in one copy: one host wait per step instead of one per unit. */
+static zt_status unit_norms_squared(zt_engine *e, zt_tensor *ws, double *local) {
+    zt_ctx *ctx = e->ctx;
+    const zt_ops *ops = ctx->be->ops;
+    int n = e->spec->nunits;
+    *local = 0.0;
+    if (!ctx->be->event_record) { /* CPU: results are on the host at once */
+        for (int u = 0; u < n; u++) {
+            double s = 0.0;
+            ops->sum_squares(&ctx->compute, &s, grad_slice_f32(e, u, ws), e->spec->units[u].shard_numel);
+            *local += s;
+        }
+        return ZT_OK;
+    }
+    zt_tensor slots; /* [n] double, as 2n fp32 words */
+    ZT_TRY(zt_engine_alloc(e, &slots, ZT_FP32, 2 * (size_t)n, ZT_CAT_WORKSPACE, "norm slots", -1));
+    double *dev = slots.data, *host = malloc((size_t)n * sizeof *host);
+    zt_status st = host ? ZT_OK : ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate %d norms", n);
+    for (int u = 0; st == ZT_OK && u < n; u++)
+        ops->sum_squares(&ctx->compute, dev + u, grad_slice_f32(e, u, ws), e->spec->units[u].shard_numel);
+    if (st == ZT_OK)
+        st = ctx->be->memcpy_async(ctx->be, host, dev, (size_t)n * sizeof *host, ZT_COPY_D2H, &ctx->compute,
+                                   &ctx->err);
+    if (st == ZT_OK) st = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+    for (int u = 0; st == ZT_OK && u < n; u++) *local += host[u];
+    free(host);
+    zt_tensor_free(&slots, &ctx->device_mem);
+    return st;
+}
+
 zt_status zt_engine_step(zt_engine *e, float lr) {
     zt_ctx *ctx = e->ctx;
     const zt_ops *ops = ctx->be->ops;
@@ -50,13 +83,10 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
     /* Gradient norm: per-unit sums over this rank's slice, added in unit
      * order, then over ranks in rank order: the same partition at every stage. */
     double local = 0.0;
-    for (int u = 0; u < spec->nunits; u++) {
-        double s = 0.0;
-        ops->sum_squares(&ctx->compute, &s, grad_slice_f32(e, u, &ws), spec->units[u].shard_numel);
-        local += s;
-    }
+    zt_status st = unit_norms_squared(e, &ws, &local);
+    if (st != ZT_OK) goto done;
     double total;
-    zt_status st = zt_comm_sum_f64(e->comm, local, &total, &ctx->err);
+    st = zt_comm_sum_f64(e->comm, local, &total, &ctx->err);
     if (st != ZT_OK) goto done;
     double norm = sqrt(total);
     e->last_grad_norm = norm;
