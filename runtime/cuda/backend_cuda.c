@@ -175,6 +175,16 @@ static zt_status cuda_memset(zt_backend *be, void *dst, int value, size_t bytes,
     return ZT_OK;
 }
 
+/* The sticky error (the earliest asynchronous failure) as a status. */
+static zt_status sticky_status(zt_cuda_impl *im, zt_error *err) {
+    zt_status code = ZT_OK;
+    pthread_mutex_lock(&im->lock);
+    if (im->sticky.code != ZT_OK)
+        code = zt_error_set(err, im->sticky.code, im->sticky.file, im->sticky.line, "%s", im->sticky.msg);
+    pthread_mutex_unlock(&im->lock);
+    return code;
+}
+
 /* Waits for the stream, then reports the sticky error (the earliest failure
  * of any launch on this backend) ahead of the synchronization's own. */
 static zt_status cuda_sync(zt_backend *be, zt_stream *s, zt_error *err) {
@@ -187,12 +197,7 @@ static zt_status cuda_sync(zt_backend *be, zt_stream *s, zt_error *err) {
                        "CUDA: cudaStreamSynchronize failed: %s (%s) (a kernel on this stream failed)",
                        cudaGetErrorString(rc), cudaGetErrorName(rc));
     }
-    zt_status code = ZT_OK;
-    pthread_mutex_lock(&im->lock);
-    if (im->sticky.code != ZT_OK)
-        code = zt_error_set(err, im->sticky.code, im->sticky.file, im->sticky.line, "%s", im->sticky.msg);
-    pthread_mutex_unlock(&im->lock);
-    return code;
+    return sticky_status(im, err);
 }
 
 /* ---- events and further streams ------------------------------------------ */
@@ -231,12 +236,7 @@ static zt_status cuda_event_sync(zt_backend *be, void *event, zt_error *err) {
         zt_cuda_record(im, zt_cuda_status_of(rc), __FILE__, __LINE__, "CUDA: cudaEventSynchronize failed: %s (%s)",
                        cudaGetErrorString(rc), cudaGetErrorName(rc));
     }
-    zt_status code = ZT_OK;
-    pthread_mutex_lock(&im->lock);
-    if (im->sticky.code != ZT_OK)
-        code = zt_error_set(err, im->sticky.code, im->sticky.file, im->sticky.line, "%s", im->sticky.msg);
-    pthread_mutex_unlock(&im->lock);
-    return code;
+    return sticky_status(im, err);
 }
 
 static void cuda_event_destroy(zt_backend *be, void *event) {
