@@ -231,6 +231,7 @@ static void nccl_destroy(zt_comm *c) {
 
 static const zt_comm_ops nccl_ops = {
     .name = "nccl",
+    .takes_events = 1,
     .all_gather_start = nccl_all_gather_start,
     .reduce_scatter_start = nccl_reduce_scatter_start,
     .wait = nccl_wait,

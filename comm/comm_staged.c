@@ -158,6 +158,7 @@ static void staged_destroy(zt_comm *c) {
 
 static const zt_comm_ops staged_ops = {
     .name = "mpi+host-staging",
+    .takes_events = 1,
     .all_gather_start = staged_all_gather_start,
     .reduce_scatter_start = staged_reduce_scatter_start,
     .wait = staged_wait,

@@ -52,6 +52,9 @@ typedef struct {
  * device buffers). Statistics are kept by the dispatchers in comm.c. */
 typedef struct {
     const char *name;
+    /* 1: start calls accept a backend event as `ready` (device streams);
+     * 0: host buffers only, the caller waits for the producer first. */
+    int takes_events;
     zt_status (*all_gather_start)(struct zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
                                   void *ready, zt_comm_handle *h, zt_error *err);
     zt_status (*reduce_scatter_start)(struct zt_comm *c, const float *send, float *staging, float *out,

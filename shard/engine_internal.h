@@ -44,6 +44,11 @@ zt_status zt_engine_drop_prefetched(zt_engine *e);
  * collectives inside MPI calls, so the engine pokes them at each API call). */
 zt_status zt_engine_progress(zt_engine *e);
 
+/* The `ready` event for a collective that reads what `producer` wrote: an
+ * event on it when the communicator orders itself after events, else NULL
+ * after the host has waited for the producer (host buffers). */
+zt_status zt_engine_ready_event(zt_engine *e, zt_stream *producer, void **ready);
+
 /* All-gathers buf (in place, this rank's part at rank x bytes_per_rank)
  * after the work queued on `producer`, and makes compute wait for it (a
  * host wait when overlap_comm is off). */

@@ -25,7 +25,7 @@ static zt_status start_gather(zt_engine *e, int u) {
      * copy, and every kernel that read a block freed before the buffer was
      * allocated, so reusing a cached block is safe on any stream. */
     void *ready = NULL;
-    ZT_TRY(zt_event_record(ctx->be, &ctx->compute, &ready, &ctx->err));
+    ZT_TRY(zt_engine_ready_event(e, &ctx->compute, &ready));
     zt_status s = zt_comm_all_gather_start(e->comm, NULL, st->gathered.data, us->shard_numel * d, ready,
                                            &st->gather_handle, &ctx->err);
     zt_event_destroy(ctx->be, ready);
@@ -119,11 +119,18 @@ zt_status zt_engine_progress(zt_engine *e) {
     return zt_comm_progress(e->comm, &e->in_flight.handle, &e->ctx->err);
 }
 
+zt_status zt_engine_ready_event(zt_engine *e, zt_stream *producer, void **ready) {
+    zt_ctx *ctx = e->ctx;
+    *ready = NULL;
+    if (e->comm->ops->takes_events) return zt_event_record(ctx->be, producer, ready, &ctx->err);
+    return ctx->be->stream_sync(ctx->be, producer, &ctx->err);
+}
+
 zt_status zt_engine_all_gather_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer) {
     zt_ctx *ctx = e->ctx;
     zt_comm_handle h = {0};
     void *ready = NULL;
-    ZT_TRY(zt_event_record(ctx->be, producer, &ready, &ctx->err));
+    ZT_TRY(zt_engine_ready_event(e, producer, &ready));
     zt_status st = zt_comm_all_gather_start(e->comm, NULL, buf, bytes_per_rank, ready, &h, &ctx->err);
     zt_event_destroy(ctx->be, ready);
     ZT_TRY(st);

@@ -127,7 +127,7 @@ static zt_status flush_bucket(zt_engine *e) {
     /* After the pack (and whatever last read the blocks now in this bucket). */
     zt_ctx *ctx = e->ctx;
     void *ready = NULL;
-    ZT_TRY(zt_event_record(ctx->be, &ctx->compute, &ready, &ctx->err));
+    ZT_TRY(zt_engine_ready_event(e, &ctx->compute, &ready));
     zt_status st = zt_comm_reduce_scatter_start(e->comm, zt_f32(&b->send), zt_f32(&b->staging), zt_f32(&b->reduced),
                                                 b->numel / (size_t)N, ready, &b->handle, &ctx->err);
     zt_event_destroy(ctx->be, ready);

@@ -75,6 +75,9 @@ zt_status zt_backend_cpu_create(int nthreads, zt_backend **out, zt_error *err) {
     be->stream_sync = cpu_sync;
     be->mem_info = cpu_mem_info;
     be->destroy = cpu_destroy;
+    /* Tests: make copy streams asynchronous to expose missing waits. */
+    const char *defer = getenv("ZT_CPU_DEFER_COPIES");
+    if (defer && strcmp(defer, "1") == 0) zt_cpu_install_copy_queues(be);
     /* GEMMs run one per OpenMP thread (see ops_matmul.c), so OpenBLAS itself
      * stays single-threaded; its setting is per process. */
     openblas_set_num_threads(1);

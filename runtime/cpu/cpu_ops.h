@@ -41,4 +41,8 @@ void zt_cpu_scaled_store_f32(zt_stream *s, float *dst, const float *src, float a
 void zt_cpu_scaled_store_bf16(zt_stream *s, zt_bf16 *dst, const float *src, float alpha, int accumulate, size_t n);
 void zt_cpu_sum_squares(zt_stream *s, double *out, const float *x, size_t n);
 
+/* Test mode (ZT_CPU_DEFER_COPIES=1, copy_queue.c): copies on streams other
+ * than the default one are queued and happen only when waited for. */
+void zt_cpu_install_copy_queues(zt_backend *be);
+
 #endif

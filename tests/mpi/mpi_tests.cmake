@@ -1,7 +1,7 @@
 # Multi-rank tests: real processes under mpirun (np 1..4, including 3).
 foreach(zt_mpi_case np1_equals_single stages_np2 stages_np3 stages_np4 bf16_stages stage3_gathered_bound
                     grad_accum mismatch rank_dies data_differs_by_rank
-                    offload_stages recompute_stages recompute_cuts_activations
+                    offload_stages deferred_copies recompute_stages recompute_cuts_activations
                     planner_matches imbalance_jitter trace oom_each_phase
                     resume_bitwise reshard checkpoint_corruption kill_during_save export)
   add_test(NAME mpi_${zt_mpi_case}

@@ -203,6 +203,28 @@ def case_offload_stages(ctx):
     print("ok: offload on/off bitwise equal at every stage (fp32, bf16); device master/optimizer 0; host 12 B/param")
 
 
+def case_deferred_copies(ctx):
+    """Offload with the CPU backend's deferred copy streams
+    (ZT_CPU_DEFER_COPIES=1: a copy on the h2d/d2h streams happens only when
+    an event after it is waited for, as on a GPU copy engine). Any read of a
+    copy's destination before its wait, or reuse of its source before it ran,
+    changes the result; so offload must still equal no offload bitwise, at
+    np 2 and 3, every stage, fp32 and bf16, and with gradient accumulation."""
+    env = dict(os.environ, ZT_CPU_DEFER_COPIES="1")
+    for np_ in (2, 3):
+        for dtype in ("fp32", "bf16"):
+            for stage in range(4):
+                for accum in (("1",) if stage in (1, 2) else ("1", "2")):
+                    extra = ["--steps", "5", "--stage", str(stage), "--dtype", dtype, "--grad-accum", accum]
+                    base = train(ctx, np_, extra, f"dq0-{np_}-{dtype}-{stage}-{accum}")
+                    d = os.path.join(ctx["work"], f"dq1-{np_}-{dtype}-{stage}-{accum}")
+                    launch(ctx["zt_run"], ctx["zt"], np_, MODEL + extra + ["--offload", "cpu", "--log-dir", d], env=env)
+                    off = json.load(open(os.path.join(d, "summary.json")))
+                    assert off["losses"] == base["losses"], (np_, dtype, stage, accum, off["losses"], base["losses"])
+                    assert off["params_digest"] == base["params_digest"], (np_, dtype, stage, accum)
+    print("ok: offload over deferred copy streams equals no offload bitwise (np 2, 3; stages 0-3; fp32, bf16; accum)")
+
+
 def case_recompute_stages(ctx):
     """--recompute full at every stage, np=2: replayed forwards compute the same
     activations, so losses, gradient norms and digest are bitwise equal."""
