@@ -69,6 +69,7 @@ static int harvest(zt_comm *c, int block) {
         nccl_req *r = &m->untimed[i];
         cudaError_t rc = block ? cudaEventSynchronize(r->end) : cudaEventQuery(r->end);
         if (rc == cudaErrorNotReady) {
+            (void)cudaGetLastError(); /* not a failure: must not reach the next launch check */
             m->untimed[kept++] = *r;
             continue;
         }
@@ -106,6 +107,8 @@ static zt_status end_req(zt_comm_handle *h, cudaStream_t stream, zt_error *err) 
     nccl_req *r = h->impl_req;
     cudaError_t rc = cudaEventRecord(r->end, stream);
     if (rc != cudaSuccess) {
+        /* The collective is queued and its buffers may be freed on return. */
+        (void)cudaStreamSynchronize(stream);
         free_req(r);
         h->impl_req = NULL;
         return ZT_FAIL(err, ZT_ERR_COMM, "cudaEventRecord failed: %s", cudaGetErrorString(rc));
@@ -146,6 +149,7 @@ static zt_status nccl_reduce_scatter_start(zt_comm *c, const float *send, float 
     if (rc != ncclSuccess) return fail_req(h, rc, "reduce-scatter (grouped ncclSend/ncclRecv)", err);
     cudaError_t crc = zt_nccl_ordered_sum(out, staging, count, c->world_size, m->rs_stream);
     if (crc != cudaSuccess) {
+        (void)cudaStreamSynchronize(m->rs_stream); /* the exchange is queued into staging */
         free_req(h->impl_req);
         h->impl_req = NULL;
         return ZT_FAIL(err, ZT_ERR_COMM, "reduce-scatter's ordered sum failed: %s", cudaGetErrorString(crc));
@@ -187,6 +191,7 @@ static zt_status nccl_test(zt_comm *c, zt_comm_handle *h, int *done, zt_error *e
     (void)c;
     nccl_req *r = h->impl_req;
     cudaError_t rc = cudaEventQuery(r->end);
+    if (rc == cudaErrorNotReady) (void)cudaGetLastError(); /* not a failure: keep it from the next launch check */
     if (rc != cudaSuccess && rc != cudaErrorNotReady)
         return ZT_FAIL(err, ZT_ERR_COMM, "cudaEventQuery failed: %s", cudaGetErrorString(rc));
     *done = rc == cudaSuccess;

@@ -283,6 +283,10 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
 
     /* The per-position losses come to the host and are added in position
      * order, so the mean is reproducible. */
+    if (mean_loss && g->loss_micros > 0)
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID,
+                       "forward: %d micro-batch loss(es) still pending; read them with zt_gpt_take_losses first",
+                       g->loss_micros);
     ZT_TRY(queue_losses(g, ctx, s, losses, N));
     if (!mean_loss) return ZT_OK;
     double sum = 0.0;

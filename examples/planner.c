@@ -116,17 +116,17 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     if (in->offload) {
         /* master + m + v of the owned part, plus the transfer buffers at
          * their fullest (shard/offload_step.c): after backward every unit's
-         * reduced gradients wait on the host (fp32, and for bf16 also as
-         * sent); the step then widens unit u, takes its output buffer while
-         * u-1's copy to the device may still be reading its own, and only
-         * then frees u's gradients. */
-        size_t d = zt_dtype_size(in->dtype), bf16_staging = in->dtype == ZT_BF16 ? 2 : 0;
+         * reduced gradients wait on the host as sent (g bytes each: fp32, or
+         * bf16 widened later); the step then gives unit u an fp32 copy (bf16),
+         * takes its output buffer while u-1's copy to the device may still be
+         * reading its own, and only then frees u's gradients. */
+        size_t d = zt_dtype_size(in->dtype), g = in->dtype == ZT_BF16 ? 2 : 4;
         size_t owned = 0;
         for (int u = 0; u < spec->nunits; u++) owned += s == 0 ? padded(in, u) : spec->units[u].shard_numel;
-        size_t transfer = owned * (4 + bf16_staging), waiting = owned, prev = 0;
+        size_t transfer = owned * g, waiting = owned, prev = 0;
         for (int u = 0; u < spec->nunits; u++) {
             size_t o = s == 0 ? padded(in, u) : spec->units[u].shard_numel;
-            size_t at_u = waiting * 4 + (waiting - o) * bf16_staging + (prev + o) * d;
+            size_t at_u = (waiting - o) * g + 4 * o + (prev + o) * d;
             if (at_u > transfer) transfer = at_u;
             waiting -= o;
             prev = o;

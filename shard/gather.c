@@ -126,14 +126,24 @@ zt_status zt_engine_ready_event(zt_engine *e, zt_stream *producer, void **ready)
     return ctx->be->stream_sync(ctx->be, producer, &ctx->err);
 }
 
-zt_status zt_engine_all_gather_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer) {
+zt_status zt_engine_all_gather_start_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer,
+                                           zt_comm_handle *h) {
     zt_ctx *ctx = e->ctx;
-    zt_comm_handle h = {0};
     void *ready = NULL;
     ZT_TRY(zt_engine_ready_event(e, producer, &ready));
-    zt_status st = zt_comm_all_gather_start(e->comm, NULL, buf, bytes_per_rank, ready, &h, &ctx->err);
+    zt_status st = zt_comm_all_gather_start(e->comm, NULL, buf, bytes_per_rank, ready, h, &ctx->err);
     zt_event_destroy(ctx->be, ready);
     ZT_TRY(st);
-    if (!e->cfg.overlap_comm) return zt_comm_wait(e->comm, &h, &ctx->err);
-    return zt_comm_wait_stream(e->comm, &h, ctx->compute.handle, &ctx->err);
+    if (!e->cfg.overlap_comm) return zt_comm_wait(e->comm, h, &ctx->err);
+    return ZT_OK;
+}
+
+zt_status zt_engine_all_gather_finish(zt_engine *e, zt_comm_handle *h) {
+    return zt_comm_wait_stream(e->comm, h, e->ctx->compute.handle, &e->ctx->err);
+}
+
+zt_status zt_engine_all_gather_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer) {
+    zt_comm_handle h = {0};
+    ZT_TRY(zt_engine_all_gather_start_after(e, buf, bytes_per_rank, producer, &h));
+    return zt_engine_all_gather_finish(e, &h);
 }

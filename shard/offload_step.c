@@ -12,21 +12,24 @@
 #include "engine_internal.h"
 #include "zt_cpu_adam.h"
 
+/* Where unit u's gradients land on the host: fp32 directly, or bf16 as sent. */
+static zt_tensor *grads_in_flight(zt_engine *e, zt_unit_state *st) {
+    return e->cfg.dtype == ZT_BF16 ? &st->host_grads16 : &st->host_grads;
+}
+
 zt_status zt_engine_offload_grads(zt_engine *e, int u) {
     zt_ctx *ctx = e->ctx;
     zt_backend *be = ctx->be;
     zt_unit_state *st = &e->units[u];
     size_t n = owned_numel(e, u), lo = owned_lo(e, u), at = local_index(full_grads(e), lo, shard_lo(e, u));
     size_t d = zt_dtype_size(e->cfg.dtype);
-    if (!st->host_grads.data)
-        ZT_TRY(zt_engine_alloc_host(e, &st->host_grads, ZT_FP32, n, ZT_CAT_COMM_BUFFERS, "host grads", u));
-    /* bf16 crosses as bf16 (half the bytes) and widens on the host at the step. */
-    zt_tensor *dst = &st->host_grads;
-    if (e->cfg.dtype == ZT_BF16) {
-        if (!st->host_grads16.data)
-            ZT_TRY(zt_engine_alloc_host(e, &st->host_grads16, ZT_BF16, n, ZT_CAT_COMM_BUFFERS, "grad staging", u));
-        dst = &st->host_grads16;
-    }
+    /* bf16 crosses as bf16 (half the bytes) and is widened to fp32 at the
+     * step, one unit at a time, so the host holds 2 bytes per waiting
+     * parameter, not 6. */
+    zt_tensor *dst = grads_in_flight(e, st);
+    if (!dst->data)
+        ZT_TRY(zt_engine_alloc_host(e, dst, e->cfg.dtype, n, ZT_CAT_COMM_BUFFERS,
+                                    e->cfg.dtype == ZT_BF16 ? "grad staging" : "host grads", u));
     double t0 = zt_now_s();
     /* The copy follows the kernels that stored the reduced gradients. */
     ZT_TRY(zt_stream_after(be, &ctx->d2h, &ctx->compute, &ctx->err));
@@ -34,7 +37,12 @@ zt_status zt_engine_offload_grads(zt_engine *e, int u) {
                             &ctx->err));
     zt_event_destroy(be, st->d2h_done);
     st->d2h_done = NULL;
-    ZT_TRY(zt_event_record(be, &ctx->d2h, &st->d2h_done, &ctx->err));
+    zt_status rs = zt_event_record(be, &ctx->d2h, &st->d2h_done, &ctx->err);
+    if (rs != ZT_OK) { /* no event to wait on later: wait now, before dst can be freed */
+        zt_error ignore = {0};
+        (void)be->stream_sync(be, &ctx->d2h, &ignore);
+        return rs;
+    }
     e->d2h_bytes += (double)(n * d);
     e->d2h_time_s += zt_now_s() - t0;
     char name[48];
@@ -54,6 +62,7 @@ static zt_status host_grads_ready(zt_engine *e, int u, size_t n) {
     e->d2h_time_s += zt_now_s() - t0;
     ZT_TRY(s);
     if (st->host_grads16.data) {
+        ZT_TRY(zt_engine_alloc_host(e, &st->host_grads, ZT_FP32, n, ZT_CAT_COMM_BUFFERS, "host grads", u));
         const zt_bf16 *src = st->host_grads16.data;
         float *dst = zt_f32(&st->host_grads);
         for (size_t i = 0; i < n; i++) dst[i] = zt_bf16_to_f32(src[i]);
@@ -83,12 +92,13 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
     zt_unit_state *st = &e->units[u];
     const zt_unit_spec *us = &e->spec->units[u];
     size_t n = owned_numel(e, u), lo = owned_lo(e, u);
-    if (!st->host_grads.data) ZT_TRY(zt_engine_offload_grads(e, u)); /* no bucket carried it */
-    ZT_TRY(host_grads_ready(e, u, n));
+    if (!grads_in_flight(e, st)->data) ZT_TRY(zt_engine_offload_grads(e, u)); /* no bucket carried it */
     size_t d = zt_dtype_size(e->cfg.dtype);
-    /* The slot's previous copy (two units ago) has had a whole CPU step to finish. */
+    /* The slot's previous copy (two units ago) has had a whole CPU step to
+     * finish; retired first so its buffer is gone before u's arrive. */
     int k = e->h2d_slot;
     ZT_TRY(retire_h2d_slot(e, k));
+    ZT_TRY(host_grads_ready(e, u, n));
     zt_tensor *out = &e->h2d_src[k];
     ZT_TRY(zt_engine_alloc_host(e, out, e->cfg.dtype, n, ZT_CAT_COMM_BUFFERS, "params out", u));
     float *p = zt_f32(&st->host_master), *g = zt_f32(&st->host_grads);
@@ -115,11 +125,15 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
     zt_tensor_free(&st->host_grads, &ctx->host_mem);
     double t0 = zt_now_s();
     size_t at = local_index(full_params(e), lo, shard_lo(e, u));
-    /* The device parameters were last read by compute kernels of this step. */
-    ZT_TRY(zt_stream_after(be, &ctx->h2d, &ctx->compute, &ctx->err));
+    /* h2d already follows compute (zt_engine_offload_begin). */
     ZT_TRY(be->memcpy_async(be, (char *)st->params.data + at * d, out->data, n * d, ZT_COPY_H2D, &ctx->h2d,
                             &ctx->err));
-    ZT_TRY(zt_event_record(be, &ctx->h2d, &e->h2d_done[k], &ctx->err));
+    zt_status rs = zt_event_record(be, &ctx->h2d, &e->h2d_done[k], &ctx->err);
+    if (rs != ZT_OK) { /* no event to retire the slot with: wait now */
+        zt_error ignore = {0};
+        (void)be->stream_sync(be, &ctx->h2d, &ignore);
+        return rs;
+    }
     e->h2d_slot = k ^ 1;
     e->h2d_bytes += (double)(n * d);
     e->h2d_time_s += zt_now_s() - t0;
@@ -127,6 +141,14 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
     snprintf(name, sizeof name, "h2d params %s", us->name);
     zt_trace_span(ctx->trace, name, "offload", 2, t0);
     return ZT_OK;
+}
+
+zt_status zt_engine_offload_begin(zt_engine *e) {
+    /* Once per step, not per unit: the device parameters were last read by
+     * this step's kernels, all enqueued by now; waiting again per unit would
+     * chain each copy behind the all-gathers compute has since waited for. */
+    zt_ctx *ctx = e->ctx;
+    return zt_stream_after(ctx->be, &ctx->h2d, &ctx->compute, &ctx->err);
 }
 
 zt_status zt_engine_offload_finish(zt_engine *e) {

@@ -94,6 +94,15 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
     if (e->cfg.grad_clip > 0.0f && norm > e->cfg.grad_clip) clip = (float)(e->cfg.grad_clip / (norm + 1e-6));
 
     int t = e->steps_taken + 1;
+    /* Stages 1-2: each unit's updated slices are all-gathered while later
+     * units step; compute waits for all of them at the end, before the next
+     * forward reads the parameters. */
+    zt_comm_handle *gathers = calloc((size_t)spec->nunits, sizeof *gathers);
+    if (!gathers) {
+        st = ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate %d handles", spec->nunits);
+        goto done;
+    }
+    if (e->cfg.offload) st = zt_engine_offload_begin(e);
     for (int u = 0; u < spec->nunits && st == ZT_OK; u++) {
         zt_unit_state *us = &e->units[u];
         size_t P = spec->units[u].padded_numel, S = spec->units[u].shard_numel, lo = shard_lo(e, u);
@@ -101,7 +110,8 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
             st = zt_engine_offload_step_unit(e, u, clip, lr, t);
             /* The new slice arrives on the h2d stream; the gather follows it. */
             if (st == ZT_OK && (e->cfg.stage == 1 || e->cfg.stage == 2))
-                st = zt_engine_all_gather_after(e, us->params.data, S * zt_dtype_size(e->cfg.dtype), &ctx->h2d);
+                st = zt_engine_all_gather_start_after(e, us->params.data, S * zt_dtype_size(e->cfg.dtype), &ctx->h2d,
+                                                      &gathers[u]);
             continue;
         }
         /* Stage 0 updates everything on every rank; others their slice. */
@@ -138,8 +148,14 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
         }
         if (e->cfg.stage == 1 || e->cfg.stage == 2)
             /* Everyone needs everyone's updated slice of the full params. */
-            st = zt_engine_all_gather_after(e, us->params.data, S * zt_dtype_size(e->cfg.dtype), &ctx->compute);
+            st = zt_engine_all_gather_start_after(e, us->params.data, S * zt_dtype_size(e->cfg.dtype),
+                                                  &ctx->compute, &gathers[u]);
     }
+    for (int u = 0; u < spec->nunits; u++) {
+        zt_status f = zt_engine_all_gather_finish(e, &gathers[u]); /* every started one, even after a failure */
+        if (st == ZT_OK) st = f;
+    }
+    free(gathers);
     if (e->cfg.offload) {
         zt_status fin = zt_engine_offload_finish(e);
         if (st == ZT_OK) st = fin;
