@@ -6,6 +6,7 @@
 #   2. 200 steps on the GPU in bf16 vs the CPU in fp32: loss curves within 2%;
 #   3. stages 0-3 against each other at np=1, and at np=2 sharing the GPU
 #      (MPI with host staging, since NCCL refuses two ranks on one GPU);
+#      offload (copy streams, CPU Adam) at stages 2 and 3 against no offload;
 #   4. a GPT-2-small-sized run (12 layers, d_model 768, 12 heads, seq 1024) at
 #      world size 1: tokens/s, MFU against the measured bf16 GEMM peak, and
 #      per-rank peak memory.
@@ -80,6 +81,25 @@ print(f"| stages 0-3 bitwise at np={np_} (fp32) | {'PASS' if same else 'FAIL'} |
 sys.exit(0 if same else 1)
 PY
 done
+
+stamp "3b. offload on the GPU (copy streams, pinned buffers, CPU Adam)"
+for s in 2 3; do
+  timeout 120 $zt --device cuda --stage $s --offload cpu --steps 20 --quiet --log-dir "$out/offload-s$s" 2>>"$out/stages.log"
+done
+python3 - "$out" <<'PY' >> "$out/results.md" || fail=1
+import json, sys
+out = sys.argv[1]
+try:
+    base = json.load(open(f"{out}/stages-np1-s3/summary.json"))["losses"]
+    runs = {s: json.load(open(f"{out}/offload-s{s}/summary.json"))["losses"] for s in (2, 3)}
+except Exception as e:
+    print(f"| offload stages 2, 3 vs no offload (np=1) | FAIL | {e} |"); sys.exit(1)
+# The CPU Adam and the GPU AdamW kernel round differently: compare curves, not bits.
+worst = max(abs(a - b) / b for r in runs.values() for a, b in zip(r, base))
+status = "PASS" if worst <= 0.01 and all(len(r) == len(base) for r in runs.values()) else "FAIL"
+print(f"| offload stages 2, 3 vs no offload (np=1, 20 steps) | {status} | worst relative loss gap {worst:.3%} |")
+sys.exit(0 if status == "PASS" else 1)
+PY
 
 stamp "4. GPT-2-small timing"
 peak=$(build-gpu/bench/bench_gemm 8192 50 | awk '/bf16_gemm_tflops/ {print $2}')
