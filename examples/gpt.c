@@ -334,7 +334,10 @@ static void block_backward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, con
     ops->matmul_bwd(s, ws->datty, DW(GPT_ATTPROJ_W), DW(GPT_ATTPROJ_B), ws->dres, acts + lay->atty,
                     W(GPT_ATTPROJ_W), N, C, C);
     zero(s, ws->dqkv, NC * 3);
-    ops->attention_bwd(s, ws->dqkv, ws->datt, ws->datty, acts + lay->qkv, acts + lay->att, B, T, C, NH);
+    /* dfch and dfchg (8 x NC, adjacent) are dead once the MLP's backward is
+     * done: lent as scratch, they let a GPU run this backward as GEMMs. */
+    ops->attention_bwd(s, ws->dqkv, ws->datt, ws->datty, acts + lay->qkv, acts + lay->att, B, T, C, NH, ws->dfch,
+                       NC * 8);
     zero(s, ws->dln, NC);
     ops->matmul_bwd(s, ws->dln, DW(GPT_QKV_W), DW(GPT_QKV_B), ws->dqkv, acts + lay->ln1, W(GPT_QKV_W), N, C, 3 * C);
     ops->layernorm_bwd(s, ws->dres, DW(GPT_LN1_W), DW(GPT_LN1_B), ws->dln, x, W(GPT_LN1_W),

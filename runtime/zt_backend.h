@@ -53,9 +53,14 @@ typedef struct {
     /* qkv[B,T,3C] -> out[B,T,C]; att[B,NH,T,T] holds the causal softmax probabilities */
     void (*attention_fwd)(zt_stream *s, float *out, float *att, const float *qkv, int B, int T,
                           int C, int NH);
-    /* dqkv[B,T,3C] += ...; datt[B,NH,T] is scratch (overwritten) */
+    /* dqkv[B,T,3C] += ...; datt[B,NH,T] is scratch (overwritten).
+     * scratch[scratch_numel] is more memory the kernel may overwrite (dead
+     * buffers the caller lends; NULL and 0 when none): the CUDA backend runs
+     * the backward as batched GEMMs through [NH,T,T] blocks when it holds at
+     * least NH*T*T floats, and row by row otherwise; the CPU ignores it. */
     void (*attention_bwd)(zt_stream *s, float *dqkv, float *datt, const float *dout,
-                          const float *qkv, const float *att, int B, int T, int C, int NH);
+                          const float *qkv, const float *att, int B, int T, int C, int NH,
+                          float *scratch, size_t scratch_numel);
     /* out[N] = gelu_tanh(inp[N]) */
     void (*gelu_fwd)(zt_stream *s, float *out, const float *inp, size_t N);
     /* dinp[N] += gelu'(inp) * dout */

@@ -403,15 +403,31 @@ static void test_attention(int B, int T, int C, int NH, int bf16) {
     float *dout = frand(nout, -1, 1), *dqkv = frand(nqkv, -1, 1), *dqkv0 = fdup(dqkv, nqkv), *datt = fnan(ndatt);
     float *d_dout = dcopyf(dout, nout), *d_dqkv = dcopyf(dqkv, nqkv), *d_datt = dnan(ndatt);
     h2d(d_att, att, natt * sizeof(float));
-    g_cpu->ops->attention_bwd(&g_cs, dqkv, datt, dout, qkv, att, B, T, C, NH);
-    g_gpu->ops->attention_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH);
+    g_cpu->ops->attention_bwd(&g_cs, dqkv, datt, dout, qkv, att, B, T, C, NH, NULL, 0);
+    g_gpu->ops->attention_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH, NULL, 0);
     float *g_dqkv = fetch(d_dqkv, nqkv, "attention_bwd");
-    snprintf(what, sizeof what, "attention_bwd dqkv %s", tag);
+    snprintf(what, sizeof what, "attention_bwd dqkv %s (rows)", tag);
     compare(what, g_dqkv, dqkv, nqkv, TOL);
     h2d(d_dqkv, dqkv0, nqkv * sizeof(float));
-    g_gpu->ops->attention_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH);
+    g_gpu->ops->attention_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH, NULL, 0);
     float *g_dqkv2 = fetch(d_dqkv, nqkv, "attention_bwd");
     compare_repeat(what, g_dqkv, g_dqkv2, nqkv);
+    /* With an [NH,T,T] scratch (poisoned: every element it reads must be
+     * written first): the GEMM path, twice for the same bits. */
+    size_t nscratch = (size_t)NH * T * T;
+    float *d_scratch = dnan(nscratch);
+    float *g_dqkv3 = NULL, *g_dqkv4 = NULL;
+    for (int rep = 0; rep < 2; rep++) {
+        h2d(d_dqkv, dqkv0, nqkv * sizeof(float));
+        dpoison(d_scratch, nscratch);
+        g_gpu->ops->attention_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH, d_scratch, nscratch);
+        if (rep == 0) g_dqkv3 = fetch(d_dqkv, nqkv, "attention_bwd (GEMM)");
+        else g_dqkv4 = fetch(d_dqkv, nqkv, "attention_bwd (GEMM)");
+    }
+    snprintf(what, sizeof what, "attention_bwd dqkv %s (GEMM)", tag);
+    compare(what, g_dqkv3, dqkv, nqkv, TOL);
+    compare_repeat(what, g_dqkv3, g_dqkv4, nqkv);
+    free(g_dqkv3), free(g_dqkv4);
 
     free(qkv), free(out), free(att), free(g_out), free(g_att), free(dout), free(dqkv), free(dqkv0), free(datt);
     free(g_dqkv), free(g_dqkv2);
@@ -720,7 +736,7 @@ static void test_sticky_error(void) {
     zt_stream s = zt_backend_stream(be);
     zt_status st = be->stream_sync(be, &s, &err);
     CHECK(st == ZT_OK, "fresh backend: sync failed: %s", err.msg);
-    be->ops->attention_bwd(&s, NULL, NULL, NULL, NULL, NULL, 1, 1 << 20, 32, 1); /* 4 MiB of shared memory */
+    be->ops->attention_bwd(&s, NULL, NULL, NULL, NULL, NULL, 1, 1 << 20, 32, 1, NULL, 0); /* 4 MiB of shared memory */
     zt_error_clear(&err);
     st = be->stream_sync(be, &s, &err);
     CHECK(st != ZT_OK && err.file && strstr(err.file, "ops_attention") != NULL,

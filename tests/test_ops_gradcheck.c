@@ -470,14 +470,14 @@ static void test_attention(const zt_ops *ops, zt_stream *s, zt_stream *s3, int B
     float *dqkv = falloc(nqkv), *datt = falloc(ndatt);
     fill(dqkv, nqkv, 0);
     fill(datt, ndatt, NAN); /* scratch: must be written before it is read */
-    ops->attention_bwd(s, dqkv, datt, c.R, c.qkv, c.att, B, T, C, NH);
+    ops->attention_bwd(s, dqkv, datt, c.R, c.qkv, c.att, B, T, C, NH, NULL, 0);
     snprintf(name, sizeof name, "attention dqkv B%d T%d C%d NH%d", B, T, C, NH);
     gradcheck(name, att_obj, &c, c.qkv, dqkv, nqkv, 1e-2f);
 
     att_obj(&c); /* att of the unperturbed input */
     float *dqkv2 = fdup(dqkv, nqkv);
     fill(datt, ndatt, NAN);
-    ops->attention_bwd(s, dqkv2, datt, c.R, c.qkv, c.att, B, T, C, NH);
+    ops->attention_bwd(s, dqkv2, datt, c.R, c.qkv, c.att, B, T, C, NH, NULL, 0);
     check_accumulated(name, dqkv, dqkv2, nqkv);
 
     float *out3 = falloc(nout), *att3 = falloc(natt);
@@ -488,7 +488,7 @@ static void test_attention(const zt_ops *ops, zt_stream *s, zt_stream *s3, int B
     check_same_bits(name, c.att, att3, natt * sizeof(float));
     fill(dqkv2, nqkv, 0);
     fill(datt, ndatt, NAN);
-    ops->attention_bwd(s3, dqkv2, datt, c.R, c.qkv, c.att, B, T, C, NH);
+    ops->attention_bwd(s3, dqkv2, datt, c.R, c.qkv, c.att, B, T, C, NH, NULL, 0);
     snprintf(name, sizeof name, "attention_bwd B%d T%d C%d NH%d", B, T, C, NH);
     check_same_bits(name, dqkv, dqkv2, nqkv * sizeof(float));
 

@@ -18,13 +18,16 @@
  * rounding: the dot products and the sums over positions run in cuBLAS's
  * order instead of the CPU's sequential one, and the softmax sums in the warp's.
  *
- * Backward computes directly, one block per query row (its scratch datt is
- * only [B,NH,T], too small for a T x T GEMM intermediate). Every value the CPU
+ * Backward, when the caller lends a scratch of at least NH*T*T floats: per
+ * batch element, five steps (attention_bwd_gemm_b) with an [NH,T,T] block
+ * X = dY V^T made into the softmax gradient in place, so dV, dQ and dK are
+ * strided-batched GEMMs too. Without such scratch (datt alone is [B,NH,T])
+ * it computes directly, one block per query row: every value the CPU
  * computes as a sequential loop (dot products over the head channels, the
- * accumulation of dq, dk, dv over positions) is a sequential loop here too, in
- * the same order; only backward's per-row sum of a * da is a block reduction
- * with a fixed tree. No atomics anywhere: each output element has exactly one
- * writer, and the GEMMs' algorithms are deterministic (ops_matmul.cu). */
+ * accumulation of dq, dk, dv over positions) is a sequential loop here too,
+ * in the same order; only the per-row sum of a * da is a block reduction
+ * with a fixed tree. No atomics anywhere: each output element has exactly
+ * one writer, and the GEMMs' algorithms are deterministic (ops_matmul.cu). */
 #include "cuda_common.cuh"
 
 #define ATT_THREADS 128
@@ -156,7 +159,7 @@ static int gemm_failed(zt_stream *s, const zt_cuda_gemm_args *g) {
     zt_error e;
     zt_error_clear(&e);
     if (zt_cuda_gemm(s, g, &e) == ZT_OK) return 0;
-    zt_cuda_record(zt_cuda_impl_of(s), e.code, e.file, e.line, "attention_fwd: %s", e.msg);
+    zt_cuda_record(zt_cuda_impl_of(s), e.code, e.file, e.line, "attention: %s", e.msg);
     return 1;
 }
 
@@ -233,10 +236,96 @@ extern "C" void zt_cuda_attention_fwd(zt_stream *s, float *out, float *att, cons
     }
 }
 
+/* GEMM backward, step 3: rows (h, t) of X[NH,T,T] hold dY[t] . V[t2] for
+ * every key t2; make them dpre = a (X - D) scale in place, with
+ * D[t] = sum_{t2 <= t} a[t2] X[t2] (into datt[b,h,t], as the row kernels
+ * do), and exact zeros above the diagonal so the GEMMs of steps 4-5 can run
+ * over full T x T blocks. A warp per row, lanes in a fixed order. */
+__global__ static void __launch_bounds__(SOFTMAX_WARPS * 32)
+    softmax_bwd_rows_kernel(float *x, float *datt_b, const float *att_b, int T, size_t rows, float scale) {
+    size_t row = (size_t)blockIdx.x * SOFTMAX_WARPS + threadIdx.x / 32;
+    if (row >= rows) return;
+    int lane = threadIdx.x % 32, t = (int)(row % (size_t)T);
+    float *xr = x + row * (size_t)T;
+    const float *a = att_b + row * (size_t)T;
+    float local = 0.0f;
+    for (int t2 = lane; t2 <= t; t2 += 32) local += a[t2] * xr[t2];
+    float D = zt_warp_sum(local);
+    if (lane == 0) datt_b[row] = D;
+    for (int t2 = lane; t2 < T; t2 += 32) xr[t2] = t2 <= t ? a[t2] * (xr[t2] - D) * scale : 0.0f;
+}
+
+/* One batch element's backward as strided-batched GEMMs over its NH heads
+ * (head h at column offset h*hs of the q | k | v and dq | dk | dv rows):
+ *   1. dV  += A^T dY          [T,hs] += [T,T]^T [T,hs]
+ *   2. X    = dY V^T          [T,T]   = [T,hs] [T,hs]^T   (x: [NH,T,T] scratch)
+ *   3. X    = A (X - D) scale  (softmax_bwd_rows_kernel)
+ *   4. dQ  += X K             [T,hs] += [T,T] [T,hs]
+ *   5. dK  += X^T Q           [T,hs] += [T,T]^T [T,hs]
+ * Returns 1 after recording a failure. */
+static int attention_bwd_gemm_b(zt_stream *s, float *dqkv, float *datt, const float *dout, const float *qkv,
+                                const float *att, int b, int T, int C, int NH, float *x) {
+    int hs = C / NH;
+    int64_t C3 = 3 * (int64_t)C, TT = (int64_t)T * T;
+    const float *q = qkv + (size_t)b * T * C3, *k = q + C, *v = q + 2 * (size_t)C;
+    float *dq = dqkv + (size_t)b * T * C3, *dk = dq + C, *dv = dq + 2 * (size_t)C;
+    const float *dy = dout + (size_t)b * T * C, *a = att + (size_t)b * NH * TT;
+    cublasComputeType_t compute = zt_cuda_matmul_compute(s);
+    float scale = 1.0f / sqrtf((float)hs);
+    zt_cuda_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.batch = NH;
+    g.alpha = 1.0f;
+    g.a_type = g.b_type = g.c_type = CUDA_R_32F;
+    g.compute = compute;
+
+    /* 1. dv[h] += a[h]^T @ dy[h] */
+    g.trans_a = 1, g.trans_b = 0, g.M = T, g.N = hs, g.K = T, g.beta = 1.0f;
+    g.A = a, g.lda = T, g.stride_a = TT;
+    g.B = dy, g.ldb = C, g.stride_b = hs;
+    g.C = dv, g.ldc = C3, g.stride_c = hs;
+    if (gemm_failed(s, &g)) return 1;
+
+    /* 2. x[h] = dy[h] @ v[h]^T */
+    g.trans_a = 0, g.trans_b = 1, g.M = T, g.N = T, g.K = hs, g.beta = 0.0f;
+    g.A = dy, g.lda = C, g.stride_a = hs;
+    g.B = v, g.ldb = C3, g.stride_b = hs;
+    g.C = x, g.ldc = T, g.stride_c = TT;
+    if (gemm_failed(s, &g)) return 1;
+
+    /* 3. through softmax and scale, in place */
+    size_t rows = (size_t)NH * T;
+    cudaStream_t st = zt_cuda_enter(s);
+    softmax_bwd_rows_kernel<<<(unsigned int)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS), SOFTMAX_WARPS * 32, 0,
+                              st>>>(x, datt + (size_t)b * NH * T, a, T, rows, scale);
+    if (ZT_CUDA_LAUNCHED(s, "attention_bwd (softmax rows)")) return 1;
+
+    /* 4. dq[h] += x[h] @ k[h] */
+    g.trans_a = 0, g.trans_b = 0, g.M = T, g.N = hs, g.K = T, g.beta = 1.0f;
+    g.A = x, g.lda = T, g.stride_a = TT;
+    g.B = k, g.ldb = C3, g.stride_b = hs;
+    g.C = dq, g.ldc = C3, g.stride_c = hs;
+    if (gemm_failed(s, &g)) return 1;
+
+    /* 5. dk[h] += x[h]^T @ q[h] */
+    g.trans_a = 1, g.trans_b = 0, g.M = T, g.N = hs, g.K = T, g.beta = 1.0f;
+    g.A = x, g.lda = T, g.stride_a = TT;
+    g.B = q, g.ldb = C3, g.stride_b = hs;
+    g.C = dk, g.ldc = C3, g.stride_c = hs;
+    return gemm_failed(s, &g);
+}
+
 extern "C" void zt_cuda_attention_bwd(zt_stream *s, float *dqkv, float *datt, const float *dout, const float *qkv,
-                                      const float *att, int B, int T, int C, int NH) {
+                                      const float *att, int B, int T, int C, int NH, float *scratch,
+                                      size_t scratch_numel) {
     size_t blocks = (size_t)B * NH * T;
     if (blocks == 0 || C <= 0) return;
+    /* Tensor cores through GEMMs when the caller lent an [NH,T,T] block. */
+    if (scratch && scratch_numel >= (size_t)NH * T * T) {
+        for (int b = 0; b < B; b++)
+            if (attention_bwd_gemm_b(s, dqkv, datt, dout, qkv, att, b, T, C, NH, scratch)) return;
+        return;
+    }
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
     size_t smem_q = (size_t)T * sizeof(float), smem_kv = 2 * (size_t)T * sizeof(float);
