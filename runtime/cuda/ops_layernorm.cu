@@ -56,22 +56,42 @@ __global__ static void layernorm_bwd_dinp_kernel(float *dinp, const float *dout,
     }
 }
 
-/* dw, db: a thread owns channel c and sums the rows in order (the CPU order,
- * so the same bits as the CPU; no atomics). Adjacent threads read adjacent
- * channels of a row: the loads coalesce. */
-__global__ static void layernorm_bwd_params_kernel(float *dw, float *db, const float *dout, const float *inp,
-                                                   const float *mean, const float *rstd, int N, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+/* dw, db: a block per tile of 32 channels. Lane l of warp w sums rows w,
+ * w + 32, ... of channel tile + l in order (a warp reads 32 adjacent floats
+ * of a row: coalesced), then warp 0 adds the 32 partial sums of its channel
+ * in warp order. One thread per channel looping over every row left the GPU
+ * nearly idle (C threads for N x C work); this has 32 x C. Fixed launch
+ * shape and order: the same bits every run, no atomics (not the CPU's bits:
+ * its sum runs over the rows in one sequence). */
+#define LN_COLS 32
+#define LN_ROW_WARPS 32
+__global__ static void __launch_bounds__(LN_COLS * LN_ROW_WARPS)
+    layernorm_bwd_params_kernel(float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                                const float *rstd, int N, int C) {
+    __shared__ float part_w[LN_ROW_WARPS][LN_COLS + 1], part_b[LN_ROW_WARPS][LN_COLS + 1];
+    int lane = threadIdx.x % LN_COLS, w = threadIdx.x / LN_COLS;
+    int c = blockIdx.x * LN_COLS + lane;
     float gw = 0.0f, gb = 0.0f;
-    for (int n = 0; n < N; n++) {
-        float xhat = (inp[(size_t)n * C + c] - mean[n]) * rstd[n];
-        float dy = dout[(size_t)n * C + c];
-        gw += xhat * dy;
-        gb += dy;
+    if (c < C) {
+        for (int n = w; n < N; n += LN_ROW_WARPS) {
+            float xhat = (inp[(size_t)n * C + c] - mean[n]) * rstd[n];
+            float dy = dout[(size_t)n * C + c];
+            gw += xhat * dy;
+            gb += dy;
+        }
     }
-    dw[c] += gw;
-    db[c] += gb;
+    part_w[w][lane] = gw;
+    part_b[w][lane] = gb;
+    __syncthreads();
+    if (w == 0 && c < C) {
+        float tw = part_w[0][lane], tb = part_b[0][lane];
+        for (int i = 1; i < LN_ROW_WARPS; i++) {
+            tw += part_w[i][lane];
+            tb += part_b[i][lane];
+        }
+        dw[c] += tw;
+        db[c] += tb;
+    }
 }
 
 extern "C" void zt_cuda_layernorm_fwd(zt_stream *s, float *out, float *mean, float *rstd, const float *inp,
@@ -90,8 +110,7 @@ extern "C" void zt_cuda_layernorm_bwd(zt_stream *s, float *dinp, float *dw, floa
     layernorm_bwd_dinp_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, st>>>(dinp, dout, inp, w, mean,
                                                                                      rstd, N, C);
     ZT_CUDA_LAUNCHED(s, "layernorm_bwd (dinp)");
-    const int threads = 128;
-    layernorm_bwd_params_kernel<<<(C + threads - 1) / threads, threads, 0, st>>>(dw, db, dout, inp, mean, rstd, N,
-                                                                                  C);
+    layernorm_bwd_params_kernel<<<(C + LN_COLS - 1) / LN_COLS, LN_COLS * LN_ROW_WARPS, 0, st>>>(dw, db, dout, inp,
+                                                                                              mean, rstd, N, C);
     ZT_CUDA_LAUNCHED(s, "layernorm_bwd (dw, db)");
 }
