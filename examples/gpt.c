@@ -58,13 +58,39 @@ zt_status zt_gpt_create(zt_gpt *g, const zt_gpt_config *cfg, zt_error *err) {
     return ZT_OK;
 }
 
-void zt_gpt_destroy(zt_gpt *g) {
-    if (g->loss_host) {
-        if (g->loss_alloc.free) g->loss_alloc.free(g->loss_alloc.ctx, g->loss_host);
-        else free(g->loss_host);
+static void staging_free(zt_host_staging *h) {
+    if (h->buf) {
+        if (h->alloc.free) h->alloc.free(h->alloc.ctx, h->buf);
+        else free(h->buf);
     }
+    memset(h, 0, sizeof *h);
+}
+
+/* bytes at the end of h (64-byte aligned), growing it if needed; growing
+ * waits for the stream first, since queued copies still use the old buffer. */
+static zt_status staging_take(zt_host_staging *h, zt_ctx *ctx, zt_stream *s, size_t bytes, void **out) {
+    size_t at = (h->used + 63) / 64 * 64;
+    if (at + bytes > h->cap) {
+        ZT_TRY(ctx->be->stream_sync(ctx->be, s, &ctx->err));
+        size_t cap = 2 * (at + bytes);
+        zt_raw_allocator a = ctx->be->raw_host;
+        char *p = a.alloc ? a.alloc(a.ctx, cap) : malloc(cap);
+        if (!p) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "cannot allocate %zu bytes of host staging", cap);
+        if (h->used) memcpy(p, h->buf, h->used);
+        staging_free(h);
+        h->buf = p;
+        h->cap = cap;
+        h->alloc = a;
+    }
+    h->used = at + bytes;
+    *out = h->buf + at;
+    return ZT_OK;
+}
+
+void zt_gpt_destroy(zt_gpt *g) {
+    staging_free(&g->losses_host);
+    staging_free(&g->ids_host);
     free(g->loss_micro_n);
-    g->loss_host = NULL;
     g->loss_micro_n = NULL;
     free(g->spec);
     free(g->block_acts);
@@ -148,25 +174,9 @@ static zt_status queue_losses(zt_gpt *g, zt_ctx *ctx, zt_stream *s, const float 
         g->loss_micro_n = n;
         g->loss_micros_cap = cap;
     }
-    if (g->loss_used + N > g->loss_cap) {
-        /* Grow (first steps only): wait for copies into the old buffer. */
-        ZT_TRY(ctx->be->stream_sync(ctx->be, s, &ctx->err));
-        size_t cap = 2 * (g->loss_used + N);
-        g->loss_alloc = ctx->be->raw_host;
-        float *p = g->loss_alloc.alloc ? g->loss_alloc.alloc(g->loss_alloc.ctx, cap * sizeof(float))
-                                       : malloc(cap * sizeof(float));
-        if (!p) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "forward: cannot allocate %zu host losses", cap);
-        if (g->loss_used) memcpy(p, g->loss_host, g->loss_used * sizeof(float));
-        if (g->loss_host) {
-            if (g->loss_alloc.free) g->loss_alloc.free(g->loss_alloc.ctx, g->loss_host);
-            else free(g->loss_host);
-        }
-        g->loss_host = p;
-        g->loss_cap = cap;
-    }
-    ZT_TRY(ctx->be->memcpy_async(ctx->be, g->loss_host + g->loss_used, losses, N * sizeof(float), ZT_COPY_D2H, s,
-                                 &ctx->err));
-    g->loss_used += N;
+    float *dst;
+    ZT_TRY(staging_take(&g->losses_host, ctx, s, N * sizeof(float), (void **)&dst));
+    ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, losses, N * sizeof(float), ZT_COPY_D2H, s, &ctx->err));
     g->loss_micro_n[g->loss_micros++] = N;
     return ZT_OK;
 }
@@ -174,15 +184,17 @@ static zt_status queue_losses(zt_gpt *g, zt_ctx *ctx, zt_stream *s, const float 
 zt_status zt_gpt_take_losses(zt_gpt *g, zt_ctx *ctx, double *sum_of_means) {
     *sum_of_means = 0.0;
     ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err));
-    const float *x = g->loss_host;
+    const char *at = g->losses_host.buf;
     for (int m = 0; m < g->loss_micros; m++) {
         size_t N = g->loss_micro_n[m];
+        const float *x = (const float *)at;
         double sum = 0.0;
         for (size_t i = 0; i < N; i++) sum += x[i];
         *sum_of_means += (float)(sum / (double)N);
-        x += N;
+        at += (N * sizeof(float) + 63) / 64 * 64; /* staging_take's alignment */
     }
-    g->loss_used = 0;
+    g->losses_host.used = 0; /* the sync above finished every copy from or to them */
+    g->ids_host.used = 0;
     g->loss_micros = 0;
     return ZT_OK;
 }
@@ -234,8 +246,14 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
     /* Token ids live on the device; int32 has the size of a float. */
     ZT_TRY(alloc_f32(ctx, &g->tokens, N, ZT_CAT_OTHER, "input tokens"));
     ZT_TRY(alloc_f32(ctx, &g->targets, N, ZT_CAT_OTHER, "target tokens"));
-    ZT_TRY(ctx->be->memcpy_async(ctx->be, g->tokens.data, tokens, N * 4, ZT_COPY_H2D, s, &ctx->err));
-    ZT_TRY(ctx->be->memcpy_async(ctx->be, g->targets.data, targets, N * 4, ZT_COPY_H2D, s, &ctx->err));
+    /* Through pinned staging: from the caller's pageable arrays a copy would
+     * first wait for everything queued on the stream. */
+    int32_t *ids;
+    ZT_TRY(staging_take(&g->ids_host, ctx, s, 2 * N * sizeof(int32_t), (void **)&ids));
+    memcpy(ids, tokens, N * sizeof(int32_t));
+    memcpy(ids + N, targets, N * sizeof(int32_t));
+    ZT_TRY(ctx->be->memcpy_async(ctx->be, g->tokens.data, ids, N * 4, ZT_COPY_H2D, s, &ctx->err));
+    ZT_TRY(ctx->be->memcpy_async(ctx->be, g->targets.data, ids + N, N * 4, ZT_COPY_H2D, s, &ctx->err));
     const int32_t *dtok = g->tokens.data, *dtgt = g->targets.data;
 
     const float *w;

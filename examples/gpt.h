@@ -32,6 +32,17 @@ typedef struct {
     size_t total;
 } zt_gpt_block_layout;
 
+/* Host memory that copies to and from the device go through within a step:
+ * pinned where the backend provides it (raw_host), so the copies are truly
+ * asynchronous (from pageable memory a host-to-device copy first waits for
+ * the stream). Filled front to back and emptied only after a stream sync, so
+ * no queued copy ever sees its bytes reused. */
+typedef struct {
+    char *buf;
+    size_t cap, used; /* bytes */
+    zt_raw_allocator alloc;
+} zt_host_staging;
+
 typedef struct {
     zt_gpt_config cfg;
     zt_model_spec *spec; /* heap: the unit table is large */
@@ -51,12 +62,12 @@ typedef struct {
     /* Per-position losses of the micro-batches forwarded since the last
      * zt_gpt_take_losses, copied to the host behind the compute stream so
      * that reading them (a wait) happens once per step, not between forward
-     * and backward. Pinned where the backend provides it (raw_host). */
-    float *loss_host;          /* [loss_cap] */
-    size_t loss_cap, loss_used;
+     * and backward; and the token ids of those micro-batches on their way
+     * to the device. Both are emptied by zt_gpt_take_losses. */
+    zt_host_staging losses_host; /* fp32 [positions of the pending micro-batches] */
+    zt_host_staging ids_host;    /* int32 [2 x positions]: tokens, targets per micro-batch */
     size_t *loss_micro_n;      /* [loss_micros_cap] positions of each pending micro-batch */
     int loss_micros, loss_micros_cap;
-    zt_raw_allocator loss_alloc;
 } zt_gpt;
 
 zt_status zt_gpt_create(zt_gpt *gpt, const zt_gpt_config *cfg, zt_error *err);
