@@ -9,10 +9,18 @@
 
 #include "zt_comm.h"
 
+#define STAGED_POOL 16
+
 typedef struct {
     zt_comm host; /* the MPI communicator doing the work */
-    void *staging;
-    size_t staging_bytes;
+    /* Pinned buffers of finished collectives, kept for the next ones:
+     * cudaMallocHost and cudaFreeHost per collective cost far more than the
+     * copies (and freeing pinned memory synchronizes the device). */
+    struct {
+        char *buf;
+        size_t bytes;
+    } pool[STAGED_POOL];
+    int npool;
 } staged_impl;
 
 /* What a handle needs at completion: the MPI handle and where results go. */
@@ -21,7 +29,8 @@ typedef struct {
     void *device_out;
     size_t out_bytes;
     void *host_out;
-    char *owned; /* per-call staging when the shared buffer is in use */
+    char *owned; /* pinned staging of this call (from the pool or new) */
+    size_t owned_bytes;
 } staged_req;
 
 #define CUDA_TRY(call)                                                                            \
@@ -33,20 +42,51 @@ typedef struct {
 
 static staged_impl *impl_of(zt_comm *c) { return c->impl; }
 
-static zt_status new_req(size_t bytes, staged_req **out, zt_error *err) {
+/* A request with at least `bytes` of pinned staging: the smallest pooled
+ * buffer that fits, else a new one. */
+static zt_status new_req(staged_impl *m, size_t bytes, staged_req **out, zt_error *err) {
     staged_req *r = calloc(1, sizeof *r);
     if (!r) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate a request");
-    if (cudaMallocHost((void **)&r->owned, bytes ? bytes : 1) != cudaSuccess) {
+    if (!bytes) bytes = 1;
+    int best = -1;
+    for (int i = 0; i < m->npool; i++)
+        if (m->pool[i].bytes >= bytes && (best < 0 || m->pool[i].bytes < m->pool[best].bytes)) best = i;
+    if (best >= 0) {
+        r->owned = m->pool[best].buf;
+        r->owned_bytes = m->pool[best].bytes;
+        m->pool[best] = m->pool[--m->npool];
+    } else if (cudaMallocHost((void **)&r->owned, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
         free(r);
         return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate %zu bytes of pinned staging", bytes);
+    } else {
+        r->owned_bytes = bytes;
     }
     *out = r;
     return ZT_OK;
 }
 
-static void free_req(staged_req *r) {
+/* Returns r's staging to the pool (evicting the smallest buffer when full). */
+static void free_req(staged_impl *m, staged_req *r) {
     if (!r) return;
-    cudaFreeHost(r->owned);
+    char *buf = r->owned;
+    size_t bytes = r->owned_bytes;
+    if (m->npool == STAGED_POOL) {
+        int smallest = 0;
+        for (int i = 1; i < m->npool; i++)
+            if (m->pool[i].bytes < m->pool[smallest].bytes) smallest = i;
+        if (m->pool[smallest].bytes < bytes) {
+            cudaFreeHost(m->pool[smallest].buf);
+            m->pool[smallest] = m->pool[--m->npool];
+        }
+    }
+    if (m->npool < STAGED_POOL) {
+        m->pool[m->npool].buf = buf;
+        m->pool[m->npool].bytes = bytes;
+        m->npool++;
+    } else {
+        cudaFreeHost(buf);
+    }
     free(r);
 }
 
@@ -63,17 +103,17 @@ static zt_status staged_all_gather_start(zt_comm *c, const void *send, void *rec
     ZT_TRY(wait_ready(ready, err));
     size_t total = bytes_per_rank * (size_t)c->world_size;
     staged_req *r = NULL;
-    ZT_TRY(new_req(total, &r, err));
+    ZT_TRY(new_req(m, total, &r, err));
     const void *src = send ? send : (const char *)recv + (size_t)c->rank * bytes_per_rank;
     cudaError_t rc = cudaMemcpy(r->owned + (size_t)c->rank * bytes_per_rank, src, bytes_per_rank, cudaMemcpyDefault);
     if (rc != cudaSuccess) {
-        free_req(r);
+        free_req(m, r);
         return ZT_FAIL(err, ZT_ERR_COMM, "staging copy failed: %s", cudaGetErrorString(rc));
     }
     r->mpi.kind = ZT_COLL_ALL_GATHER;
     zt_status st = m->host.ops->all_gather_start(&m->host, NULL, r->owned, bytes_per_rank, NULL, &r->mpi, err);
     if (st != ZT_OK) {
-        free_req(r);
+        free_req(m, r);
         return st;
     }
     r->device_out = recv;
@@ -90,11 +130,11 @@ static zt_status staged_reduce_scatter_start(zt_comm *c, const float *send, floa
     ZT_TRY(wait_ready(ready, err));
     size_t N = (size_t)c->world_size, bytes = count * sizeof(float);
     staged_req *r = NULL;
-    ZT_TRY(new_req(bytes * (2 * N + 1), &r, err)); /* send | received chunks | sum */
+    ZT_TRY(new_req(m, bytes * (2 * N + 1), &r, err)); /* send | received chunks | sum */
     float *hsend = (float *)r->owned, *hrecv = hsend + N * count, *hout = hrecv + N * count;
     cudaError_t rc = cudaMemcpy(hsend, send, bytes * N, cudaMemcpyDefault);
     if (rc != cudaSuccess) {
-        free_req(r);
+        free_req(m, r);
         return ZT_FAIL(err, ZT_ERR_COMM, "staging copy failed: %s", cudaGetErrorString(rc));
     }
     r->mpi.kind = ZT_COLL_REDUCE_SCATTER;
@@ -103,7 +143,7 @@ static zt_status staged_reduce_scatter_start(zt_comm *c, const float *send, floa
     r->mpi.count = count;
     zt_status st = m->host.ops->reduce_scatter_start(&m->host, hsend, hrecv, hout, count, NULL, &r->mpi, err);
     if (st != ZT_OK) {
-        free_req(r);
+        free_req(m, r);
         return st;
     }
     r->device_out = out;
@@ -122,7 +162,7 @@ static zt_status staged_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
         cudaError_t rc = cudaMemcpy(r->device_out, r->host_out, r->out_bytes, cudaMemcpyDefault);
         if (rc != cudaSuccess) st = ZT_FAIL(err, ZT_ERR_COMM, "staging copy back failed: %s", cudaGetErrorString(rc));
     }
-    free_req(r);
+    free_req(m, r);
     return st;
 }
 
@@ -151,6 +191,7 @@ static zt_status staged_barrier(zt_comm *c, zt_error *err) {
 static void staged_destroy(zt_comm *c) {
     staged_impl *m = c->impl;
     if (!m) return;
+    for (int i = 0; i < m->npool; i++) cudaFreeHost(m->pool[i].buf);
     zt_comm_destroy(&m->host);
     free(m);
     c->impl = NULL;
