@@ -7,6 +7,7 @@
 #   3. stages 0-3 against each other at np=1, and at np=2 sharing the GPU
 #      (MPI with host staging, since NCCL refuses two ranks on one GPU);
 #      offload (copy streams, CPU Adam) at stages 2 and 3 against no offload;
+#   3c. per-kernel times at one GPT-2-small block's shapes (kernels_time.md);
 #   4. a GPT-2-small-sized run (12 layers, d_model 768, 12 heads, seq 1024) at
 #      world size 1: tokens/s, MFU against the measured bf16 GEMM peak, and
 #      per-rank peak memory.
@@ -100,6 +101,13 @@ status = "PASS" if worst <= 0.01 and all(len(r) == len(base) for r in runs.value
 print(f"| offload stages 2, 3 vs no offload (np=1, 20 steps) | {status} | worst relative loss gap {worst:.3%} |")
 sys.exit(0 if status == "PASS" else 1)
 PY
+
+stamp "3c. per-kernel times at GPT-2-small block shapes"
+if timeout 120 build-gpu/bench/bench_kernels > "$out/kernels_time.md" 2>&1; then
+  result "per-kernel times (B 8, T 1024, C 768)" INFO "table in kernels_time.md"
+else
+  result "per-kernel times" FAIL "$(tail -2 "$out/kernels_time.md" | tr '\n' ' ')"
+fi
 
 stamp "4. GPT-2-small timing"
 peak=$(build-gpu/bench/bench_gemm 8192 50 | awk '/bf16_gemm_tflops/ {print $2}')
