@@ -10,6 +10,9 @@
 #include "zt_comm.h"
 
 #define STAGED_POOL 16
+/* Pinned memory kept between collectives is outside the memory reports:
+ * bounded, so a run's host footprint stays near what its collectives use. */
+#define STAGED_POOL_MAX_BYTES ((size_t)512 << 20)
 
 typedef struct {
     zt_comm host; /* the MPI communicator doing the work */
@@ -80,7 +83,9 @@ static void free_req(staged_impl *m, staged_req *r) {
             m->pool[smallest] = m->pool[--m->npool];
         }
     }
-    if (m->npool < STAGED_POOL) {
+    size_t pooled = 0;
+    for (int i = 0; i < m->npool; i++) pooled += m->pool[i].bytes;
+    if (m->npool < STAGED_POOL && pooled + bytes <= STAGED_POOL_MAX_BYTES) {
         m->pool[m->npool].buf = buf;
         m->pool[m->npool].bytes = bytes;
         m->npool++;

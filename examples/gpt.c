@@ -175,8 +175,13 @@ static zt_status queue_losses(zt_gpt *g, zt_ctx *ctx, zt_stream *s, const float 
         g->loss_micros_cap = cap;
     }
     float *dst;
+    size_t used = g->losses_host.used;
     ZT_TRY(staging_take(&g->losses_host, ctx, s, N * sizeof(float), (void **)&dst));
-    ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, losses, N * sizeof(float), ZT_COPY_D2H, s, &ctx->err));
+    zt_status st = ctx->be->memcpy_async(ctx->be, dst, losses, N * sizeof(float), ZT_COPY_D2H, s, &ctx->err);
+    if (st != ZT_OK) {
+        g->losses_host.used = used; /* the chunk walk in take_losses must stay in step */
+        return st;
+    }
     g->loss_micro_n[g->loss_micros++] = N;
     return ZT_OK;
 }
@@ -381,7 +386,7 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
     ws.datty = ws.dln + NC;
     ws.dqkv = ws.datty + NC;
     ws.dfch = ws.dqkv + 3 * NC;
-    ws.dfchg = ws.dfch + 4 * NC;
+    ws.dfchg = ws.dfch + 4 * NC; /* adjacent to dfch: block_backward lends both as one scratch */
     ws.datt = ws.dfchg + 4 * NC;
 
     const int32_t *dtok = g->tokens.data, *dtgt = g->targets.data;

@@ -50,14 +50,17 @@ typedef struct {
     /* dinp[N,C] += dout @ w; dw[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout (dinp, dbias may be NULL) */
     void (*matmul_bwd)(zt_stream *s, float *dinp, float *dw, float *dbias, const float *dout,
                        const float *inp, const float *w, int N, int C, int OC);
-    /* qkv[B,T,3C] -> out[B,T,C]; att[B,NH,T,T] holds the causal softmax probabilities */
+    /* qkv[B,T,3C] -> out[B,T,C]; att[B,NH,T,T] holds the causal softmax
+     * probabilities, exactly 0 above the diagonal (backward's GEMMs run over
+     * the full T x T blocks and rely on it) */
     void (*attention_fwd)(zt_stream *s, float *out, float *att, const float *qkv, int B, int T,
                           int C, int NH);
     /* dqkv[B,T,3C] += ...; datt[B,NH,T] is scratch (overwritten).
      * scratch[scratch_numel] is more memory the kernel may overwrite (dead
      * buffers the caller lends; NULL and 0 when none): the CUDA backend runs
      * the backward as batched GEMMs through [NH,T,T] blocks when it holds at
-     * least NH*T*T floats, and row by row otherwise; the CPU ignores it. */
+     * least NH*T*T floats, and row by row otherwise (so the path can depend
+     * on B and T); the CPU ignores it. */
     void (*attention_bwd)(zt_stream *s, float *dqkv, float *datt, const float *dout,
                           const float *qkv, const float *att, int B, int T, int C, int NH,
                           float *scratch, size_t scratch_numel);

@@ -12,14 +12,15 @@
  * on one side only fails. Kernels whose CUDA version performs the CPU's
  * floating-point operations in the CPU's order must match bit for bit:
  * embedding forward and backward, residual, scale, both casts (all 65536 bf16
- * patterns back to fp32), softmax_xent_bwd, layernorm's dw/db, and AdamW.
- * (matmul's dbias is a fixed-order tree of partial sums: 1e-5.) Reductions
+ * patterns back to fp32), softmax_xent_bwd, and AdamW. (matmul's dbias and layernorm's dw/db are
+ * fixed-order trees of per-warp partial sums: 1e-5.) Reductions
  * must also be reproducible: kernels with reductions run twice on the GPU and
  * give the same bits.
  *
  * The GEMMs (cuBLASLt) run in both modes of zt_backend.matmul_bf16: fp32
  * (1e-5, as above) and bf16 operands with fp32 accumulation (1e-2 against the
- * CPU's fp32; matmul forward and backward, attention forward), each also
+ * CPU's fp32; matmul forward and backward, attention forward and backward's
+ * GEMM path), each also
  * repeated for the same bits. Some matmul cases pass pointers one float past
  * an aligned address (the plans depend on the alignment, and a misaligned bias
  * cannot be fused into the GEMM), and one has a long reduction (K = 4096) with
@@ -369,9 +370,10 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_dinp, int 
     dfree_all();
 }
 
-/* Attention forward against the CPU (and repeated: the same bits); in fp32
- * also backward. bf16 = 1 runs the forward's GEMMs in the matmul_bf16 mode
- * (1e-2); backward has no GEMMs, so it is checked in fp32 only. */
+/* Attention forward and backward against the CPU (and repeated: the same
+ * bits). Backward runs both paths: row by row (no GEMMs: fp32 always) and
+ * through a lent [NH,T,T] scratch as GEMMs. bf16 = 1 runs the GEMMs (forward,
+ * and backward's GEMM path) in the matmul_bf16 mode (1e-2). */
 static void test_attention(int B, int T, int C, int NH, int bf16) {
     char what[128], tag[64];
     snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d %s", B, T, C, NH, bf16 ? "bf16" : "fp32");
@@ -397,11 +399,6 @@ static void test_attention(int B, int T, int C, int NH, int bf16) {
     compare_repeat(what, g_out, g_out2, nout);
     free(g_out2), free(g_att2);
     g_gpu->matmul_bf16 = 0;
-    if (bf16) {
-        free(qkv), free(out), free(att), free(g_out), free(g_att);
-        dfree_all();
-        return;
-    }
 
     /* Backward from the CPU's probabilities on both sides. */
     float *dout = frand(nout, -1, 1), *dqkv = frand(nqkv, -1, 1), *dqkv0 = fdup(dqkv, nqkv), *datt = fnan(ndatt);
@@ -421,6 +418,7 @@ static void test_attention(int B, int T, int C, int NH, int bf16) {
     size_t nscratch = (size_t)NH * T * T;
     float *d_scratch = dnan(nscratch);
     float *g_dqkv3 = NULL, *g_dqkv4 = NULL;
+    g_gpu->matmul_bf16 = bf16;
     for (int rep = 0; rep < 2; rep++) {
         h2d(d_dqkv, dqkv0, nqkv * sizeof(float));
         dpoison(d_scratch, nscratch);
@@ -428,10 +426,23 @@ static void test_attention(int B, int T, int C, int NH, int bf16) {
         if (rep == 0) g_dqkv3 = fetch(d_dqkv, nqkv, "attention_bwd (GEMM)");
         else g_dqkv4 = fetch(d_dqkv, nqkv, "attention_bwd (GEMM)");
     }
+    g_gpu->matmul_bf16 = 0;
     snprintf(what, sizeof what, "attention_bwd dqkv %s (GEMM)", tag);
-    compare(what, g_dqkv3, dqkv, nqkv, TOL);
+    compare(what, g_dqkv3, dqkv, nqkv, tol);
     compare_repeat(what, g_dqkv3, g_dqkv4, nqkv);
-    free(g_dqkv3), free(g_dqkv4);
+    /* The GEMM path really ran: the poisoned scratch now holds the last batch
+     * element's softmax gradient, finite, exactly 0 above the diagonal. */
+    float *x = fetch(d_scratch, nscratch, "attention_bwd scratch");
+    size_t nonfinite = 0, above = 0;
+    for (size_t r = 0; r < (size_t)NH * T; r++)
+        for (int t2 = 0; t2 < T; t2++) {
+            float v = x[r * T + t2];
+            nonfinite += !isfinite(v);
+            above += t2 > (int)(r % (size_t)T) && v != 0.0f;
+        }
+    CHECK(nonfinite == 0 && above == 0, "%s: scratch has %zu non-finite values and %zu nonzeros above the diagonal",
+          what, nonfinite, above);
+    free(x), free(g_dqkv3), free(g_dqkv4);
 
     free(qkv), free(out), free(att), free(g_out), free(g_att), free(dout), free(dqkv), free(dqkv0), free(datt);
     free(g_dqkv), free(g_dqkv2);
