@@ -163,6 +163,29 @@ static int gemm_failed(zt_stream *s, const zt_cuda_gemm_args *g) {
     return 1;
 }
 
+/* An operand of a per-head GEMM: base pointer, row stride, and the stride
+ * between heads (all in floats). */
+typedef struct {
+    const float *p;
+    int64_t ld, head_stride;
+} head_operand;
+
+/* C_h = alpha op(A_h) @ op(B_h) + beta C_h for the NH heads h of one batch
+ * element, one strided-batched fp32 GEMM; 1 after recording a failure. */
+static int head_gemm(zt_stream *s, int trans_a, int trans_b, int M, int N, int K, float alpha, head_operand A,
+                     head_operand Bm, float beta, float *Cm, int64_t ldc, int64_t c_head_stride, int NH) {
+    zt_cuda_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.trans_a = trans_a, g.trans_b = trans_b, g.M = M, g.N = N, g.K = K, g.batch = NH;
+    g.alpha = alpha, g.beta = beta;
+    g.a_type = g.b_type = g.c_type = CUDA_R_32F;
+    g.A = A.p, g.lda = A.ld, g.stride_a = A.head_stride;
+    g.B = Bm.p, g.ldb = Bm.ld, g.stride_b = Bm.head_stride;
+    g.C = Cm, g.ldc = ldc, g.stride_c = c_head_stride;
+    g.compute = zt_cuda_matmul_compute(s);
+    return gemm_failed(s, &g);
+}
+
 extern "C" void zt_cuda_attention_fwd(zt_stream *s, float *out, float *att, const float *qkv, int B, int T, int C,
                                       int NH) {
     size_t rows = (size_t)B * NH * T;
@@ -175,30 +198,8 @@ extern "C" void zt_cuda_attention_fwd(zt_stream *s, float *out, float *att, cons
     /* 1. att[b,h] = scale * Q K^T: row-major [T,T] = [T,hs] @ ([T,hs])^T */
     for (int b = 0; b < B; b++) {
         const float *qkv_b = qkv + (size_t)b * T * C3;
-        zt_cuda_gemm_args g;
-        memset(&g, 0, sizeof g);
-        g.trans_a = 0;
-        g.trans_b = 1;
-        g.M = T;
-        g.N = T;
-        g.K = hs;
-        g.batch = NH;
-        g.alpha = scale;
-        g.beta = 0.0f;
-        g.A = qkv_b; /* q */
-        g.a_type = CUDA_R_32F;
-        g.lda = C3;
-        g.stride_a = hs;
-        g.B = qkv_b + C; /* k */
-        g.b_type = CUDA_R_32F;
-        g.ldb = C3;
-        g.stride_b = hs;
-        g.C = att + (size_t)b * NH * TT;
-        g.c_type = CUDA_R_32F;
-        g.ldc = T;
-        g.stride_c = TT;
-        g.compute = compute;
-        if (gemm_failed(s, &g)) return;
+        head_operand q = {qkv_b, C3, hs}, k = {qkv_b + C, C3, hs};
+        if (head_gemm(s, 0, 1, T, T, hs, scale, q, k, 0.0f, att + (size_t)b * NH * TT, T, TT, NH)) return;
     }
 
     /* 2. causal softmax of every row, in place */
@@ -209,30 +210,8 @@ extern "C" void zt_cuda_attention_fwd(zt_stream *s, float *out, float *att, cons
 
     /* 3. out[b, :, h] = att[b,h] @ V: row-major [T,hs] = [T,T] @ [T,hs] */
     for (int b = 0; b < B; b++) {
-        zt_cuda_gemm_args g;
-        memset(&g, 0, sizeof g);
-        g.trans_a = 0;
-        g.trans_b = 0;
-        g.M = T;
-        g.N = hs;
-        g.K = T;
-        g.batch = NH;
-        g.alpha = 1.0f;
-        g.beta = 0.0f;
-        g.A = att + (size_t)b * NH * TT;
-        g.a_type = CUDA_R_32F;
-        g.lda = T;
-        g.stride_a = TT;
-        g.B = qkv + (size_t)b * T * C3 + 2 * (int64_t)C; /* v */
-        g.b_type = CUDA_R_32F;
-        g.ldb = C3;
-        g.stride_b = hs;
-        g.C = out + (size_t)b * T * C;
-        g.c_type = CUDA_R_32F;
-        g.ldc = C;
-        g.stride_c = hs;
-        g.compute = compute;
-        if (gemm_failed(s, &g)) return;
+        head_operand a = {att + (size_t)b * NH * TT, T, TT}, v = {qkv + (size_t)b * T * C3 + 2 * (int64_t)C, C3, hs};
+        if (head_gemm(s, 0, 0, T, hs, T, 1.0f, a, v, 0.0f, out + (size_t)b * T * C, C, hs, NH)) return;
     }
 }
 
@@ -270,49 +249,24 @@ static int attention_bwd_gemm_b(zt_stream *s, float *dqkv, float *datt, const fl
     const float *q = qkv + (size_t)b * T * C3, *k = q + C, *v = q + 2 * (size_t)C;
     float *dq = dqkv + (size_t)b * T * C3, *dk = dq + C, *dv = dq + 2 * (size_t)C;
     const float *dy = dout + (size_t)b * T * C, *a = att + (size_t)b * NH * TT;
-    cublasComputeType_t compute = zt_cuda_matmul_compute(s);
     float scale = 1.0f / sqrtf((float)hs);
-    zt_cuda_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.batch = NH;
-    g.alpha = 1.0f;
-    g.a_type = g.b_type = g.c_type = CUDA_R_32F;
-    g.compute = compute;
+    head_operand A = {a, T, TT}, X = {x, T, TT}, dY = {dy, C, hs};
+    head_operand Q = {q, C3, hs}, K = {k, C3, hs}, V = {v, C3, hs};
 
     /* 1. dv[h] += a[h]^T @ dy[h] */
-    g.trans_a = 1, g.trans_b = 0, g.M = T, g.N = hs, g.K = T, g.beta = 1.0f;
-    g.A = a, g.lda = T, g.stride_a = TT;
-    g.B = dy, g.ldb = C, g.stride_b = hs;
-    g.C = dv, g.ldc = C3, g.stride_c = hs;
-    if (gemm_failed(s, &g)) return 1;
-
+    if (head_gemm(s, 1, 0, T, hs, T, 1.0f, A, dY, 1.0f, dv, C3, hs, NH)) return 1;
     /* 2. x[h] = dy[h] @ v[h]^T */
-    g.trans_a = 0, g.trans_b = 1, g.M = T, g.N = T, g.K = hs, g.beta = 0.0f;
-    g.A = dy, g.lda = C, g.stride_a = hs;
-    g.B = v, g.ldb = C3, g.stride_b = hs;
-    g.C = x, g.ldc = T, g.stride_c = TT;
-    if (gemm_failed(s, &g)) return 1;
-
+    if (head_gemm(s, 0, 1, T, T, hs, 1.0f, dY, V, 0.0f, x, T, TT, NH)) return 1;
     /* 3. through softmax and scale, in place */
     size_t rows = (size_t)NH * T;
     cudaStream_t st = zt_cuda_enter(s);
     softmax_bwd_rows_kernel<<<(unsigned int)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS), SOFTMAX_WARPS * 32, 0,
                               st>>>(x, datt + (size_t)b * NH * T, a, T, rows, scale);
     if (ZT_CUDA_LAUNCHED(s, "attention_bwd (softmax rows)")) return 1;
-
     /* 4. dq[h] += x[h] @ k[h] */
-    g.trans_a = 0, g.trans_b = 0, g.M = T, g.N = hs, g.K = T, g.beta = 1.0f;
-    g.A = x, g.lda = T, g.stride_a = TT;
-    g.B = k, g.ldb = C3, g.stride_b = hs;
-    g.C = dq, g.ldc = C3, g.stride_c = hs;
-    if (gemm_failed(s, &g)) return 1;
-
+    if (head_gemm(s, 0, 0, T, hs, T, 1.0f, X, K, 1.0f, dq, C3, hs, NH)) return 1;
     /* 5. dk[h] += x[h]^T @ q[h] */
-    g.trans_a = 1, g.trans_b = 0, g.M = T, g.N = hs, g.K = T, g.beta = 1.0f;
-    g.A = x, g.lda = T, g.stride_a = TT;
-    g.B = q, g.ldb = C3, g.stride_b = hs;
-    g.C = dk, g.ldc = C3, g.stride_c = hs;
-    return gemm_failed(s, &g);
+    return head_gemm(s, 1, 0, T, hs, T, 1.0f, X, Q, 1.0f, dk, C3, hs, NH);
 }
 
 extern "C" void zt_cuda_attention_bwd(zt_stream *s, float *dqkv, float *datt, const float *dout, const float *qkv,
