@@ -66,10 +66,11 @@ static void staging_free(zt_host_staging *h) {
     memset(h, 0, sizeof *h);
 }
 
-/* bytes at the end of h (64-byte aligned), growing it if needed; growing
- * waits for the stream first, since queued copies still use the old buffer. */
+/* bytes at the end of h (chunks of 4-byte words, so every chunk stays
+ * word-aligned), growing it if needed; growing waits for the stream first,
+ * since queued copies still use the old buffer. */
 static zt_status staging_take(zt_host_staging *h, zt_ctx *ctx, zt_stream *s, size_t bytes, void **out) {
-    size_t at = (h->used + 63) / 64 * 64;
+    size_t at = h->used;
     if (at + bytes > h->cap) {
         ZT_TRY(ctx->be->stream_sync(ctx->be, s, &ctx->err));
         size_t cap = 2 * (at + bytes);
@@ -189,14 +190,13 @@ static zt_status queue_losses(zt_gpt *g, zt_ctx *ctx, zt_stream *s, const float 
 zt_status zt_gpt_take_losses(zt_gpt *g, zt_ctx *ctx, double *sum_of_means) {
     *sum_of_means = 0.0;
     ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err));
-    const char *at = g->losses_host.buf;
+    const float *x = (const float *)g->losses_host.buf; /* the micro-batches' losses, back to back */
     for (int m = 0; m < g->loss_micros; m++) {
         size_t N = g->loss_micro_n[m];
-        const float *x = (const float *)at;
         double sum = 0.0;
         for (size_t i = 0; i < N; i++) sum += x[i];
         *sum_of_means += (float)(sum / (double)N);
-        at += (N * sizeof(float) + 63) / 64 * 64; /* staging_take's alignment */
+        x += N;
     }
     g->losses_host.used = 0; /* the sync above finished every copy from or to them */
     g->ids_host.used = 0;

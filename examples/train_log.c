@@ -7,7 +7,7 @@
 
 #include "zt_imbalance.h"
 
-json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host, zt_backend *be) {
+json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host, size_t driver_used, size_t driver_total) {
     json_t *o = json_object();
     json_t *cur = json_object(), *peak = json_object(), *phase = json_object();
     for (int c = 0; c < ZT_NUM_CATEGORIES; c++) {
@@ -44,11 +44,10 @@ json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host, zt_backend *be) 
     /* The driver's view (cudaMemGetInfo) beside the allocator's: used covers
      * the cached blocks, the CUDA context, cuBLAS workspaces and NCCL buffers
      * and any other process on the GPU. Absent on the CPU. */
-    size_t free_b = 0, total_b = 0;
-    if (be->mem_info && be->mem_info(be, &free_b, &total_b, &ignore) == ZT_OK && total_b > 0) {
+    if (driver_total > 0) {
         json_t *dj = json_object();
-        json_object_set_new(dj, "used_bytes", json_integer((json_int_t)(total_b - free_b)));
-        json_object_set_new(dj, "total_bytes", json_integer((json_int_t)total_b));
+        json_object_set_new(dj, "used_bytes", json_integer((json_int_t)driver_used));
+        json_object_set_new(dj, "total_bytes", json_integer((json_int_t)driver_total));
         json_object_set_new(o, "driver", dj);
     }
     zt_os_mem os;

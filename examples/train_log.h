@@ -15,8 +15,9 @@ typedef struct {
     double loss, lr, grad_norm, step_time_s, tokens_per_s;
 } zt_step_record;
 
-/* Memory view of one step (window peaks since the last reset) as JSON. */
-json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host, zt_backend *be);
+/* Memory view of one step (window peaks since the last reset) as JSON;
+ * driver_used/driver_total from zt_backend_driver_mem (0: left out). */
+json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host, size_t driver_used, size_t driver_total);
 
 typedef struct {
     const zt_train_config *cfg;

@@ -110,10 +110,8 @@ static zt_status gather_rank_rows(zt_ctx *ctx, zt_comm *comm, size_t *table) {
     row[ROW_DEV_PEAK] = ctx->device_mem.allocated.peak;
     row[ROW_HOST_PEAK] = ctx->host_mem.allocated.peak;
     row[ROW_OS_PEAK] = os.vm_hwm;
-    size_t free_b = 0, total_b = 0;
-    zt_error ignore = {0};
-    if (ctx->be->mem_info && ctx->be->mem_info(ctx->be, &free_b, &total_b, &ignore) != ZT_OK) total_b = free_b = 0;
-    row[ROW_DRIVER_USED] = total_b - free_b;
+    size_t driver_total;
+    zt_backend_driver_mem(ctx->be, &row[ROW_DRIVER_USED], &driver_total);
     unsigned long long *col = calloc((size_t)N, sizeof *col);
     if (!col) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate");
     zt_status st = ZT_OK;
@@ -280,6 +278,8 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         snprintf(step_name, sizeof step_name, "step %d", step + 1);
         zt_trace_span(ctx->trace, step_name, "step", 0, t0);
         double dt = zt_now_s() - t0;
+        size_t driver_used, driver_total; /* once per step, for the JSONL and the log line */
+        zt_backend_driver_mem(ctx->be, &driver_used, &driver_total);
         /* The global mean loss: per-rank means added in rank order. */
         double loss;
         ZT_TRY(zt_comm_sum_f64(comm, loss_sum / c->grad_accum, &loss, err));
@@ -301,7 +301,7 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
             json_object_set_new(o, "recompute_time_s", json_real(t->gpt.recompute_time_s));
             json_object_set_new(o, "tokens_per_s", json_real(tps));
             json_object_set_new(o, "seq_len", json_integer(Tstep));
-            json_object_set_new(o, "memory", zt_mem_step_json(&ctx->device_mem, &ctx->host_mem, ctx->be));
+            json_object_set_new(o, "memory", zt_mem_step_json(&ctx->device_mem, &ctx->host_mem, driver_used, driver_total));
             json_object_set_new(o, "comm", comm_json(comm, comm_before));
             json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)t->eng.gathered_inflight_peak));
             if (t->eng.cfg.offload) {
@@ -325,11 +325,9 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         }
         char peak[96];
         zt_format_bytes(ctx->device_mem.window_allocated_peak, peak, sizeof peak);
-        size_t free_b = 0, total_b = 0;
-        zt_error ignore = {0};
-        if (ctx->be->mem_info && ctx->be->mem_info(ctx->be, &free_b, &total_b, &ignore) == ZT_OK && total_b > 0) {
+        if (driver_total > 0) {
             char used[32];
-            zt_format_bytes(total_b - free_b, used, sizeof used);
+            zt_format_bytes(driver_used, used, sizeof used);
             size_t n = strlen(peak);
             snprintf(peak + n, sizeof peak - n, " (driver: %s used)", used);
         }

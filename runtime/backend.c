@@ -49,6 +49,17 @@ zt_stream zt_backend_stream(zt_backend *be) {
     return s;
 }
 
+void zt_backend_driver_mem(zt_backend *be, size_t *used, size_t *total) {
+    size_t free_b = 0;
+    zt_error ignore = {0};
+    *used = *total = 0;
+    if (!be->mem_info || be->mem_info(be, &free_b, total, &ignore) != ZT_OK || *total < free_b) {
+        *total = 0;
+        return;
+    }
+    *used = *total - free_b;
+}
+
 zt_status zt_event_record(zt_backend *be, zt_stream *s, void **event, zt_error *err) {
     *event = NULL;
     return be->event_record ? be->event_record(be, s, event, err) : ZT_OK;

@@ -148,6 +148,10 @@ zt_status zt_backend_create_on(zt_device device, int nthreads, int cuda_device, 
 void zt_backend_destroy(zt_backend *be);
 zt_stream zt_backend_stream(zt_backend *be);
 
+/* The driver's view of the device (cudaMemGetInfo): *used = total - free
+ * and *total, both 0 where there is none (the CPU) or the query failed. */
+void zt_backend_driver_mem(zt_backend *be, size_t *used, size_t *total);
+
 /* Stream ordering. *event marks everything queued on s so far (NULL on the
  * CPU, where it has all happened). */
 zt_status zt_event_record(zt_backend *be, zt_stream *s, void **event, zt_error *err);

@@ -159,19 +159,10 @@ void zt_engine_destroy(zt_engine *e) {
         zt_tensor *all[] = {&st->params, &st->grads,    &st->master, &st->adam_m,
                             &st->adam_v, &st->gathered, &st->view32, &st->grad32};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zt_tensor_free(all[i], mem);
-        zt_tensor *host[] = {&st->host_master, &st->host_m, &st->host_v, &st->host_grads, &st->host_grads16};
-        /* A copy may still be writing host_grads16 (a step that failed). */
-        (void)zt_event_sync(e->ctx->be, st->d2h_done, &ignore);
-        zt_event_destroy(e->ctx->be, st->d2h_done);
-        st->d2h_done = NULL;
+        zt_tensor *host[] = {&st->host_master, &st->host_m, &st->host_v};
         for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) zt_tensor_free(host[i], &e->ctx->host_mem);
     }
-    for (int k = 0; k < 2; k++) {
-        (void)zt_event_sync(e->ctx->be, e->h2d_done[k], &ignore);
-        zt_event_destroy(e->ctx->be, e->h2d_done[k]);
-        e->h2d_done[k] = NULL;
-        zt_tensor_free(&e->h2d_src[k], &e->ctx->host_mem);
-    }
+    zt_engine_offload_release(e);
     if (e->in_flight.handle.active) zt_comm_wait(e->comm, &e->in_flight.handle, &ignore);
     zt_engine_free_bucket(e, &e->filling);
     zt_engine_free_bucket(e, &e->in_flight);

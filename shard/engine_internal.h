@@ -68,6 +68,10 @@ zt_status zt_engine_offload_begin(zt_engine *e);
  * buffers; compute is ordered after them. End of the optimizer step. */
 zt_status zt_engine_offload_finish(zt_engine *e);
 
+/* Offload: waits for every copy still in flight (a step that failed) and
+ * frees the transfer buffers. Engine teardown. */
+void zt_engine_offload_release(zt_engine *e);
+
 /* Frees a bucket's buffers and empties it. */
 void zt_engine_free_bucket(zt_engine *e, zt_bucket *b);
 

@@ -21,23 +21,16 @@ static zt_status start_gather(zt_engine *e, int u) {
     zt_ctx *ctx = e->ctx;
     ZT_TRY(ctx->be->memcpy_async(ctx->be, (char *)st->gathered.data + shard_lo(e, u) * d, st->params.data,
                                  us->shard_numel * d, ZT_COPY_D2D, &ctx->compute, &ctx->err));
-    /* The collective runs after everything queued on compute so far: this
-     * copy, and every kernel that read a block freed before the buffer was
-     * allocated, so reusing a cached block is safe on any stream. */
-    void *ready = NULL;
-    ZT_TRY(zt_engine_ready_event(e, &ctx->compute, &ready));
-    zt_status s = zt_comm_all_gather_start(e->comm, NULL, st->gathered.data, us->shard_numel * d, ready,
-                                           &st->gather_handle, &ctx->err);
-    zt_event_destroy(ctx->be, ready);
-    ZT_TRY(s);
-    st->gather_state = ZT_GATHER_IN_FLIGHT;
     char name[48];
     snprintf(name, sizeof name, "gather %s", us->name);
     zt_trace_instant(e->ctx->trace, name, "unit", 1);
-    if (!e->cfg.overlap_comm) {
-        ZT_TRY(zt_comm_wait(e->comm, &st->gather_handle, &e->ctx->err));
-        st->gather_state = ZT_GATHER_READY;
-    }
+    /* The collective runs after everything queued on compute so far: this
+     * copy, and every kernel that read a block freed before the buffer was
+     * allocated, so reusing a cached block is safe on any stream. Without
+     * overlap it has also completed on return. */
+    ZT_TRY(zt_engine_all_gather_start_after(e, st->gathered.data, us->shard_numel * d, &ctx->compute,
+                                            &st->gather_handle));
+    st->gather_state = e->cfg.overlap_comm ? ZT_GATHER_IN_FLIGHT : ZT_GATHER_READY;
     return ZT_OK;
 }
 

@@ -51,14 +51,21 @@ zt_status zt_engine_offload_grads(zt_engine *e, int u) {
     return ZT_OK;
 }
 
+/* Waits for unit u's gradient copy, if one is in flight. */
+static zt_status wait_d2h(zt_engine *e, zt_unit_state *st) {
+    zt_ctx *ctx = e->ctx;
+    zt_status s = zt_event_sync(ctx->be, st->d2h_done, &ctx->err);
+    zt_event_destroy(ctx->be, st->d2h_done);
+    st->d2h_done = NULL;
+    return s;
+}
+
 /* Waits until unit u's gradients are on the host (fp32). */
 static zt_status host_grads_ready(zt_engine *e, int u, size_t n) {
     zt_ctx *ctx = e->ctx;
     zt_unit_state *st = &e->units[u];
     double t0 = zt_now_s();
-    zt_status s = zt_event_sync(ctx->be, st->d2h_done, &ctx->err);
-    zt_event_destroy(ctx->be, st->d2h_done);
-    st->d2h_done = NULL;
+    zt_status s = wait_d2h(e, st);
     e->d2h_time_s += zt_now_s() - t0;
     ZT_TRY(s);
     if (st->host_grads16.data) {
@@ -161,4 +168,17 @@ zt_status zt_engine_offload_finish(zt_engine *e) {
     }
     e->h2d_slot = 0;
     return s;
+}
+
+void zt_engine_offload_release(zt_engine *e) {
+    zt_mem *host = &e->ctx->host_mem;
+    zt_error reported = e->ctx->err; /* teardown after a failure must not replace its message */
+    for (int u = 0; u < e->spec->nunits; u++) {
+        zt_unit_state *st = &e->units[u];
+        (void)wait_d2h(e, st); /* a copy may still be writing its buffer */
+        zt_tensor_free(&st->host_grads, host);
+        zt_tensor_free(&st->host_grads16, host);
+    }
+    for (int k = 0; k < 2; k++) (void)retire_h2d_slot(e, k);
+    e->ctx->err = reported;
 }
