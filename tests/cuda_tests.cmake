@@ -4,8 +4,17 @@
 if(NOT ZT_HAVE_CUDA)
   return()
 endif()
-find_package(CUDAToolkit REQUIRED)
 add_executable(test_cuda_ops ${CMAKE_CURRENT_LIST_DIR}/test_cuda_ops.c)
-target_link_libraries(test_cuda_ops PRIVATE zt_runtime zt_runtime_cuda CUDA::cudart)
+target_link_libraries(test_cuda_ops PRIVATE zt_runtime zt_runtime_cuda ${ZT_CUDART})
 add_test(NAME test_cuda_ops COMMAND test_cuda_ops)
 set_tests_properties(test_cuda_ops PROPERTIES LABELS "unit;cuda" SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+# The CUDA emulator's own test (ZT_CUDA=EMU builds only): a .cu file, run on
+# the emulator through the same translation as the kernels.
+if(ZT_CUDA_EMU)
+  zt_cuda_sources(emulator_test_source ${CMAKE_CURRENT_LIST_DIR}/cuda_emu/test_emulator.cu)
+  add_executable(test_cuda_emulator ${emulator_test_source})
+  target_link_libraries(test_cuda_emulator PRIVATE zt_cuda_emu)
+  add_test(NAME test_cuda_emulator COMMAND test_cuda_emulator)
+  set_tests_properties(test_cuda_emulator PROPERTIES LABELS "unit;cuda" TIMEOUT 120)
+endif()

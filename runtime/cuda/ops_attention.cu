@@ -193,7 +193,6 @@ extern "C" void zt_cuda_attention_fwd(zt_stream *s, float *out, float *att, cons
     int hs = C / NH;
     int64_t C3 = 3 * (int64_t)C, TT = (int64_t)T * T;
     float scale = 1.0f / sqrtf((float)hs);
-    cublasComputeType_t compute = zt_cuda_matmul_compute(s);
 
     /* 1. att[b,h] = scale * Q K^T: row-major [T,T] = [T,hs] @ ([T,hs])^T */
     for (int b = 0; b < B; b++) {

@@ -225,9 +225,17 @@ static zt_cuda_lt_plan *plan_get(zt_cuda_impl *im, const zt_cuda_lt_key *k, cons
 static zt_status gemm_cublas(zt_stream *s, cudaStream_t stream, const zt_cuda_gemm_args *g, zt_error *err) {
     cublasHandle_t h = zt_cuda_cublas_acquire(s, stream);
     if (!h) return ZT_FAIL(err, ZT_ERR_INTERNAL, "cuBLAS: cannot bind the handle to the stream");
+    int64_t lda = g->lda, ldb = g->ldb;
+    if (g->K <= 0) {
+        /* A and B are not read, but cuBLAS still checks their leading
+         * dimensions, and packed operands with K = 0 have ld 0: N and M
+         * satisfy the check whatever the transposes. */
+        if (ldb < g->N) ldb = g->N;
+        if (lda < g->M) lda = g->M;
+    }
     cublasStatus_t st = cublasGemmStridedBatchedEx(
-        h, op_of(g->trans_b), op_of(g->trans_a), g->N, g->M, g->K, &g->alpha, g->B, g->b_type, (int)g->ldb,
-        (long long)g->stride_b, g->A, g->a_type, (int)g->lda, (long long)g->stride_a, &g->beta, g->C, g->c_type,
+        h, op_of(g->trans_b), op_of(g->trans_a), g->N, g->M, g->K, &g->alpha, g->B, g->b_type, (int)ldb,
+        (long long)g->stride_b, g->A, g->a_type, (int)lda, (long long)g->stride_a, &g->beta, g->C, g->c_type,
         (int)g->ldc, (long long)g->stride_c, g->batch, g->compute, CUBLAS_GEMM_DEFAULT);
     zt_cuda_cublas_release(s);
     if (st != CUBLAS_STATUS_SUCCESS) return CUBLAS_FAIL(err, st, g, "cuBLAS: cublasGemmStridedBatchedEx");
@@ -241,7 +249,7 @@ extern "C" zt_status zt_cuda_gemm(zt_stream *s, const zt_cuda_gemm_args *g, zt_e
     zt_cuda_impl *im = zt_cuda_impl_of(s);
     cudaStream_t stream = zt_cuda_enter(s);
     if (g->K <= 0) {
-        if (g->bias) return ZT_ERR_UNSUPPORTED;
+        if (g->bias) return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "zt_cuda_gemm: K = 0 with a bias is not supported");
         return gemm_cublas(s, stream, g, err);
     }
 
@@ -321,7 +329,7 @@ extern "C" zt_status zt_cuda_gemm(zt_stream *s, const zt_cuda_gemm_args *g, zt_e
     }
     if (st != CUBLAS_STATUS_SUCCESS) return CUBLAS_FAIL(err, st, g, what);
     if (unsupported) {
-        if (g->bias) return ZT_ERR_UNSUPPORTED;
+        if (g->bias) return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "zt_cuda_gemm: K = 0 with a bias is not supported");
         return gemm_cublas(s, stream, g, err);
     }
     return ZT_OK;

@@ -12,3 +12,13 @@ endforeach()
 # The longest scenarios (64 runs; a 400-step convergence) run in the normal
 # build only; the sanitizer pass (tests/run_all.sh) excludes label "slow".
 set_tests_properties(mpi_planner_matches PROPERTIES LABELS "mpi;slow")
+
+# The CUDA backend under mpirun, on the CPU emulator (ZT_CUDA=EMU builds).
+if(ZT_CUDA_EMU)
+  foreach(zt_mpi_case cuda_emu_stages cuda_emu_overlap)
+    add_test(NAME mpi_${zt_mpi_case}
+             COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_mpi_test.py ${zt_mpi_case}
+                     $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+    set_tests_properties(mpi_${zt_mpi_case} PROPERTIES LABELS "mpi;cuda" TIMEOUT 900 RUN_SERIAL TRUE)
+  endforeach()
+endif()

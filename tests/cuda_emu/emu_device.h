@@ -1,0 +1,47 @@
+/* The emulated device's internals, shared by the emulator's own files.
+ *
+ * The CUDA emulator runs zerotrain's real CUDA kernels, backend and NCCL
+ * communicator on the CPU, so that code written for a GPU is exercised on
+ * machines that have none (tests/cuda_emu/README.md). It is test
+ * infrastructure: nothing in a real CUDA build links it.
+ *
+ * Device model: every stream is a FIFO of operations executed by its own
+ * worker thread, so streams really run concurrently with each other and with
+ * the host, and the only ordering between them is what the program asks for
+ * with events (plus NCCL's per-communicator issue order). Kernels run block
+ * by block on the stream's worker; a block's threads are coroutines that
+ * switch at __syncthreads and at warp shuffles. */
+#ifndef ZT_CUDA_EMU_DEVICE_H
+#define ZT_CUDA_EMU_DEVICE_H
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+
+/* Runs op later, on the emulated device, after everything enqueued on
+ * `stream` before it (stream 0 is the legacy default stream). */
+void zt_emu_enqueue(cudaStream_t stream, std::function<void()> op);
+
+/* Records a launch-time error (bad configuration and the like) the way the
+ * CUDA runtime does: returned by the next cudaGetLastError on this host
+ * thread. */
+void zt_emu_set_launch_error(cudaError_t e);
+
+/* An error found while a kernel ran (a divergent barrier, a shuffle with
+ * missing lanes): sticky, reported by every later synchronizing call, as a
+ * device fault is on a GPU. `what` is printed to stderr once. */
+void zt_emu_device_fault(const char *what);
+
+/* Whether [p, p + bytes) lies inside one device allocation. */
+bool zt_emu_is_device_range(const void *p, size_t bytes);
+
+/* Dynamic shared memory limit set by cudaFuncSetAttribute for a kernel. */
+size_t zt_emu_max_dynamic_smem(const void *func);
+
+/* Runs every block of a kernel; `body` runs one thread of the block
+ * described by the emulator's current-thread state. Called on a stream
+ * worker. `name` names the kernel in fault messages. */
+void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, const std::function<void()> &body,
+                     const char *name);
+
+#endif

@@ -1,0 +1,300 @@
+/* The NCCL subset zerotrain uses, between processes on one machine, for the
+ * CUDA emulator: ncclGetUniqueId, ncclCommInitRank, ncclCommDestroy,
+ * ncclAllGather, ncclBroadcast, ncclSend/ncclRecv inside
+ * ncclGroupStart/ncclGroupEnd, ncclGetErrorString.
+ *
+ * Transport: a file mapped shared by every rank (its path is the unique id),
+ * holding a process-shared barrier and one mailbox per (sender, receiver)
+ * pair. Each collective runs on its stream's worker thread, in rounds of at
+ * most one mailbox per pair: write, barrier, read, barrier.
+ *
+ * Ordering: NCCL runs a communicator's operations in the order they were
+ * issued, whatever streams they were issued on; the emulator does the same
+ * with a ticket per operation, so an operation waits for its predecessors on
+ * the communicator even when they sit on another stream. A program that
+ * issues a communicator's operations in different orders on different ranks
+ * deadlocks here, as it would on GPUs. */
+#include <errno.h>
+#include <fcntl.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "emu_device.h"
+
+namespace {
+
+const size_t mailbox_bytes = 1u << 20;
+const uint64_t ready_magic = 0x7a74656d75636f6dull; /* set once the barrier is initialised */
+
+struct shared_header {
+    volatile uint64_t ready;
+    pthread_barrier_t barrier;
+    uint64_t round_bytes[64]; /* per rank: the largest message of the current group */
+};
+
+size_t header_bytes() { return (sizeof(shared_header) + 4095) & ~(size_t)4095; }
+
+struct p2p {
+    bool send;
+    void *buf; /* const for sends */
+    size_t bytes;
+    int peer;
+};
+
+} // namespace
+
+struct ncclComm {
+    int nranks = 0, rank = 0;
+    shared_header *shm = nullptr;
+    size_t shm_bytes = 0;
+    /* per-communicator issue order */
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t next_ticket = 0, running_ticket = 0;
+
+    unsigned char *mailbox(int from, int to) {
+        return (unsigned char *)shm + header_bytes() + ((size_t)from * nranks + (size_t)to) * mailbox_bytes;
+    }
+    void barrier() { pthread_barrier_wait(&shm->barrier); }
+};
+
+namespace {
+
+/* The open group of this host thread (NCCL groups are per thread). */
+struct group_state {
+    int depth = 0;
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+    bool mixed = false;
+    std::vector<p2p> ops;
+};
+thread_local group_state tl_group;
+
+size_t type_bytes(ncclDataType_t t) {
+    switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+    }
+}
+
+/* Enqueues op on stream as the communicator's next operation. */
+void enqueue_in_order(ncclComm_t comm, cudaStream_t stream, std::function<void()> op) {
+    uint64_t ticket;
+    {
+        std::lock_guard<std::mutex> lk(comm->mu);
+        ticket = comm->next_ticket++;
+    }
+    zt_emu_enqueue(stream, [comm, ticket, op]() {
+        {
+            std::unique_lock<std::mutex> lk(comm->mu);
+            comm->cv.wait(lk, [&] { return comm->running_ticket == ticket; });
+        }
+        op();
+        std::lock_guard<std::mutex> lk(comm->mu);
+        comm->running_ticket++;
+        comm->cv.notify_all();
+    });
+}
+
+/* Point-to-point exchange of one group, in rounds of one mailbox per pair. */
+void run_group(ncclComm_t comm, const std::vector<p2p> &ops) {
+    size_t largest = 0;
+    for (const p2p &o : ops) largest = o.bytes > largest ? o.bytes : largest;
+    comm->shm->round_bytes[comm->rank] = largest;
+    comm->barrier();
+    size_t all_largest = 0;
+    for (int r = 0; r < comm->nranks; r++)
+        all_largest = comm->shm->round_bytes[r] > all_largest ? comm->shm->round_bytes[r] : all_largest;
+    comm->barrier(); /* round_bytes may be rewritten by the next group */
+    size_t rounds = (all_largest + mailbox_bytes - 1) / mailbox_bytes;
+    for (size_t k = 0; k < rounds; k++) {
+        size_t off = k * mailbox_bytes;
+        for (const p2p &o : ops)
+            if (o.send && o.bytes > off) {
+                size_t n = o.bytes - off < mailbox_bytes ? o.bytes - off : mailbox_bytes;
+                memcpy(comm->mailbox(comm->rank, o.peer), (const unsigned char *)o.buf + off, n);
+            }
+        comm->barrier();
+        for (const p2p &o : ops)
+            if (!o.send && o.bytes > off) {
+                size_t n = o.bytes - off < mailbox_bytes ? o.bytes - off : mailbox_bytes;
+                memcpy((unsigned char *)o.buf + off, comm->mailbox(o.peer, comm->rank), n);
+            }
+        comm->barrier();
+    }
+}
+
+} // namespace
+
+const char *ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (emulated NCCL)";
+    case ncclSystemError: return "unhandled system error (emulated NCCL)";
+    case ncclInternalError: return "internal error (emulated NCCL)";
+    case ncclInvalidArgument: return "invalid argument (emulated NCCL)";
+    case ncclInvalidUsage: return "invalid usage (emulated NCCL)";
+    default: return "unknown result (emulated NCCL)";
+    }
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    if (!id) return ncclInvalidArgument;
+    memset(id, 0, sizeof *id);
+    const char *dir = getenv("TMPDIR");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(id->internal, sizeof id->internal, "%s/zt-emu-nccl-%d-%ld-%ld", dir && *dir ? dir : "/tmp", (int)getpid(),
+             (long)ts.tv_sec, (long)ts.tv_nsec);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank) {
+    if (!out || nranks < 1 || nranks > 64 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    *out = nullptr;
+    char path[NCCL_UNIQUE_ID_BYTES + 1];
+    memcpy(path, id.internal, NCCL_UNIQUE_ID_BYTES);
+    path[NCCL_UNIQUE_ID_BYTES] = 0;
+    if (!path[0]) return ncclInvalidArgument;
+    std::unique_ptr<ncclComm> comm(new ncclComm());
+    comm->nranks = nranks;
+    comm->rank = rank;
+    comm->shm_bytes = header_bytes() + (size_t)nranks * nranks * mailbox_bytes;
+    int fd = open(path, O_RDWR | O_CREAT, 0600);
+    if (fd < 0) return ncclSystemError;
+    if (ftruncate(fd, (off_t)comm->shm_bytes) != 0) {
+        close(fd);
+        return ncclSystemError;
+    }
+    void *p = mmap(nullptr, comm->shm_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return ncclSystemError;
+    comm->shm = (shared_header *)p;
+    if (rank == 0) {
+        pthread_barrierattr_t attr;
+        pthread_barrierattr_init(&attr);
+        pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+        pthread_barrier_init(&comm->shm->barrier, &attr, (unsigned)nranks);
+        pthread_barrierattr_destroy(&attr);
+        __atomic_store_n(&comm->shm->ready, ready_magic, __ATOMIC_RELEASE);
+    } else {
+        while (__atomic_load_n(&comm->shm->ready, __ATOMIC_ACQUIRE) != ready_magic) usleep(1000);
+    }
+    comm->barrier(); /* everyone has mapped it: the name can go */
+    if (rank == 0) unlink(path);
+    *out = comm.release();
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    if (!comm) return ncclInvalidArgument;
+    /* CUDA-side work must be finished by the caller, as with NCCL */
+    munmap(comm->shm, comm->shm_bytes);
+    delete comm;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t type, ncclComm_t comm,
+                           cudaStream_t stream) {
+    size_t tb = type_bytes(type);
+    if (!comm || !tb || !send || !recv) return ncclInvalidArgument;
+    size_t bytes = count * tb;
+    if (!zt_emu_is_device_range(send, bytes) || !zt_emu_is_device_range(recv, bytes * (size_t)comm->nranks))
+        return ncclInvalidArgument;
+    if (tl_group.depth) return ncclInvalidUsage; /* collectives inside groups are not used by zerotrain */
+    enqueue_in_order(comm, stream, [=]() {
+        /* every rank sends its block to every rank: the all-gather as a group */
+        std::vector<p2p> ops;
+        for (int r = 0; r < comm->nranks; r++) {
+            ops.push_back({true, (void *)send, bytes, r});
+            ops.push_back({false, (unsigned char *)recv + (size_t)r * bytes, bytes, r});
+        }
+        run_group(comm, ops);
+    });
+    return ncclSuccess;
+}
+
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
+    size_t tb = type_bytes(type);
+    if (!comm || !tb || !recv || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
+    size_t bytes = count * tb;
+    if (!zt_emu_is_device_range(recv, bytes) || (comm->rank == root && !zt_emu_is_device_range(send, bytes)))
+        return ncclInvalidArgument;
+    if (tl_group.depth) return ncclInvalidUsage;
+    enqueue_in_order(comm, stream, [=]() {
+        std::vector<p2p> ops;
+        if (comm->rank == root)
+            for (int r = 0; r < comm->nranks; r++) ops.push_back({true, (void *)send, bytes, r});
+        ops.push_back({false, recv, bytes, root});
+        run_group(comm, ops);
+    });
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupStart() {
+    if (tl_group.depth++ == 0) {
+        tl_group.comm = nullptr;
+        tl_group.stream = nullptr;
+        tl_group.mixed = false;
+        tl_group.ops.clear();
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t add_p2p(bool send, const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                            cudaStream_t stream) {
+    size_t tb = type_bytes(type);
+    if (!comm || !tb || peer < 0 || peer >= comm->nranks) return ncclInvalidArgument;
+    if (count && !zt_emu_is_device_range(buf, count * tb)) return ncclInvalidArgument;
+    if (!tl_group.depth) return ncclInvalidUsage; /* zerotrain always groups its sends and receives */
+    if (tl_group.ops.empty()) {
+        tl_group.comm = comm;
+        tl_group.stream = stream;
+    } else if (tl_group.comm != comm || tl_group.stream != stream) {
+        tl_group.mixed = true;
+    }
+    for (const p2p &o : tl_group.ops)
+        if (o.send == send && o.peer == peer) return ncclInvalidUsage; /* one message per peer and direction */
+    tl_group.ops.push_back({send, (void *)buf, count * tb, peer});
+    return ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+    return add_p2p(true, buf, count, type, peer, comm, stream);
+}
+
+ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream) {
+    return add_p2p(false, buf, count, type, peer, comm, stream);
+}
+
+ncclResult_t ncclGroupEnd() {
+    if (tl_group.depth == 0) return ncclInvalidUsage;
+    if (--tl_group.depth > 0) return ncclSuccess;
+    if (tl_group.ops.empty()) return ncclSuccess;
+    /* one communicator and one stream per group: all zerotrain does */
+    if (tl_group.mixed) return ncclInvalidUsage;
+    ncclComm_t comm = tl_group.comm;
+    std::vector<p2p> ops = tl_group.ops;
+    tl_group.ops.clear();
+    enqueue_in_order(comm, tl_group.stream, [comm, ops]() { run_group(comm, ops); });
+    return ncclSuccess;
+}

@@ -1,0 +1,208 @@
+/* The CUDA emulator's own test: that it runs CUDA C++ the way a GPU does
+ * where zerotrain's kernels depend on it, and that it reports what a GPU
+ * would not survive.
+ *   - thread and block indices, grid-stride loops, 2-D blocks;
+ *   - warp shuffles (xor, down, up, idx) and block reductions through
+ *     __shared__ memory and __syncthreads;
+ *   - dynamic shared memory, and the 48 KiB limit without
+ *     cudaFuncSetAttribute;
+ *   - launch configuration errors through cudaGetLastError;
+ *   - streams run concurrently and are ordered only by events: a consumer
+ *     that waits on the producer's event sees its data; one that does not
+ *     wait runs ahead of a slow producer;
+ *   - a full-mask shuffle after some lanes returned is a device fault,
+ *     reported by the next synchronizing call (last: the fault is sticky).
+ * Built only in emulator builds (ZT_CUDA=EMU). */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures = 0;
+#define CHECK(cond, ...)                                                                                 \
+    do {                                                                                                 \
+        if (!(cond)) {                                                                                   \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                         \
+            fprintf(stderr, __VA_ARGS__);                                                                \
+            fprintf(stderr, "\n");                                                                       \
+            failures++;                                                                                  \
+        }                                                                                                \
+    } while (0)
+
+__global__ static void iota_kernel(int *out, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = i;
+}
+
+__global__ static void index_2d_kernel(int *out) {
+    int t = threadIdx.y * blockDim.x + threadIdx.x;
+    out[blockIdx.x * blockDim.x * blockDim.y + t] = (int)(blockIdx.x * 1000 + threadIdx.y * 10 + threadIdx.x);
+}
+
+/* out[w] = sum of lanes by xor butterfly; down/up/idx shuffles of lane ids */
+__global__ static void shuffle_kernel(int *xor_sum, int *down, int *up, int *idx) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int v = lane;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) xor_sum[w] = v;
+    down[threadIdx.x] = __shfl_down_sync(0xffffffffu, lane, 3);
+    up[threadIdx.x] = __shfl_up_sync(0xffffffffu, lane, 5);
+    idx[threadIdx.x] = __shfl_sync(0xffffffffu, lane * 2, 31 - lane);
+}
+
+/* Block sum of 0..n-1 through shared memory: a tree with barriers */
+__global__ static void block_sum_kernel(long long *out) {
+    __shared__ long long part[1024];
+    part[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = part[0] + blockIdx.x;
+}
+
+/* Reverses a row through dynamic shared memory */
+__global__ static void reverse_kernel(float *out, const float *in, int n) {
+    extern __shared__ float row[];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = in[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = row[n - 1 - i];
+}
+
+/* A producer held back by the host: spins until *go (pinned host memory)
+ * is set, or gives up after about 10 s so that a broken emulator fails
+ * rather than hangs. */
+__global__ static void gated_fill_kernel(int *out, int n, int value, const volatile int *go) {
+    for (long k = 0; k < 10000000L && !*go; k++) __nanosleep(1000);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = value;
+}
+
+__global__ static void copy_kernel(int *dst, const int *src, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
+/* Half of each warp leaves, the other half shuffles with a full mask: the
+ * shuffle waits for lanes that are gone (undefined on a GPU, a hang or
+ * garbage in practice). */
+__global__ static void shuffle_after_exit_kernel(int *out, int n) {
+    if ((int)(threadIdx.x & 31) >= n) return;
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+}
+
+int main(void) {
+    int *d = NULL;
+    CHECK(cudaMalloc((void **)&d, 4096 * sizeof(int)) == cudaSuccess, "cudaMalloc");
+
+    /* indices and grid-stride loops */
+    iota_kernel<<<3, 64>>>(d, 1000);
+    int h[4096];
+    CHECK(cudaMemcpy(h, d, 1000 * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+    for (int i = 0; i < 1000; i++) CHECK(h[i] == i, "iota[%d] = %d", i, h[i]);
+
+    index_2d_kernel<<<2, dim3(4, 3)>>>(d);
+    CHECK(cudaMemcpy(h, d, 24 * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+    for (int b = 0; b < 2; b++)
+        for (int y = 0; y < 3; y++)
+            for (int x = 0; x < 4; x++)
+                CHECK(h[b * 12 + y * 4 + x] == b * 1000 + y * 10 + x, "2-D index (%d,%d,%d)", b, y, x);
+
+    /* warp shuffles */
+    int *xs = d, *down = d + 64, *up = d + 128, *idx = d + 192;
+    shuffle_kernel<<<1, 64>>>(xs, down, up, idx);
+    CHECK(cudaMemcpy(h, d, 256 * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+    CHECK(h[0] == 496 && h[1] == 496, "xor butterfly sums: %d %d (want 496)", h[0], h[1]);
+    for (int t = 0; t < 64; t++) {
+        int lane = t & 31;
+        CHECK(h[64 + t] == (lane + 3 < 32 ? lane + 3 : lane), "shfl_down lane %d: %d", t, h[64 + t]);
+        CHECK(h[128 + t] == (lane >= 5 ? lane - 5 : lane), "shfl_up lane %d: %d", t, h[128 + t]);
+        CHECK(h[192 + t] == 2 * (31 - lane), "shfl idx lane %d: %d", t, h[192 + t]);
+    }
+
+    /* shared memory and barriers */
+    long long *sums = (long long *)d;
+    block_sum_kernel<<<3, 1024>>>(sums);
+    long long hs[3];
+    CHECK(cudaMemcpy(hs, sums, sizeof hs, cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+    for (int b = 0; b < 3; b++) CHECK(hs[b] == 1023LL * 1024 / 2 + b, "block %d sum %lld", b, hs[b]);
+
+    /* dynamic shared memory, and its limit */
+    float *fin = NULL, *fout = NULL;
+    int n = 20000; /* 80 000 bytes: over the 48 KiB default */
+    CHECK(cudaMalloc((void **)&fin, n * sizeof(float)) == cudaSuccess, "cudaMalloc");
+    CHECK(cudaMalloc((void **)&fout, n * sizeof(float)) == cudaSuccess, "cudaMalloc");
+    float *hf = (float *)malloc(n * sizeof(float));
+    for (int i = 0; i < n; i++) hf[i] = (float)i;
+    CHECK(cudaMemcpy(fin, hf, n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "copy in");
+    reverse_kernel<<<1, 256, n * sizeof(float)>>>(fout, fin, n);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue, "80 000 bytes of dynamic shared memory without opting in");
+    CHECK(cudaFuncSetAttribute(reverse_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n * (int)sizeof(float)) ==
+              cudaSuccess,
+          "opt in");
+    reverse_kernel<<<1, 256, n * sizeof(float)>>>(fout, fin, n);
+    CHECK(cudaGetLastError() == cudaSuccess, "launch after opting in");
+    CHECK(cudaMemcpy(hf, fout, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+    for (int i = 0; i < n; i++) CHECK(hf[i] == (float)(n - 1 - i), "reverse[%d]", i);
+
+    /* launch configuration errors */
+    iota_kernel<<<1, 2048>>>(d, 10);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "2048 threads per block");
+    iota_kernel<<<0, 32>>>(d, 10);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration, "empty grid");
+    CHECK(cudaGetLastError() == cudaSuccess, "cudaGetLastError resets");
+
+    /* copies check their direction and their range */
+    CHECK(cudaMemcpy(h, d, sizeof(int), cudaMemcpyHostToDevice) == cudaErrorInvalidValue, "H2D into host memory");
+    CHECK(cudaMemcpy(h, d, 8192 * sizeof(int), cudaMemcpyDeviceToHost) == cudaErrorInvalidValue,
+          "copy past the allocation's end");
+    (void)cudaGetLastError();
+
+    /* streams: event ordering, and its absence */
+    cudaStream_t producer, consumer;
+    cudaEvent_t produced;
+    CHECK(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    CHECK(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    CHECK(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming) == cudaSuccess, "event");
+    int *src = d, *dst = d + 1024;
+    CHECK(cudaMemset(d, 0, 2048 * sizeof(int)) == cudaSuccess, "memset");
+    int *go = NULL;
+    CHECK(cudaHostAlloc((void **)&go, sizeof *go, cudaHostAllocDefault) == cudaSuccess, "pinned flag");
+    *go = 1;
+    gated_fill_kernel<<<1, 128, 0, producer>>>(src, 1024, 7, go);
+    cudaEventRecord(produced, producer);
+    cudaStreamWaitEvent(consumer, produced, 0);
+    copy_kernel<<<1, 128, 0, consumer>>>(dst, src, 1024);
+    CHECK(cudaStreamSynchronize(consumer) == cudaSuccess, "sync");
+    CHECK(cudaMemcpy(h, dst, 1024 * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+    int seen = 0;
+    for (int i = 0; i < 1024; i++) seen += h[i] == 7;
+    CHECK(seen == 1024, "a consumer that waits on the event sees all of the producer's data (%d of 1024)", seen);
+
+    CHECK(cudaMemset(d, 0, 2048 * sizeof(int)) == cudaSuccess, "memset");
+    *go = 0;
+    gated_fill_kernel<<<1, 32, 0, producer>>>(src, 1024, 9, go);
+    copy_kernel<<<1, 128, 0, consumer>>>(dst, src, 1024); /* no wait: runs while the producer is held */
+    CHECK(cudaStreamSynchronize(consumer) == cudaSuccess, "sync");
+    *go = 1;
+    CHECK(cudaMemcpy(h, dst, 1024 * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+    seen = 0;
+    for (int i = 0; i < 1024; i++) seen += h[i] == 9;
+    CHECK(seen == 0, "a consumer without the event wait ran after the held producer: streams are not concurrent");
+    CHECK(cudaStreamSynchronize(producer) == cudaSuccess, "sync");
+    CHECK(cudaEventQuery(produced) == cudaSuccess, "event done");
+
+    /* a shuffle whose lanes have left: a device fault, sticky */
+    shuffle_after_exit_kernel<<<1, 64>>>(d, 32); /* every lane stays: fine */
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "full warps shuffle");
+    shuffle_after_exit_kernel<<<1, 64>>>(d, 16);
+    cudaError_t rc = cudaDeviceSynchronize();
+    CHECK(rc == cudaErrorLaunchFailure, "shuffle with exited lanes reported as a device fault (got %s)",
+          cudaGetErrorName(rc));
+    CHECK(cudaStreamSynchronize(consumer) == cudaErrorLaunchFailure, "the fault is sticky");
+
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("cuda emulator: all checks passed\n");
+    return 0;
+}
