@@ -316,6 +316,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
     default: return "cudaErrorUnknown";
     }
 }
@@ -332,6 +333,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorLaunchFailure: return "unspecified launch failure (emulated device fault)";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorNotSupported: return "operation not supported (by the CUDA emulator)";
     default: return "unknown error";
     }
 }
@@ -443,17 +445,19 @@ cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
 
 /* ---- streams ---------------------------------------------------------------- */
 
+/* Only non-blocking streams: zerotrain creates no other kind, and the
+ * legacy default stream's implicit barriers with blocking streams are not
+ * modelled, so a blocking stream is refused rather than run wrongly. */
 cudaError_t cudaStreamCreate(cudaStream_t *s) {
-    if (!s) return set_error(cudaErrorInvalidValue);
-    *s = new_stream();
-    return cudaSuccess;
+    (void)s;
+    return set_error(cudaErrorNotSupported);
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
-    /* Every emulated stream is non-blocking: the project creates no other
-     * kind, and the legacy stream's implicit barriers are not modelled. */
-    if (flags != cudaStreamNonBlocking) return set_error(cudaErrorInvalidValue);
-    return cudaStreamCreate(s);
+    if (!s) return set_error(cudaErrorInvalidValue);
+    if (flags != cudaStreamNonBlocking) return set_error(cudaErrorNotSupported);
+    *s = new_stream();
+    return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s) {

@@ -521,6 +521,42 @@ def case_cuda_emu_overlap(ctx):
           "bitwise (fp32, bf16; stages 1, 3); bf16 within 2% of fp32")
 
 
+def case_cuda_emu_resume(ctx):
+    """--device cuda, np=2, stage 3, NCCL, stream jitter: 8 steps straight ==
+    4 steps, checkpoint (device shards copied out), resume, 4 more: the same
+    losses and digest, with and without offload."""
+    for off in ("none", "cpu"):
+        flags = ["--stage", "3", "--offload", off]
+        a = train_cuda(ctx, 2, flags + ["--steps", "8"], f"cu-straight-{off}", 4, jitter=100)
+        save = os.path.join(ctx["work"], f"cu-ck-{off}")
+        train_cuda(ctx, 2, flags + ["--steps", "4", "--save-every", "4", "--save-dir", save], f"cu-first-{off}", 4,
+                   jitter=100)
+        b = train_cuda(ctx, 2, flags + ["--steps", "8", "--resume", save], f"cu-resumed-{off}", 4, jitter=100)
+        assert b["start_step"] == 4 and a["losses"][4:] == b["losses"], (off, a["losses"][4:], b["losses"])
+        assert a["params_digest"] == b["params_digest"], off
+    print("ok: cuda resume continues bitwise (stage 3, offload on and off)")
+
+
+def case_cuda_emu_gpt2_block(ctx):
+    """One GPT-2-small block at its real shapes (d_model 768, 12 heads,
+    seq 1024) in bf16 on --device cuda: the launch configurations, shared
+    memory sizes and GEMM shapes of the GPU check's timing run. Two steps'
+    losses within 0.1% of the CPU backend's bf16 run (the GPU multiplies bf16
+    operands on tensor cores; the CPU widens them to fp32)."""
+    shape = ["--layers", "1", "--d-model", "768", "--heads", "12", "--seq-len", "1024", "--vocab", "256",
+             "--micro-batch", "1", "--steps", "2", "--dtype", "bf16", "--quiet", "--trace", "0"]
+    runs = {}
+    for device in ("cpu", "cuda"):
+        d = os.path.join(ctx["work"], f"gpt2-{device}")
+        env = dict(os.environ, ZT_EMU_DEVICES="1")
+        subprocess.run([ctx["zt"]] + shape + ["--device", device, "--log-dir", d], check=True, capture_output=True,
+                       env=env, timeout=600)
+        runs[device] = json.load(open(os.path.join(d, "summary.json")))
+    for a, b in zip(runs["cuda"]["losses"], runs["cpu"]["losses"]):
+        assert abs(a - b) <= 1e-3 * abs(b), (a, b)
+    print(f"ok: GPT-2-small block on cuda: losses {runs['cuda']['losses']} vs cpu {runs['cpu']['losses']}")
+
+
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 if __name__ == "__main__":
