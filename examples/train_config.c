@@ -53,7 +53,7 @@ static const opt_spec options[] = {
     {"offload", OPT_CHOICE, S(offload), 0, 0, "none|cpu", "optimizer state offload"},
     {"recompute", OPT_CHOICE, S(recompute), 0, 0, "none|full", "activation recomputation"},
     {"dtype", OPT_CHOICE, S(dtype), 0, 0, "fp32|bf16", "storage dtype of params and grads (compute is fp32)"},
-    {"device", OPT_CHOICE, S(device), 0, 0, "cpu|cuda", "compute device"},
+    {"device", OPT_CHOICE, S(device), 0, 0, "cpu|cuda|auto", "compute device (auto: cuda when a GPU is visible, else cpu)"},
     {"bucket-size", OPT_SIZE, F(bucket_size), 0, 1, 1e15, NULL, "gradient reduction bucket size"},
     {"prefetch", OPT_INT, F(prefetch), 0, 0, 16, NULL, "units gathered ahead at stage 3"},
     {"prefetch-bucket-size", OPT_INT64, F(prefetch_bucket_size), 0, 0, 9e18, NULL,

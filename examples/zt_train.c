@@ -86,6 +86,15 @@ int main(int argc, char **argv) {
         return 0;
     }
 
+    /* auto: the GPU when this process sees one. Every rank decides alike on
+     * a homogeneous node; the summary records the device that ran. */
+    if (strcmp(cfg.device, "auto") == 0) {
+        int gpus = zt_cuda_devices_visible();
+        snprintf(cfg.device, sizeof cfg.device, "%s", gpus > 0 ? "cuda" : "cpu");
+        if (rank == 0 && !cfg.quiet)
+            printf("device auto: %s (%d CUDA device(s) visible)\n", cfg.device, gpus);
+    }
+
     /* CPU: MPI on host buffers. CUDA: NCCL with one GPU per rank; when the
      * node has fewer GPUs than ranks, MPI with host staging instead. */
     zt_comm comm;

@@ -40,6 +40,14 @@ zt_status zt_backend_create_on(zt_device device, int nthreads, int cuda_device, 
 #endif
 }
 
+int zt_cuda_devices_visible(void) {
+#ifdef ZT_HAVE_CUDA
+    return zt_backend_cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
 void zt_backend_destroy(zt_backend *be) {
     if (be && be->destroy) be->destroy(be);
 }

@@ -176,6 +176,11 @@ zt_status zt_backend_cpu_create(int nthreads, zt_backend **out, zt_error *err);
 /* CUDA (built with ZT_HAVE_CUDA): runs on CUDA device `device` modulo the
  * visible count; ZT_ERR_UNSUPPORTED when no device is visible. */
 zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_error *err);
+int zt_backend_cuda_device_count(void);
 const zt_ops *zt_cpu_ops(void);
+
+/* CUDA devices this process can use: 0 in a build without the CUDA backend
+ * or when the driver reports none (--device auto picks the CPU then). */
+int zt_cuda_devices_visible(void);
 
 #endif

@@ -314,6 +314,15 @@ static void cuda_destroy(zt_backend *be) {
         }                                                                                              \
     } while (0)
 
+int zt_backend_cuda_device_count(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver or no device: not an error here */
+        return 0;
+    }
+    return count;
+}
+
 zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_error *err) {
     *out = NULL;
     if (nthreads < 1) return ZT_FAIL(err, ZT_ERR_INVALID, "threads must be >= 1 (got %d)", nthreads);
