@@ -557,6 +557,26 @@ def case_cuda_emu_gpt2_block(ctx):
     print(f"ok: GPT-2-small block on cuda: losses {runs['cuda']['losses']} vs cpu {runs['cpu']['losses']}")
 
 
+def case_cuda_emu_oom(ctx):
+    """A device that is really full: with 36 MiB of emulated device memory (32
+    of them cuBLASLt's workspace) per rank, cudaMalloc itself refuses in the first
+    forward; both ranks (NCCL, np=2) exit non-zero within 60 s, and the
+    report says the driver refused (no --mem-limit is set), with the phase and
+    the largest live allocations."""
+    d = os.path.join(ctx["work"], "cu-oom")
+    env = dict(os.environ, ZT_EMU_DEVICES="2", ZT_EMU_MEM_MB="36")
+    big = ["--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "64", "--vocab", "64", "--micro-batch", "4",
+           "--threads", "1", "--quiet", "--steps", "2", "--device", "cuda"]
+    t0 = time.time()
+    p = launch(ctx["zt_run"], ctx["zt"], 2, big + ["--log-dir", d], expect_rc=None, env=env, timeout=120)
+    dt = time.time() - t0
+    assert p.returncode != 0 and dt < 60, (p.returncode, dt)
+    assert "out of device memory in phase" in p.stderr and "system refused" in p.stderr, p.stderr[-2000:]
+    report = open(os.path.join(d, "oom_rank0.txt")).read()
+    assert "largest live allocations" in report, report
+    print(f"ok: cuda device full: exit {p.returncode} after {dt:.1f} s, the driver's refusal reported")
+
+
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 if __name__ == "__main__":
