@@ -250,8 +250,14 @@ bool run_block(block_runner &r, const char *name) {
      * before the first write shows up in the results. */
     memset(r.dynamic_shared.data(), 0xff, r.dynamic_shared.size());
     int warps = (n + 31) / 32;
+    /* Between two barriers a GPU may run a block's threads in any order, so
+     * a kernel must not depend on one: odd blocks run their threads last to
+     * first, which turns a missing __syncthreads (a thread reading what a
+     * lower-numbered one writes, or the reverse) into a wrong result. */
+    bool reverse = ((r.block_idx.z * r.grid_dim.y + r.block_idx.y) * r.grid_dim.x + r.block_idx.x) & 1;
     for (;;) {
-        for (int i = 0; i < n; i++) {
+        for (int k = 0; k < n; k++) {
+            int i = reverse ? n - 1 - k : k;
             if (r.threads[(size_t)i].state != RUNNABLE) continue;
             resume(r, i);
         }

@@ -4,6 +4,7 @@
  *   - thread and block indices, grid-stride loops, 2-D blocks;
  *   - warp shuffles (xor, down, up, idx) and block reductions through
  *     __shared__ memory and __syncthreads;
+ *   - a missing __syncthreads shows (threads run in both orders);
  *   - dynamic shared memory, and the 48 KiB limit without
  *     cudaFuncSetAttribute;
  *   - launch configuration errors through cudaGetLastError;
@@ -59,6 +60,14 @@ __global__ static void block_sum_kernel(long long *out) {
         __syncthreads();
     }
     if (threadIdx.x == 0) out[blockIdx.x] = part[0] + blockIdx.x;
+}
+
+/* Reads a neighbour's shared slot without __syncthreads: a race */
+__global__ static void racy_neighbour_kernel(int *out, int dir) {
+    __shared__ int sh[64];
+    int t = threadIdx.x, n = blockDim.x;
+    sh[t] = t + 1000 * (int)blockIdx.x;
+    out[blockIdx.x * n + t] = sh[(t + dir + n) % n];
 }
 
 /* Reverses a row through dynamic shared memory */
@@ -124,6 +133,17 @@ int main(void) {
     long long hs[3];
     CHECK(cudaMemcpy(hs, sums, sizeof hs, cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
     for (int b = 0; b < 3; b++) CHECK(hs[b] == 1023LL * 1024 / 2 + b, "block %d sum %lld", b, hs[b]);
+
+    /* a missing __syncthreads gives wrong values in one direction or the
+     * other: even blocks run threads first to last, odd ones last to first */
+    for (int dir = -1; dir <= 1; dir += 2) {
+        racy_neighbour_kernel<<<2, 64>>>(d, dir);
+        CHECK(cudaMemcpy(h, d, 128 * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+        int wrong = 0;
+        for (int b = 0; b < 2; b++)
+            for (int t = 0; t < 64; t++) wrong += h[b * 64 + t] != (t + dir + 64) % 64 + 1000 * b;
+        CHECK(wrong > 0, "a missing __syncthreads (neighbour %+d) went unnoticed", dir);
+    }
 
     /* dynamic shared memory, and its limit */
     float *fin = NULL, *fout = NULL;
