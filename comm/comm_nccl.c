@@ -226,6 +226,11 @@ static void nccl_destroy(zt_comm *c) {
     nccl_impl *m = c->impl;
     if (!m) return;
     if (m->nuntimed) harvest(c, 1);
+    /* Collectives still queued (an error path) finish before the
+     * communicator and their streams go. */
+    if (m->ag_stream) (void)cudaStreamSynchronize(m->ag_stream);
+    if (m->rs_stream) (void)cudaStreamSynchronize(m->rs_stream);
+    (void)cudaGetLastError();
     if (m->nccl) ncclCommDestroy(m->nccl);
     if (m->ag_stream) cudaStreamDestroy(m->ag_stream);
     if (m->rs_stream) cudaStreamDestroy(m->rs_stream);

@@ -12,7 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
+
+#include <atomic>
 
 #include <string>
 #include <vector>
@@ -76,6 +80,36 @@ struct emu_thread {
 
 /* Per OS thread (stream worker): the block being run and the coroutine
  * stacks, kept between blocks and grids. */
+/* Memory with an inaccessible page right after it (or, for stacks, right
+ * below it), so that running off the end faults at once instead of
+ * corrupting a neighbour. */
+struct guarded {
+    unsigned char *base = nullptr;
+    size_t total = 0;
+    void release() {
+        if (base) munmap(base, total);
+        base = nullptr;
+        total = 0;
+    }
+};
+const size_t guard_page = 4096;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+/* `bytes` usable bytes (16-byte aligned) ending at a guard page. */
+unsigned char *map_with_guard_after(guarded &g, size_t bytes) {
+    size_t usable = round_up(bytes ? bytes : 1, 16), pages = round_up(usable, guard_page);
+    if (!g.base || g.total != pages + guard_page) {
+        g.release();
+        void *p = mmap(nullptr, pages + guard_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return nullptr;
+        g.base = (unsigned char *)p;
+        g.total = pages + guard_page;
+        mprotect(g.base + pages, guard_page, PROT_NONE);
+    }
+    return g.base + (g.total - guard_page) - usable;
+}
+
 struct block_runner {
 #ifdef ZT_EMU_FAST_SWITCH
     void *scheduler_sp;
@@ -83,14 +117,18 @@ struct block_runner {
     ucontext_t scheduler;
 #endif
     std::vector<emu_thread> threads;
-    std::vector<char *> stacks;
-    std::vector<unsigned char> dynamic_shared;
+    std::vector<guarded> stacks; /* guard page below each */
+    guarded dynamic_shared_map;
+    unsigned char *dynamic_shared = nullptr;
+    size_t dynamic_shared_bytes = 0;
+    bool reverse_threads = false;
     uint3 block_idx;
     dim3 grid_dim, block_dim;
     const std::function<void()> *body = nullptr;
     int current = 0;
     ~block_runner() {
-        for (char *s : stacks) free(s);
+        for (guarded &g : stacks) g.release();
+        dynamic_shared_map.release();
     }
 };
 
@@ -231,12 +269,16 @@ bool run_block(block_runner &r, const char *name) {
     int n = (int)(r.block_dim.x * r.block_dim.y * r.block_dim.z);
     r.threads.resize((size_t)n);
     while (r.stacks.size() < (size_t)n) {
-        char *s = (char *)malloc(stack_bytes);
-        if (!s) {
+        guarded g;
+        void *p = mmap(nullptr, stack_bytes + guard_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
             zt_emu_device_fault("out of host memory for coroutine stacks");
             return false;
         }
-        r.stacks.push_back(s);
+        g.base = (unsigned char *)p;
+        g.total = stack_bytes + guard_page;
+        mprotect(g.base, guard_page, PROT_NONE); /* stacks grow down */
+        r.stacks.push_back(g);
     }
     for (int i = 0; i < n; i++) {
         emu_thread &t = r.threads[(size_t)i];
@@ -244,17 +286,13 @@ bool run_block(block_runner &r, const char *name) {
         t.idx.y = ((unsigned)i / r.block_dim.x) % r.block_dim.y;
         t.idx.z = (unsigned)i / (r.block_dim.x * r.block_dim.y);
         t.state = RUNNABLE;
-        start_context(r, t, r.stacks[(size_t)i]);
+        start_context(r, t, (char *)r.stacks[(size_t)i].base + guard_page);
     }
     /* Shared memory starts as garbage on a GPU: NaN bytes here, so a read
      * before the first write shows up in the results. */
-    memset(r.dynamic_shared.data(), 0xff, r.dynamic_shared.size());
+    memset(r.dynamic_shared, 0xff, r.dynamic_shared_bytes);
     int warps = (n + 31) / 32;
-    /* Between two barriers a GPU may run a block's threads in any order, so
-     * a kernel must not depend on one: odd blocks run their threads last to
-     * first, which turns a missing __syncthreads (a thread reading what a
-     * lower-numbered one writes, or the reverse) into a wrong result. */
-    bool reverse = ((r.block_idx.z * r.grid_dim.y + r.block_idx.y) * r.grid_dim.x + r.block_idx.x) & 1;
+    bool reverse = r.reverse_threads;
     for (;;) {
         for (int k = 0; k < n; k++) {
             int i = reverse ? n - 1 - k : k;
@@ -298,7 +336,7 @@ const uint3 &zt_emu_thread_idx(void) { return current_thread().idx; }
 const uint3 &zt_emu_block_idx(void) { return tl_runner->block_idx; }
 const dim3 &zt_emu_block_dim(void) { return tl_runner->block_dim; }
 const dim3 &zt_emu_grid_dim(void) { return tl_runner->grid_dim; }
-void *zt_emu_dynamic_shared(void) { return tl_runner->dynamic_shared.data(); }
+void *zt_emu_dynamic_shared(void) { return tl_runner->dynamic_shared; }
 
 void zt_emu_syncthreads(void) {
     current_thread().state = AT_SYNCTHREADS;
@@ -320,20 +358,34 @@ uint64_t zt_emu_shfl(unsigned mask, uint64_t bits, int kind, int arg, int width)
 void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, const std::function<void()> &body,
                      const char *name) {
     thread_local block_runner runner;
+    /* A GPU runs blocks, and a block's threads between two barriers, in any
+     * order, so a kernel must not depend on one. Launches alternate between
+     * blocks in ascending and descending order, and within a launch odd and
+     * even blocks run their threads in opposite directions (which direction
+     * alternates too): a missing __syncthreads, or a block reading what a
+     * later block writes, gives a wrong result in one order or the other. */
+    static std::atomic<uint64_t> launches{0};
+    uint64_t launch = launches++;
     block_runner *saved = tl_runner;
     tl_runner = &runner;
     runner.grid_dim = grid;
     runner.block_dim = block;
     runner.body = &body;
-    runner.dynamic_shared.assign(dynamic_smem ? dynamic_smem : 1, 0);
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                runner.block_idx.x = x;
-                runner.block_idx.y = y;
-                runner.block_idx.z = z;
-                if (!run_block(runner, name)) goto out;
-            }
-out:
+    runner.dynamic_shared = map_with_guard_after(runner.dynamic_shared_map, dynamic_smem);
+    runner.dynamic_shared_bytes = dynamic_smem;
+    if (!runner.dynamic_shared) {
+        zt_emu_device_fault("out of host memory for dynamic shared memory");
+        tl_runner = saved;
+        return;
+    }
+    uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    for (uint64_t k = 0; k < nblocks; k++) {
+        uint64_t b = (launch & 1) ? nblocks - 1 - k : k;
+        runner.block_idx.x = (unsigned)(b % grid.x);
+        runner.block_idx.y = (unsigned)(b / grid.x % grid.y);
+        runner.block_idx.z = (unsigned)(b / ((uint64_t)grid.x * grid.y));
+        runner.reverse_threads = ((b ^ (launch >> 1)) & 1) != 0;
+        if (!run_block(runner, name)) break;
+    }
     tl_runner = saved;
 }

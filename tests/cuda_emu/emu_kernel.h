@@ -102,6 +102,14 @@ template <typename T> static inline cudaError_t cudaFuncSetAttribute(T *func, en
  * launch, as CUDA does; the grid runs later on the stream's worker. */
 bool zt_emu_check_launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, const void *func);
 
+/* A kernel's pointer arguments must be null or point into device or pinned
+ * memory (one past the end included): a GPU faults on anything else. */
+bool zt_emu_check_kernel_pointer(const void *p, int index, const char *kernel);
+template <typename T> static inline bool zt_emu_check_arg(const T &, int, const char *) { return true; }
+template <typename T> static inline bool zt_emu_check_arg(T *const &p, int index, const char *kernel) {
+    return zt_emu_check_kernel_pointer((const void *)p, index, kernel);
+}
+
 template <typename... P> struct zt_emu_launcher {
     void (*kernel)(P...);
     dim3 grid, block;
@@ -111,6 +119,11 @@ template <typename... P> struct zt_emu_launcher {
     template <typename... A> void operator()(A &&...a) const {
         if (!zt_emu_check_launch(grid, block, smem, stream, (const void *)kernel)) return;
         std::tuple<P...> args(std::forward<A>(a)...);
+        int index = 0;
+        bool pointers_ok = true;
+        std::apply([&](const auto &...x) { ((pointers_ok = zt_emu_check_arg(x, index++, name) && pointers_ok), ...); },
+                   args);
+        if (!pointers_ok) return;
         void (*k)(P...) = kernel;
         dim3 g = grid, b = block;
         size_t s = smem;

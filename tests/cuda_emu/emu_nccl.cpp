@@ -12,8 +12,9 @@
  * issued, whatever streams they were issued on; the emulator does the same
  * with a ticket per operation, so an operation waits for its predecessors on
  * the communicator even when they sit on another stream. A program that
- * issues a communicator's operations in different orders on different ranks
- * deadlocks here, as it would on GPUs. */
+ * issues a communicator's operations in different orders, or with sizes that
+ * do not match, on different ranks gets a device fault here (a hang or
+ * corrupted data on GPUs). */
 #include <errno.h>
 #include <fcntl.h>
 #include <nccl.h>
@@ -29,6 +30,7 @@
 
 #include <condition_variable>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -40,11 +42,26 @@ namespace {
 const size_t mailbox_bytes = 1u << 20;
 const uint64_t ready_magic = 0x7a74656d75636f6dull; /* set once the barrier is initialised */
 
+const int max_ranks = 64;
+
+/* What one rank is about to do, published before the operation's first
+ * barrier so that every rank can check that the others are doing the same
+ * operation (NCCL hangs or corrupts data when they are not). */
+struct op_descriptor {
+    uint64_t seq;          /* the communicator's operation count */
+    int kind, root;        /* OP_* ; broadcast root */
+    uint64_t largest;      /* largest message, for the number of rounds */
+    uint64_t send_bytes[max_ranks], recv_bytes[max_ranks]; /* to / from each peer */
+};
+
 struct shared_header {
     volatile uint64_t ready;
     pthread_barrier_t barrier;
-    uint64_t round_bytes[64]; /* per rank: the largest message of the current group */
+    op_descriptor ops[max_ranks]; /* per rank: the current operation */
 };
+
+enum { OP_ALL_GATHER = 1, OP_BROADCAST, OP_GROUP };
+const char *op_name(int k) { return k == OP_ALL_GATHER ? "all-gather" : k == OP_BROADCAST ? "broadcast" : "send/recv group"; }
 
 size_t header_bytes() { return (sizeof(shared_header) + 4095) & ~(size_t)4095; }
 
@@ -59,6 +76,7 @@ struct p2p {
 
 struct ncclComm {
     int nranks = 0, rank = 0;
+    uint64_t executed = 0; /* operations run, on the stream workers */
     shared_header *shm = nullptr;
     size_t shm_bytes = 0;
     /* per-communicator issue order */
@@ -113,30 +131,58 @@ void enqueue_in_order(ncclComm_t comm, cudaStream_t stream, std::function<void()
     });
 }
 
-/* Point-to-point exchange of one group, in rounds of one mailbox per pair. */
-void run_group(ncclComm_t comm, const std::vector<p2p> &ops) {
-    size_t largest = 0;
-    for (const p2p &o : ops) largest = o.bytes > largest ? o.bytes : largest;
-    comm->shm->round_bytes[comm->rank] = largest;
+/* Point-to-point exchange of one operation, in rounds of one mailbox per
+ * pair. First every rank publishes what it is about to do and checks the
+ * others: same operation count, same kind (and root), and for every pair the
+ * bytes one sends equal the bytes the other receives. A mismatch is a device
+ * fault (on GPUs: a hang or corrupted data); the rounds still run, so that no
+ * rank is left waiting at a barrier. */
+void run_group(ncclComm_t comm, int kind, int root, const std::vector<p2p> &ops) {
+    op_descriptor &mine = comm->shm->ops[comm->rank];
+    memset(&mine, 0, sizeof mine);
+    mine.seq = comm->executed++;
+    mine.kind = kind;
+    mine.root = root;
+    for (const p2p &o : ops) {
+        mine.largest = o.bytes > mine.largest ? o.bytes : mine.largest;
+        (o.send ? mine.send_bytes : mine.recv_bytes)[o.peer] += o.bytes;
+    }
     comm->barrier();
     size_t all_largest = 0;
-    for (int r = 0; r < comm->nranks; r++)
-        all_largest = comm->shm->round_bytes[r] > all_largest ? comm->shm->round_bytes[r] : all_largest;
-    comm->barrier(); /* round_bytes may be rewritten by the next group */
+    std::string mismatch;
+    for (int r = 0; r < comm->nranks; r++) {
+        const op_descriptor &other = comm->shm->ops[r];
+        all_largest = other.largest > all_largest ? other.largest : all_largest;
+        char buf[256] = "";
+        if (other.seq != mine.seq || other.kind != mine.kind || other.root != mine.root)
+            snprintf(buf, sizeof buf, "rank %d runs operation %llu (%s) while rank %d runs operation %llu (%s)",
+                     comm->rank, (unsigned long long)mine.seq, op_name(mine.kind), r, (unsigned long long)other.seq,
+                     op_name(other.kind));
+        else if (other.send_bytes[comm->rank] != mine.recv_bytes[r])
+            snprintf(buf, sizeof buf, "%s %llu: rank %d sends %llu bytes to rank %d, which receives %llu",
+                     op_name(mine.kind), (unsigned long long)mine.seq, r,
+                     (unsigned long long)other.send_bytes[comm->rank], comm->rank,
+                     (unsigned long long)mine.recv_bytes[r]);
+        if (buf[0] && mismatch.empty()) mismatch = buf;
+    }
+    if (!mismatch.empty()) zt_emu_device_fault(("NCCL: mismatched operations: " + mismatch).c_str());
+    comm->barrier(); /* the descriptors may be rewritten by the next operation */
     size_t rounds = (all_largest + mailbox_bytes - 1) / mailbox_bytes;
     for (size_t k = 0; k < rounds; k++) {
         size_t off = k * mailbox_bytes;
-        for (const p2p &o : ops)
-            if (o.send && o.bytes > off) {
-                size_t n = o.bytes - off < mailbox_bytes ? o.bytes - off : mailbox_bytes;
-                memcpy(comm->mailbox(comm->rank, o.peer), (const unsigned char *)o.buf + off, n);
-            }
+        if (mismatch.empty())
+            for (const p2p &o : ops)
+                if (o.send && o.bytes > off) {
+                    size_t n = o.bytes - off < mailbox_bytes ? o.bytes - off : mailbox_bytes;
+                    memcpy(comm->mailbox(comm->rank, o.peer), (const unsigned char *)o.buf + off, n);
+                }
         comm->barrier();
-        for (const p2p &o : ops)
-            if (!o.send && o.bytes > off) {
-                size_t n = o.bytes - off < mailbox_bytes ? o.bytes - off : mailbox_bytes;
-                memcpy((unsigned char *)o.buf + off, comm->mailbox(o.peer, comm->rank), n);
-            }
+        if (mismatch.empty())
+            for (const p2p &o : ops)
+                if (!o.send && o.bytes > off) {
+                    size_t n = o.bytes - off < mailbox_bytes ? o.bytes - off : mailbox_bytes;
+                    memcpy((unsigned char *)o.buf + off, comm->mailbox(o.peer, comm->rank), n);
+                }
         comm->barrier();
     }
 }
@@ -167,7 +213,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank) {
-    if (!out || nranks < 1 || nranks > 64 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    if (!out || nranks < 1 || nranks > max_ranks || rank < 0 || rank >= nranks) return ncclInvalidArgument;
     *out = nullptr;
     char path[NCCL_UNIQUE_ID_BYTES + 1];
     memcpy(path, id.internal, NCCL_UNIQUE_ID_BYTES);
@@ -205,7 +251,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
-    /* CUDA-side work must be finished by the caller, as with NCCL */
+    /* NCCL finalizes first: the operations already issued complete */
+    {
+        std::unique_lock<std::mutex> lk(comm->mu);
+        comm->cv.wait(lk, [&] { return comm->running_ticket == comm->next_ticket; });
+    }
     munmap(comm->shm, comm->shm_bytes);
     delete comm;
     return ncclSuccess;
@@ -226,7 +276,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
             ops.push_back({true, (void *)send, bytes, r});
             ops.push_back({false, (unsigned char *)recv + (size_t)r * bytes, bytes, r});
         }
-        run_group(comm, ops);
+        run_group(comm, OP_ALL_GATHER, -1, ops);
     });
     return ncclSuccess;
 }
@@ -244,7 +294,7 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataT
         if (comm->rank == root)
             for (int r = 0; r < comm->nranks; r++) ops.push_back({true, (void *)send, bytes, r});
         ops.push_back({false, recv, bytes, root});
-        run_group(comm, ops);
+        run_group(comm, OP_BROADCAST, root, ops);
     });
     return ncclSuccess;
 }
@@ -295,6 +345,6 @@ ncclResult_t ncclGroupEnd() {
     ncclComm_t comm = tl_group.comm;
     std::vector<p2p> ops = tl_group.ops;
     tl_group.ops.clear();
-    enqueue_in_order(comm, tl_group.stream, [comm, ops]() { run_group(comm, ops); });
+    enqueue_in_order(comm, tl_group.stream, [comm, ops]() { run_group(comm, OP_GROUP, -1, ops); });
     return ncclSuccess;
 }

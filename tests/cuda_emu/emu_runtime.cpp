@@ -176,9 +176,8 @@ cudaError_t sync_all() {
         for (CUstream_st *s : emu().streams) targets.push_back({s, 0});
     }
     for (auto &t : targets) t.second = issued(t.first);
-    cudaError_t rc = cudaSuccess;
-    for (auto &t : targets) rc = wait_stream(t.first, t.second);
-    return rc;
+    for (auto &t : targets) wait_stream(t.first, t.second);
+    return fault_status();
 }
 
 /* The allocation containing [p, p + bytes), or null. Caller holds emu().mu. */
@@ -226,6 +225,20 @@ cudaError_t check_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
 } // namespace
 
 bool zt_emu_is_device_range(const void *p, size_t bytes) { return bytes == 0 || classify(p, bytes) == MEM_DEVICE; }
+
+bool zt_emu_check_kernel_pointer(const void *p, int index, const char *kernel) {
+    if (!p) return true;
+    {
+        std::lock_guard<std::mutex> lk(emu().mu);
+        /* inside an allocation, or one past its end */
+        if (find_allocation(p, 0, nullptr) || ((uintptr_t)p > 0 && find_allocation((const char *)p - 1, 1, nullptr)))
+            return true;
+    }
+    char buf[200];
+    snprintf(buf, sizeof buf, "kernel %s, argument %d: %p is neither device nor pinned host memory", kernel, index, p);
+    zt_emu_device_fault(buf);
+    return false;
+}
 
 /* ---- the emulator's internal interface ------------------------------------ */
 
@@ -361,11 +374,13 @@ static cudaError_t allocate(void **p, size_t bytes, bool device) {
         std::lock_guard<std::mutex> lk(e.mu);
         if (device && e.device_used + rounded > e.device_capacity) return set_error(cudaErrorMemoryAllocation);
     }
-    void *mem = aligned_alloc(256, rounded);
+    /* The exact size (glibc takes any size here): under AddressSanitizer a
+     * kernel that reads or writes past the end of its buffer is reported. */
+    void *mem = aligned_alloc(256, bytes);
     if (!mem) return set_error(cudaErrorMemoryAllocation);
     /* Fresh device memory is garbage on a GPU: NaN bytes here, so a kernel
      * that reads what nobody wrote gives NaN rather than a lucky zero. */
-    if (device) memset(mem, 0xff, rounded);
+    if (device) memset(mem, 0xff, bytes);
     std::lock_guard<std::mutex> lk(e.mu);
     e.allocations[(uintptr_t)mem] = allocation{bytes, device};
     if (device) e.device_used += rounded;
@@ -418,7 +433,10 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t stream) {
     cudaError_t rc = check_copy(dst, src, bytes, kind);
     if (rc != cudaSuccess) return set_error(rc);
-    if (bytes) zt_emu_enqueue(stream, [=]() { memmove(dst, src, bytes); });
+    /* CUDA leaves overlapping copies undefined: refused here */
+    if (bytes && (uintptr_t)dst < (uintptr_t)src + bytes && (uintptr_t)src < (uintptr_t)dst + bytes)
+        return set_error(cudaErrorInvalidValue);
+    if (bytes) zt_emu_enqueue(stream, [=]() { memcpy(dst, src, bytes); });
     return cudaSuccess;
 }
 
@@ -566,7 +584,7 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
     }
     /* Not-ready also becomes the thread's last error, as the CUDA runtime
      * records it: callers must clear it before their next launch check. */
-    return ready ? cudaSuccess : set_error(cudaErrorNotReady);
+    return ready ? fault_status() : set_error(cudaErrorNotReady);
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {

@@ -12,12 +12,19 @@
  *     that waits on the producer's event sees its data; one that does not
  *     wait runs ahead of a slow producer;
  *   - a full-mask shuffle after some lanes returned is a device fault,
- *     reported by the next synchronizing call (last: the fault is sticky).
+ *     reported by the next synchronizing call (last: the fault is sticky);
+ *   - in child processes (a fault is sticky for the process): a kernel given
+ *     a pageable host pointer faults; two ranks whose NCCL operations do not
+ *     match (an all-gather against a broadcast, and sizes that differ)
+ *     fault instead of exchanging garbage.
  * Built only in emulator builds (ZT_CUDA=EMU). */
 #include <cuda_runtime.h>
+#include <nccl.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 static int failures = 0;
 #define CHECK(cond, ...)                                                                                 \
@@ -98,7 +105,81 @@ __global__ static void shuffle_after_exit_kernel(int *out, int n) {
     out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
 }
 
-int main(void) {
+/* ---- scenarios run in child processes -------------------------------------- */
+
+static int fault_reported(void) { return cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1; }
+
+static int child_host_pointer(void) {
+    static int host_int[64];
+    iota_kernel<<<1, 32>>>(host_int, 32);
+    return fault_reported();
+}
+
+/* rank 0 all-gathers, rank 1 broadcasts (kind 0); or both all-gather with
+ * different sizes (kind 1) */
+static int child_nccl_mismatch(int rank, const char *id_text, int kind) {
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    snprintf(id.internal, sizeof id.internal, "%s", id_text);
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) return 2;
+    float *buf = NULL;
+    cudaStream_t st;
+    if (cudaMalloc((void **)&buf, 64 * sizeof(float)) != cudaSuccess) return 2;
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) return 2;
+    ncclResult_t r;
+    if (kind == 0 && rank == 1) r = ncclBroadcast(buf, buf, 8, ncclFloat, 0, comm, st);
+    else r = ncclAllGather(buf, buf + 16, kind == 1 && rank == 1 ? 4 : 8, ncclFloat, comm, st);
+    if (r != ncclSuccess) return 2;
+    return fault_reported();
+}
+
+/* Runs this program again with `args`; returns its exit status. */
+static int run_child(char **args) {
+    pid_t pid;
+    extern char **environ;
+    if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args, environ) != 0) return -1;
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+}
+
+static void check_nccl_mismatch(const char *kind) {
+    ncclUniqueId id;
+    if (ncclGetUniqueId(&id) != ncclSuccess) {
+        CHECK(0, "ncclGetUniqueId");
+        return;
+    }
+    pid_t pids[2];
+    extern char **environ;
+    for (int r = 0; r < 2; r++) {
+        char rank[4];
+        snprintf(rank, sizeof rank, "%d", r);
+        char *args[] = {(char *)"test_cuda_emulator", (char *)"nccl-mismatch", rank, id.internal, (char *)kind, NULL};
+        if (posix_spawn(&pids[r], "/proc/self/exe", NULL, NULL, args, environ) != 0) pids[r] = -1;
+    }
+    for (int r = 0; r < 2; r++) {
+        int status = 0;
+        int ok = pids[r] > 0 && waitpid(pids[r], &status, 0) == pids[r] && WIFEXITED(status) && !WEXITSTATUS(status);
+        CHECK(ok, "NCCL mismatch (kind %s) not reported as a device fault on rank %d", kind, r);
+    }
+}
+
+int main(int argc, char **argv) {
+    /* A child runs its scenario and nothing else (never the whole test again). */
+    if (argc > 1) {
+        if (strcmp(argv[1], "host-pointer") == 0) return child_host_pointer();
+        if (argc == 5 && strcmp(argv[1], "nccl-mismatch") == 0)
+            return child_nccl_mismatch(atoi(argv[2]), argv[3], atoi(argv[4]));
+        fprintf(stderr, "usage: %s [host-pointer | nccl-mismatch RANK ID KIND]\n", argv[0]);
+        return 2;
+    }
+
+    char *host_pointer_args[] = {(char *)"test_cuda_emulator", (char *)"host-pointer", NULL};
+    CHECK(run_child(host_pointer_args) == 0, "a kernel writing pageable host memory is not reported as a device fault");
+    check_nccl_mismatch("0");
+    check_nccl_mismatch("1");
+
     int *d = NULL;
     CHECK(cudaMalloc((void **)&d, 4096 * sizeof(int)) == cudaSuccess, "cudaMalloc");
 
@@ -219,6 +300,14 @@ int main(void) {
           cudaGetErrorName(rc));
     CHECK(cudaStreamSynchronize(consumer) == cudaErrorLaunchFailure, "the fault is sticky");
 
+    free(hf);
+    cudaEventDestroy(produced);
+    cudaStreamDestroy(producer);
+    cudaStreamDestroy(consumer);
+    cudaFreeHost(go);
+    cudaFree(fin);
+    cudaFree(fout);
+    cudaFree(d);
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;

@@ -574,8 +574,9 @@ def case_cuda_emu_oom(ctx):
     dt = time.time() - t0
     assert p.returncode != 0 and dt < 60, (p.returncode, dt)
     assert "out of device memory in phase" in p.stderr and "system refused" in p.stderr, p.stderr[-2000:]
-    report = open(os.path.join(d, "oom_rank0.txt")).read()
-    assert "largest live allocations" in report, report
+    # the first rank out of memory aborts the job: its report is the one written
+    reports = [open(os.path.join(d, f)).read() for f in os.listdir(d) if f.startswith("oom_rank")]
+    assert reports and all("largest live allocations" in r for r in reports), reports
     print(f"ok: cuda device full: exit {p.returncode} after {dt:.1f} s, the driver's refusal reported")
 
 
