@@ -374,10 +374,10 @@ static cudaError_t allocate(void **p, size_t bytes, bool device) {
         std::lock_guard<std::mutex> lk(e.mu);
         if (device && e.device_used + rounded > e.device_capacity) return set_error(cudaErrorMemoryAllocation);
     }
-    /* The exact size (glibc takes any size here): under AddressSanitizer a
-     * kernel that reads or writes past the end of its buffer is reported. */
-    void *mem = aligned_alloc(256, bytes);
-    if (!mem) return set_error(cudaErrorMemoryAllocation);
+    /* The exact size (posix_memalign takes any size): under AddressSanitizer
+     * a kernel that reads or writes past the end of its buffer is reported. */
+    void *mem = nullptr;
+    if (posix_memalign(&mem, 256, bytes) != 0) return set_error(cudaErrorMemoryAllocation);
     /* Fresh device memory is garbage on a GPU: NaN bytes here, so a kernel
      * that reads what nobody wrote gives NaN rather than a lucky zero. */
     if (device) memset(mem, 0xff, bytes);
