@@ -345,6 +345,14 @@ namespace {
 bool handle_ok(const cublasContext *h) { return h && h->magic == kHandleMagic; }
 bool lt_handle_ok(const cublasLtContext *h) { return h && h->magic == kLtHandleMagic; }
 
+/* The cublasGet* of one handle setting. */
+template <class T> cublasStatus_t get_setting(const cublasContext *h, T cublasContext::*field, T *out) {
+    if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!out) return CUBLAS_STATUS_INVALID_VALUE;
+    *out = h->*field;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 const char *status_name(cublasStatus_t st) {
     switch (st) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
@@ -488,6 +496,29 @@ template <class Data, class Opaque> bool load(const Opaque *o, Data *d) {
 }
 
 template <class Data, class Opaque> void store(Opaque *o, const Data &d) { std::memcpy(o, &d, sizeof d); }
+
+/* The Init / Create / Destroy trio every descriptor kind has. */
+template <class Data, class Opaque> cublasStatus_t init_opaque(Opaque *o, size_t size, const Data &d) {
+    if (!o) return CUBLAS_STATUS_INVALID_VALUE;
+    if (size < sizeof(Data)) return CUBLAS_STATUS_ALLOC_FAILED;
+    store(o, d);
+    return CUBLAS_STATUS_SUCCESS;
+}
+template <class Data, class Opaque> cublasStatus_t create_opaque(Opaque **out, const Data &d) {
+    if (!out) return CUBLAS_STATUS_INVALID_VALUE;
+    Opaque *o = new (std::nothrow) Opaque();
+    if (!o) return CUBLAS_STATUS_ALLOC_FAILED;
+    store(o, d);
+    *out = o;
+    return CUBLAS_STATUS_SUCCESS;
+}
+template <class Opaque> cublasStatus_t destroy_opaque(Opaque *o) {
+    if (o) {
+        std::memset(o, 0, sizeof *o); /* a stale use then fails the magic check */
+        delete o;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
 
 /* Address and size of the field behind an attribute; nullptr for attributes
  * the header does not define. */
@@ -768,10 +799,7 @@ cublasStatus_t CUBLASWINAPI cublasSetStream_v2(cublasHandle_t handle, cudaStream
 }
 
 cublasStatus_t CUBLASWINAPI cublasGetStream_v2(cublasHandle_t handle, cudaStream_t *streamId) {
-    if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!streamId) return CUBLAS_STATUS_INVALID_VALUE;
-    *streamId = handle->stream;
-    return CUBLAS_STATUS_SUCCESS;
+    return get_setting(handle, &cublasContext::stream, streamId);
 }
 
 cublasStatus_t CUBLASWINAPI cublasSetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t mode) {
@@ -782,10 +810,7 @@ cublasStatus_t CUBLASWINAPI cublasSetPointerMode_v2(cublasHandle_t handle, cubla
 }
 
 cublasStatus_t CUBLASWINAPI cublasGetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t *mode) {
-    if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!mode) return CUBLAS_STATUS_INVALID_VALUE;
-    *mode = handle->pointer_mode;
-    return CUBLAS_STATUS_SUCCESS;
+    return get_setting(handle, &cublasContext::pointer_mode, mode);
 }
 
 /* Any defined mode is accepted here; the GEMMs refuse the ones whose fp32
@@ -807,10 +832,7 @@ cublasStatus_t CUBLASWINAPI cublasSetMathMode(cublasHandle_t handle, cublasMath_
 }
 
 cublasStatus_t CUBLASWINAPI cublasGetMathMode(cublasHandle_t handle, cublasMath_t *mode) {
-    if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!mode) return CUBLAS_STATUS_INVALID_VALUE;
-    *mode = handle->math_mode;
-    return CUBLAS_STATUS_SUCCESS;
+    return get_setting(handle, &cublasContext::math_mode, mode);
 }
 
 /* The emulator never uses atomics, so both modes give the same (always
@@ -823,10 +845,7 @@ cublasStatus_t CUBLASWINAPI cublasSetAtomicsMode(cublasHandle_t handle, cublasAt
 }
 
 cublasStatus_t CUBLASWINAPI cublasGetAtomicsMode(cublasHandle_t handle, cublasAtomicsMode_t *mode) {
-    if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!mode) return CUBLAS_STATUS_INVALID_VALUE;
-    *mode = handle->atomics_mode;
-    return CUBLAS_STATUS_SUCCESS;
+    return get_setting(handle, &cublasContext::atomics_mode, mode);
 }
 
 /* ---- cuBLAS: GEMMs ---------------------------------------------------------------- */
@@ -878,28 +897,16 @@ cublasStatus_t CUBLASWINAPI cublasLtDestroy(cublasLtHandle_t lightHandle) {
 cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutInit_internal(cublasLtMatrixLayout_t matLayout, size_t size,
                                                               cudaDataType type, uint64_t rows, uint64_t cols,
                                                               int64_t ld) {
-    if (!matLayout) return CUBLAS_STATUS_INVALID_VALUE;
-    if (size < sizeof(LayoutData)) return CUBLAS_STATUS_ALLOC_FAILED;
-    store(matLayout, layout_defaults(type, rows, cols, ld));
-    return CUBLAS_STATUS_SUCCESS;
+    return init_opaque(matLayout, size, layout_defaults(type, rows, cols, ld));
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout, cudaDataType type,
                                                        uint64_t rows, uint64_t cols, int64_t ld) {
-    if (!matLayout) return CUBLAS_STATUS_INVALID_VALUE;
-    cublasLtMatrixLayoutOpaque_t *l = new (std::nothrow) cublasLtMatrixLayoutOpaque_t();
-    if (!l) return CUBLAS_STATUS_ALLOC_FAILED;
-    store(l, layout_defaults(type, rows, cols, ld));
-    *matLayout = l;
-    return CUBLAS_STATUS_SUCCESS;
+    return create_opaque(matLayout, layout_defaults(type, rows, cols, ld));
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) {
-    if (matLayout) {
-        std::memset(matLayout, 0, sizeof *matLayout); /* a stale use then fails the magic check */
-        delete matLayout;
-    }
-    return CUBLAS_STATUS_SUCCESS;
+    return destroy_opaque(matLayout);
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout,
@@ -919,28 +926,16 @@ cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayou
 cublasStatus_t CUBLASWINAPI cublasLtMatmulDescInit_internal(cublasLtMatmulDesc_t matmulDesc, size_t size,
                                                             cublasComputeType_t computeType,
                                                             cudaDataType_t scaleType) {
-    if (!matmulDesc) return CUBLAS_STATUS_INVALID_VALUE;
-    if (size < sizeof(DescData)) return CUBLAS_STATUS_ALLOC_FAILED;
-    store(matmulDesc, desc_defaults(computeType, scaleType));
-    return CUBLAS_STATUS_SUCCESS;
+    return init_opaque(matmulDesc, size, desc_defaults(computeType, scaleType));
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc,
                                                      cublasComputeType_t computeType, cudaDataType_t scaleType) {
-    if (!matmulDesc) return CUBLAS_STATUS_INVALID_VALUE;
-    cublasLtMatmulDescOpaque_t *d = new (std::nothrow) cublasLtMatmulDescOpaque_t();
-    if (!d) return CUBLAS_STATUS_ALLOC_FAILED;
-    store(d, desc_defaults(computeType, scaleType));
-    *matmulDesc = d;
-    return CUBLAS_STATUS_SUCCESS;
+    return create_opaque(matmulDesc, desc_defaults(computeType, scaleType));
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
-    if (matmulDesc) {
-        std::memset(matmulDesc, 0, sizeof *matmulDesc);
-        delete matmulDesc;
-    }
-    return CUBLAS_STATUS_SUCCESS;
+    return destroy_opaque(matmulDesc);
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc,
@@ -958,27 +953,15 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t 
 /* ---- cuBLASLt: heuristic preferences ----------------------------------------------------- */
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceInit_internal(cublasLtMatmulPreference_t pref, size_t size) {
-    if (!pref) return CUBLAS_STATUS_INVALID_VALUE;
-    if (size < sizeof(PrefData)) return CUBLAS_STATUS_ALLOC_FAILED;
-    store(pref, pref_defaults());
-    return CUBLAS_STATUS_SUCCESS;
+    return init_opaque(pref, size, pref_defaults());
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
-    if (!pref) return CUBLAS_STATUS_INVALID_VALUE;
-    cublasLtMatmulPreferenceOpaque_t *p = new (std::nothrow) cublasLtMatmulPreferenceOpaque_t();
-    if (!p) return CUBLAS_STATUS_ALLOC_FAILED;
-    store(p, pref_defaults());
-    *pref = p;
-    return CUBLAS_STATUS_SUCCESS;
+    return create_opaque(pref, pref_defaults());
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-    if (pref) {
-        std::memset(pref, 0, sizeof *pref);
-        delete pref;
-    }
-    return CUBLAS_STATUS_SUCCESS;
+    return destroy_opaque(pref);
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,

@@ -22,11 +22,6 @@
  * `stream` before it (stream 0 is the legacy default stream). */
 void zt_emu_enqueue(cudaStream_t stream, std::function<void()> op);
 
-/* Records a launch-time error (bad configuration and the like) the way the
- * CUDA runtime does: returned by the next cudaGetLastError on this host
- * thread. */
-void zt_emu_set_launch_error(cudaError_t e);
-
 /* An error found while a kernel ran (a divergent barrier, a shuffle with
  * missing lanes): sticky, reported by every later synchronizing call, as a
  * device fault is on a GPU. `what` is printed to stderr once. */
@@ -34,9 +29,6 @@ void zt_emu_device_fault(const char *what);
 
 /* Whether [p, p + bytes) lies inside one device allocation. */
 bool zt_emu_is_device_range(const void *p, size_t bytes);
-
-/* Dynamic shared memory limit set by cudaFuncSetAttribute for a kernel. */
-size_t zt_emu_max_dynamic_smem(const void *func);
 
 /* Runs every block of a kernel; `body` runs one thread of the block
  * described by the emulator's current-thread state. Called on a stream

@@ -250,8 +250,6 @@ void zt_emu_enqueue(cudaStream_t stream, std::function<void()> op) {
     s->cv.notify_one();
 }
 
-void zt_emu_set_launch_error(cudaError_t e) { set_error(e); }
-
 void zt_emu_device_fault(const char *what) {
     emulator &e = emu();
     std::lock_guard<std::mutex> lk(e.mu);
@@ -261,7 +259,8 @@ void zt_emu_device_fault(const char *what) {
     }
 }
 
-size_t zt_emu_max_dynamic_smem(const void *func) {
+/* Dynamic shared memory limit set by cudaFuncSetAttribute for a kernel. */
+static size_t max_dynamic_smem(const void *func) {
     emulator &e = emu();
     std::lock_guard<std::mutex> lk(e.mu);
     auto it = e.max_dynamic_smem.find(func);
@@ -277,7 +276,7 @@ bool zt_emu_check_launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_
         rc = cudaErrorInvalidConfiguration;
     else if (block.x > 1024 || block.y > 1024 || block.z > 64 || (size_t)block.x * block.y * block.z > 1024)
         rc = cudaErrorInvalidConfiguration;
-    else if (dynamic_smem > zt_emu_max_dynamic_smem(func))
+    else if (dynamic_smem > max_dynamic_smem(func))
         rc = cudaErrorInvalidValue;
     if (rc != cudaSuccess) {
         set_error(rc);
