@@ -122,6 +122,13 @@ struct block_runner {
     unsigned char *dynamic_shared = nullptr;
     size_t dynamic_shared_bytes = 0;
     bool reverse_threads = false;
+    /* Which block of this worker thread is running (never 0, the initial
+     * value of a declaration's marker), and the static shared memory its
+     * threads have declared so far. */
+    uint64_t block_serial = 0;
+    size_t static_shared_bytes = 0;
+    bool static_shared_fault = false;
+    const char *kernel_name = "";
     uint3 block_idx;
     dim3 grid_dim, block_dim;
     const std::function<void()> *body = nullptr;
@@ -289,8 +296,11 @@ bool run_block(block_runner &r, const char *name) {
         start_context(r, t, (char *)r.stacks[(size_t)i].base + guard_page);
     }
     /* Shared memory starts as garbage on a GPU: NaN bytes here, so a read
-     * before the first write shows up in the results. */
+     * before the first write shows up in the results (static arrays are
+     * filled at their first use: zt_emu_static_shared_first_touch). */
     memset(r.dynamic_shared, 0xff, r.dynamic_shared_bytes);
+    r.block_serial++;
+    r.static_shared_bytes = 0;
     int warps = (n + 31) / 32;
     bool reverse = r.reverse_threads;
     for (;;) {
@@ -305,7 +315,7 @@ bool run_block(block_runner &r, const char *name) {
             at_sync += t.state == AT_SYNCTHREADS;
             at_shuffle += t.state == AT_SHUFFLE;
         }
-        if (finished == n) return true;
+        if (finished == n) return !r.static_shared_fault;
         bool progressed = false;
         std::string why;
         for (int w = 0; w < warps; w++) {
@@ -337,6 +347,28 @@ const uint3 &zt_emu_block_idx(void) { return tl_runner->block_idx; }
 const dim3 &zt_emu_block_dim(void) { return tl_runner->block_dim; }
 const dim3 &zt_emu_grid_dim(void) { return tl_runner->grid_dim; }
 void *zt_emu_dynamic_shared(void) { return tl_runner->dynamic_shared; }
+
+bool zt_emu_static_shared_first_touch(uint64_t *seen, size_t bytes) {
+    block_runner &r = *tl_runner;
+    if (*seen == r.block_serial) return false;
+    *seen = r.block_serial;
+    r.static_shared_bytes += bytes;
+    /* An H200 (sm_90) allows 48 KiB of static shared memory per block, and
+     * 227 KiB of static and dynamic together. On a GPU the launch fails;
+     * here the first block to exceed it faults (the kernel's remaining
+     * blocks do not run). */
+    const size_t static_limit = 48 * 1024, total_limit = 227 * 1024;
+    if (!r.static_shared_fault &&
+        (r.static_shared_bytes > static_limit || r.static_shared_bytes + r.dynamic_shared_bytes > total_limit)) {
+        char buf[200];
+        snprintf(buf, sizeof buf,
+                 "shared memory over the limit: %zu bytes static (48 KiB at most) + %zu dynamic (227 KiB in all)",
+                 r.static_shared_bytes, r.dynamic_shared_bytes);
+        zt_emu_device_fault((std::string(buf) + " in " + describe_block(r, r.kernel_name)).c_str());
+        r.static_shared_fault = true;
+    }
+    return true;
+}
 
 void zt_emu_syncthreads(void) {
     current_thread().state = AT_SYNCTHREADS;
@@ -371,6 +403,8 @@ void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, const std::func
     runner.grid_dim = grid;
     runner.block_dim = block;
     runner.body = &body;
+    runner.kernel_name = name;
+    runner.static_shared_fault = false;
     runner.dynamic_shared = map_with_guard_after(runner.dynamic_shared_map, dynamic_smem);
     runner.dynamic_shared_bytes = dynamic_smem;
     if (!runner.dynamic_shared) {

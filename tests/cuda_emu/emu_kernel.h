@@ -3,9 +3,10 @@
  * __syncthreads, warp shuffles, the intrinsics the kernels use) on top of the
  * emulated device. The kernel files themselves are translated only in two
  * mechanical ways (tests/cuda_emu/translate.cmake): `k<<<g, b, s, st>>>(...)`
- * becomes `zt_emu_launch(k, g, b, s, st)(...)`, and
+ * becomes `zt_emu_launch(k, g, b, s, st)(...)`,
  * `extern __shared__ T name[];` becomes a pointer to the block's dynamic
- * shared memory. */
+ * shared memory, and each static `__shared__` declaration is followed by
+ * ZT_EMU_SHARED_FRESH (below). */
 #ifndef ZT_CUDA_EMU_KERNEL_H
 #define ZT_CUDA_EMU_KERNEL_H
 
@@ -39,6 +40,24 @@ void zt_emu_syncthreads(void);
  * two streams running the same kernel at once get separate copies. */
 #undef __shared__
 #define __shared__ static thread_local
+
+/* Static shared memory holds garbage when a block starts on a GPU. The
+ * translation puts ZT_EMU_SHARED_FRESH(name) after each static __shared__
+ * declaration; the first thread of a block to get there fills the array with
+ * NaN bytes (no thread can touch it before its declaration), so a read
+ * before the first write, or a value left by the previous block, shows up
+ * in the results. It also counts the bytes against the per-block limits.
+ * zt_emu_static_shared_first_touch returns whether this block has not yet
+ * touched the declaration whose marker is *seen. */
+bool zt_emu_static_shared_first_touch(uint64_t *seen, size_t bytes);
+template <typename T> static inline void zt_emu_shared_fresh(T &object, uint64_t *seen) {
+    if (zt_emu_static_shared_first_touch(seen, sizeof object)) memset((void *)&object, 0xff, sizeof object);
+}
+#define ZT_EMU_SHARED_FRESH(name)                                                                                    \
+    do {                                                                                                             \
+        static thread_local uint64_t zt_emu_seen_;                                                                   \
+        zt_emu_shared_fresh(name, &zt_emu_seen_);                                                                    \
+    } while (0)
 
 /* Occupancy hints mean nothing here; the launch checks enforce the limits */
 #undef __launch_bounds__

@@ -7,6 +7,8 @@
  *   - a missing __syncthreads shows (threads run in both orders);
  *   - dynamic shared memory, and the 48 KiB limit without
  *     cudaFuncSetAttribute;
+ *   - static shared memory starts as NaN bytes in every block, not with
+ *     what the previous block left (one and two arrays per declaration);
  *   - launch configuration errors through cudaGetLastError;
  *   - streams run concurrently and are ordered only by events: a consumer
  *     that waits on the producer's event sees its data; one that does not
@@ -14,7 +16,8 @@
  *   - a full-mask shuffle after some lanes returned is a device fault,
  *     reported by the next synchronizing call (last: the fault is sticky);
  *   - in child processes (a fault is sticky for the process): a kernel given
- *     a pageable host pointer faults; two ranks whose NCCL operations do not
+ *     a pageable host pointer faults; a block with more than 48 KiB of
+ *     static shared memory faults; two ranks whose NCCL operations do not
  *     match (an all-gather against a broadcast, and sizes that differ)
  *     fault instead of exchanging garbage.
  * Built only in emulator builds (ZT_CUDA=EMU). */
@@ -105,6 +108,27 @@ __global__ static void shuffle_after_exit_kernel(int *out, int n) {
     out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
 }
 
+/* Only block 0 writes the shared arrays; every block copies them out. On a
+ * GPU the other blocks read garbage, here NaN bytes (all ones), whichever
+ * order the blocks run in. out: [gridDim.x, 3, 32] ints. */
+__global__ static void fresh_shared_kernel(int *out) {
+    __shared__ int single[32];
+    __shared__ int first[32], second[32];
+    int t = threadIdx.x;
+    if (blockIdx.x == 0) single[t] = 100 + t, first[t] = 200 + t, second[t] = 300 + t;
+    __syncthreads();
+    int *o = out + blockIdx.x * 96;
+    o[t] = single[t], o[32 + t] = first[t], o[64 + t] = second[t];
+}
+
+/* 56 KiB of static shared memory: over the 48 KiB a block may declare. */
+__global__ static void big_static_shared_kernel(int *out) {
+    __shared__ char low[40 * 1024], high[16 * 1024];
+    low[threadIdx.x] = (char)threadIdx.x, high[threadIdx.x] = (char)threadIdx.x;
+    __syncthreads();
+    out[threadIdx.x] = low[threadIdx.x] + high[threadIdx.x];
+}
+
 /* ---- scenarios run in child processes -------------------------------------- */
 
 static int fault_reported(void) { return cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1; }
@@ -112,6 +136,13 @@ static int fault_reported(void) { return cudaDeviceSynchronize() == cudaErrorLau
 static int child_host_pointer(void) {
     static int host_int[64];
     iota_kernel<<<1, 32>>>(host_int, 32);
+    return fault_reported();
+}
+
+static int child_static_shared_limit(void) {
+    int *d = NULL;
+    if (cudaMalloc((void **)&d, 32 * sizeof(int)) != cudaSuccess) return 2;
+    big_static_shared_kernel<<<1, 32>>>(d);
     return fault_reported();
 }
 
@@ -169,14 +200,17 @@ int main(int argc, char **argv) {
     /* A child runs its scenario and nothing else (never the whole test again). */
     if (argc > 1) {
         if (strcmp(argv[1], "host-pointer") == 0) return child_host_pointer();
+        if (strcmp(argv[1], "static-shared-limit") == 0) return child_static_shared_limit();
         if (argc == 5 && strcmp(argv[1], "nccl-mismatch") == 0)
             return child_nccl_mismatch(atoi(argv[2]), argv[3], atoi(argv[4]));
-        fprintf(stderr, "usage: %s [host-pointer | nccl-mismatch RANK ID KIND]\n", argv[0]);
+        fprintf(stderr, "usage: %s [host-pointer | static-shared-limit | nccl-mismatch RANK ID KIND]\n", argv[0]);
         return 2;
     }
 
     char *host_pointer_args[] = {(char *)"test_cuda_emulator", (char *)"host-pointer", NULL};
     CHECK(run_child(host_pointer_args) == 0, "a kernel writing pageable host memory is not reported as a device fault");
+    char *static_shared_args[] = {(char *)"test_cuda_emulator", (char *)"static-shared-limit", NULL};
+    CHECK(run_child(static_shared_args) == 0, "56 KiB of static shared memory is not reported as a device fault");
     check_nccl_mismatch("0");
     check_nccl_mismatch("1");
 
@@ -214,6 +248,21 @@ int main(int argc, char **argv) {
     long long hs[3];
     CHECK(cudaMemcpy(hs, sums, sizeof hs, cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
     for (int b = 0; b < 3; b++) CHECK(hs[b] == 1023LL * 1024 / 2 + b, "block %d sum %lld", b, hs[b]);
+
+    /* static shared memory is fresh garbage in every block: block 1 never
+     * sees block 0's values, in either block order (launches alternate it) */
+    for (int launch = 0; launch < 2; launch++) {
+        fresh_shared_kernel<<<2, 32>>>(d);
+        CHECK(cudaMemcpy(h, d, 192 * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+        for (int t = 0; t < 32; t++) {
+            for (int a = 0; a < 3; a++) {
+                CHECK(h[a * 32 + t] == 100 * (a + 1) + t, "launch %d block 0 array %d [%d] = %d", launch, a, t,
+                      h[a * 32 + t]);
+                CHECK(h[96 + a * 32 + t] == -1, "launch %d: block 1 read %d from static shared array %d [%d], not "
+                      "fresh NaN bytes", launch, h[96 + a * 32 + t], a, t);
+            }
+        }
+    }
 
     /* a missing __syncthreads gives wrong values in one direction or the
      * other: even blocks run threads first to last, odd ones last to first */

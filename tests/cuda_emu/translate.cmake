@@ -6,6 +6,13 @@
 #   kernel<<<grid, block, smem, stream>>>(args)
 #       -> zt_emu_launch(kernel, grid, block, smem, stream)(args)
 #   extern __shared__ T name[];  ->  T *name = (T *)zt_emu_dynamic_shared();
+#   __shared__ T a[N], b[M];      ->  the same, then ZT_EMU_SHARED_FRESH(a);
+#                                     ZT_EMU_SHARED_FRESH(b); on that line
+# (static shared memory is garbage at the start of every block on a GPU;
+# the macro fills it with NaN bytes at its first use in each block and counts
+# it against the shared memory limits). A static declaration this cannot
+# rewrite (more than two names, or spread over lines) stops the configure
+# step, so none goes unpoisoned.
 # Everything else CUDA C++ needs comes from emu_kernel.h, force-included.
 # Reconfiguring happens by itself when a .cu changes (CMAKE_CONFIGURE_DEPENDS).
 function(zt_cuda_sources out)
@@ -19,6 +26,21 @@ function(zt_cuda_sources out)
     string(REPLACE ">>>" ")" text "${text}")
     string(REGEX REPLACE "extern[ \t]+__shared__[ \t]+([A-Za-z_0-9]+)[ \t]+([A-Za-z_0-9]+)\\[\\];"
            "\\1 *\\2 = (\\1 *)zt_emu_dynamic_shared();" text "${text}")
+    # Static declarations start a line (so comments that mention them do
+    # not match); a leading newline lets the first line match too.
+    set(text "\n${text}")
+    set(id "[A-Za-z_][A-Za-z_0-9]*")
+    set(dims "(\\[[^];\n]*\\])*")
+    set(decl "(\n[ \t]*__shared__[ \t]+[A-Za-z_0-9: \t]*[ \t]")
+    string(REGEX REPLACE "${decl}(${id})${dims}[ \t]*,[ \t]*(${id})${dims}[ \t]*;)"
+           "\\1 ZT_EMU_SHARED_FRESH(\\2); ZT_EMU_SHARED_FRESH(\\4);" text "${text}")
+    string(REGEX REPLACE "${decl}(${id})${dims}[ \t]*;)" "\\1 ZT_EMU_SHARED_FRESH(\\2);" text "${text}")
+    string(REGEX REPLACE "\n[^\n]*ZT_EMU_SHARED_FRESH[^\n]*" "" rest "${text}")
+    if(rest MATCHES "\n[ \t]*__shared__[^\n]*")
+      message(FATAL_ERROR "CUDA emulator: cannot rewrite this static __shared__ declaration in ${abs}:"
+                          "${CMAKE_MATCH_0}\nDeclare one or two arrays per line.")
+    endif()
+    string(SUBSTRING "${text}" 1 -1 text)
     set(gen ${CMAKE_CURRENT_BINARY_DIR}/emu/${name}.cpp)
     file(CONFIGURE OUTPUT ${gen} CONTENT "#line 1 \"${abs}\"\n${text}" @ONLY)
     set_source_files_properties(${gen} PROPERTIES
