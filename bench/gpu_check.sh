@@ -11,9 +11,14 @@
 #   4. a GPT-2-small-sized run (12 layers, d_model 768, 12 heads, seq 1024) at
 #      world size 1: tokens/s, MFU against the measured bf16 GEMM peak, and
 #      per-rank peak memory.
-# Budget: under 8 minutes. Runtime libraries missing on the machine (Open MPI,
-# OpenBLAS, jansson, xxhash) are installed from .gpu-debs/ when present
-# (launch/fetch_gpu_debs.sh makes it).
+# Budget: under 8 minutes.
+#
+# On a machine without zerotrain's dependencies (Open MPI, OpenBLAS,
+# jansson, xxhash and their headers), such as the lent H200 machine, carry
+# .gpu-kit.tar.gz (launch/make_gpu_kit.sh makes it: the programs prebuilt for
+# sm_90 and the libraries they need); the script unpacks it, sources its
+# env.sh and uses its programs instead of building. Without a kit it builds
+# here, which needs those dependencies installed.
 #
 # ZT_GPU_CHECK_EMU=1 bench/gpu_check.sh OUT_DIR is a dry run on the CPU
 # emulator (tests/cuda_emu; no GPU needed, about 4 minutes on 2 cores) at
@@ -47,13 +52,24 @@ if [ "$emu" != 1 ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   nvcc --version | tail -1
 fi
-if ! command -v mpirun >/dev/null && [ -d .gpu-debs ]; then
-  stamp "installing runtime packages from .gpu-debs"
-  dpkg -i --force-depends .gpu-debs/*.deb > "$out/dpkg.log" 2>&1 || echo "dpkg reported problems (see dpkg.log)"
+kit=0
+if [ "$emu" != 1 ] && [ -f .gpu-kit.tar.gz ] && [ ! -d .gpu-kit ]; then
+  tar -xzf .gpu-kit.tar.gz || echo "could not unpack .gpu-kit.tar.gz"
+fi
+if [ "$emu" != 1 ] && [ -f .gpu-kit/env.sh ]; then
+  stamp "prebuilt programs and libraries from .gpu-kit"
+  head -1 .gpu-kit/MANIFEST
+  kit_commit=$(sed -n 's/.* from \([0-9a-f]*\) .*/\1/p' .gpu-kit/MANIFEST | head -1)
+  head_commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+  [ "$kit_commit" = "$head_commit" ] || echo "note: the kit was built from $kit_commit, the tree here is at $head_commit"
+  # shellcheck disable=SC1091
+  if source .gpu-kit/env.sh; then kit=1; else echo "the kit cannot run here; building instead"; fi
 fi
 nccl_root=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
 
-if [ "$emu" = 1 ]; then
+if [ "$kit" = 1 ]; then
+  bdir=.gpu-kit/build
+elif [ "$emu" = 1 ]; then
   stamp "build (CUDA emulator)"
   bdir=build-gpu-emu
   cmake -S . -B $bdir -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=EMU > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
@@ -63,7 +79,9 @@ else
   cmake -S . -B $bdir -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         ${nccl_root:+-DNCCL_ROOT=$nccl_root} > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
 fi
-cmake --build $bdir -j "$(nproc)" > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+if [ "$kit" != 1 ]; then
+  cmake --build $bdir -j "$(nproc)" > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+fi
 zt=$bdir/examples/zt-train
 run=launch/zt-run
 

@@ -31,7 +31,7 @@ typedef struct {
 typedef struct {
     zt_comm host; /* MPI, for bootstrap and host scalars */
     ncclComm_t nccl;
-    cudaStream_t ag_stream; /* all-gathers (and broadcasts) */
+    cudaStream_t ag_stream; /* all-gathers */
     cudaStream_t rs_stream; /* reduce-scatters and their ordered sums */
     int device;
     nccl_req untimed[NCCL_MAX_UNTIMED];
@@ -211,11 +211,11 @@ static zt_status nccl_all_gather_u64(zt_comm *c, unsigned long long v, unsigned 
     zt_comm *host = &impl_of(c)->host;
     return host->ops->all_gather_u64(host, v, recv, err);
 }
+/* Host buffers, as on every communicator (zt_comm.h): bootstrap data and
+ * scalars, never device tensors. */
 static zt_status nccl_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err) {
-    nccl_impl *m = impl_of(c);
-    NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclUint8, root, m->nccl, m->ag_stream));
-    CUDA_TRY(cudaStreamSynchronize(m->ag_stream));
-    return ZT_OK;
+    zt_comm *host = &impl_of(c)->host;
+    return host->ops->broadcast(host, buf, bytes, root, err);
 }
 static zt_status nccl_barrier(zt_comm *c, zt_error *err) {
     zt_comm *host = &impl_of(c)->host;

@@ -133,6 +133,8 @@ zt_status zt_comm_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long
  * rank x bytes_per_rank), whatever the communicator's device: digests and
  * other host-side bookkeeping. */
 zt_status zt_comm_all_gather_host(zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err);
+/* root's HOST buffer buf[bytes] to every rank, whatever the communicator's
+ * device (configuration, ids; never tensors). */
 zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err);
 zt_status zt_comm_barrier(zt_comm *c, zt_error *err);
 

@@ -175,7 +175,7 @@ static zt_status queue_losses(zt_gpt *g, zt_ctx *ctx, zt_stream *s, const float 
         g->loss_micro_n = n;
         g->loss_micros_cap = cap;
     }
-    float *dst;
+    float *dst = NULL; /* set by staging_take (GCC -O3 cannot tell) */
     size_t used = g->losses_host.used;
     ZT_TRY(staging_take(&g->losses_host, ctx, s, N * sizeof(float), (void **)&dst));
     zt_status st = ctx->be->memcpy_async(ctx->be, dst, losses, N * sizeof(float), ZT_COPY_D2H, s, &ctx->err);
@@ -253,7 +253,7 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
     ZT_TRY(alloc_f32(ctx, &g->targets, N, ZT_CAT_OTHER, "target tokens"));
     /* Through pinned staging: from the caller's pageable arrays a copy would
      * first wait for everything queued on the stream. */
-    int32_t *ids;
+    int32_t *ids = NULL; /* set by staging_take */
     ZT_TRY(staging_take(&g->ids_host, ctx, s, 2 * N * sizeof(int32_t), (void **)&ids));
     memcpy(ids, tokens, N * sizeof(int32_t));
     memcpy(ids + N, targets, N * sizeof(int32_t));
