@@ -39,10 +39,12 @@ echo "| check | status | detail |" > "$out/results.md"
 echo "|---|---|---|" >> "$out/results.md"
 # Sizes: the GPU's, or the dry run's.
 steps_curve=200 steps_stages=20 kernel_shape="" gemm_args="8192 50"
-gpt2=(--layers 12 --micro-batch 8 --steps 12 --warmup 2) gpt2_layers=12
+# GPT-2 small: 12 layers, vocabulary 50257 with the LM head tied to the
+# token embedding, 124.4M parameters (zt-plan prints 1.244e+08).
+gpt2=(--layers 12 --vocab 50257 --micro-batch 8 --steps 12 --warmup 2) gpt2_layers=12
 if [ "$emu" = 1 ]; then
   steps_curve=30 steps_stages=5 kernel_shape="2 128 64 4 64 2" gemm_args="256 2"
-  gpt2=(--layers 1 --micro-batch 1 --steps 3 --warmup 1) gpt2_layers=1
+  gpt2=(--layers 1 --vocab 2048 --micro-batch 1 --steps 3 --warmup 1) gpt2_layers=1
   export ZT_EMU_DEVICES=1 # one GPU, as on the H200 machine: np=2 shares it through host staging
   result "EMULATOR DRY RUN (ZT_GPU_CHECK_EMU=1): checks the script, not a GPU" INFO "smaller sizes; timings mean nothing"
 fi
@@ -154,7 +156,7 @@ fi
 
 stamp "4. GPT-2-small timing"
 peak=$($bdir/bench/bench_gemm $gemm_args | awk '/bf16_gemm_tflops/ {print $2}')
-timeout 240 $zt --device cuda --dtype bf16 --d-model 768 --heads 12 --seq-len 1024 --vocab 256 \
+timeout 240 $zt --device cuda --dtype bf16 --d-model 768 --heads 12 --seq-len 1024 --tied 1 \
   "${gpt2[@]}" --quiet --trace 0 --log-dir "$out/gpt2s"
 python3 - "$out" "${peak:-0}" "$gpt2_layers" <<'PY' >> "$out/results.md"
 import json, sys
@@ -164,7 +166,11 @@ try:
 except Exception as e:
     print(f"| GPT-2-small timing | FAIL | {e} |"); sys.exit(1)
 P, tps, C, T = s["params"], s["tokens_per_s"], 768, 1024
-flops = (6 * P + 12 * L * C * T) * tps  # model FLOPs per second incl. attention
+# Model FLOPs per token: 6 per parameter that takes part in a GEMM (all but
+# the position embedding, a lookup; the tied token embedding counts once,
+# for the LM head) plus 12 L C T for attention's two T x T products, forward
+# and backward (the PaLM convention, full rather than causal).
+flops = (6 * (P - T * C) + 12 * L * C * T) * tps
 mfu = flops / (peak * 1e12) if peak > 0 else float("nan")
 r = s["ranks"][0]
 try:  # the driver's view (cudaMemGetInfo) after the last step
@@ -172,7 +178,7 @@ try:  # the driver's view (cudaMemGetInfo) after the last step
     driver = f", driver used {last['memory']['driver']['used_bytes']/2**30:.2f} GiB"
 except Exception:
     driver = ""
-print(f"| GPT-2-small ({L}x768, seq 1024, bf16, np=1) | INFO | {tps:.0f} tokens/s, MFU {mfu:.1%} of {peak:.0f} TFLOP/s bf16 GEMM peak, "
+print(f"| GPT-2-small ({L}x768, seq 1024, {P/1e6:.1f}M params, bf16, np=1) | INFO | {tps:.0f} tokens/s, MFU {mfu:.1%} of {peak:.0f} TFLOP/s bf16 GEMM peak, "
       f"peak memory {r['peak_bytes']/2**30:.2f} GiB (activations {r['peak_by_category']['activations']/2**30:.2f} GiB){driver} |")
 PY
 
