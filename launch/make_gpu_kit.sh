@@ -5,7 +5,12 @@
 # no package access), such as the lent H200 machine. Run it here, on the
 # Debian machine that builds zerotrain; carry the archive there.
 #
-#   launch/make_gpu_kit.sh [CUDA_ARCH]     (default 90: H100/H200)
+#   launch/make_gpu_kit.sh [--arch CUDA_ARCH] [--build DIR] [--out DIR]
+#     --arch   the GPU's compute capability (default 90: H100/H200)
+#     --build  pack the programs of this existing CUDA build (ZT_CUDA=ON)
+#              instead of building them in build-gpu-kit/
+#     --out    where .gpu-kit/ and .gpu-kit.tar.gz go (default: the
+#              repository root, where gpu_check.sh looks for them)
 #
 # What goes in (.gpu-kit/, then packed):
 #   build/   zt-train, test_cuda_ops, bench_kernels and bench_gemm, built
@@ -24,23 +29,41 @@
 #            /usr/local/cuda*), and fails naming any library still missing.
 # The archive is about 20 MiB; the carry limit of the device tool is 64 MiB.
 set -euo pipefail
+usage() { sed -n '8,13p' "$0" >&2; exit 2; }
+arch=90 bdir="" outdir=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --arch) arch=${2:?}; shift 2 ;;
+    --build) bdir=$(cd "${2:?}" && pwd); shift 2 ;;
+    --out) mkdir -p "${2:?}"; outdir=$(cd "$2" && pwd); shift 2 ;;
+    *) echo "make_gpu_kit: unknown argument '$1'" >&2; usage ;;
+  esac
+done
 cd "$(dirname "$0")/.."
-arch=${1:-90}
-[[ "$arch" =~ ^[0-9]+[a-z]?$ ]] || { echo "make_gpu_kit: CUDA_ARCH must look like 90 or 90a (got '$arch')" >&2; exit 2; }
-command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "make_gpu_kit: nvcc not found" >&2; exit 1; }
+outdir=${outdir:-$PWD}
+[[ "$arch" =~ ^[0-9]+[a-z]?$ ]] || { echo "make_gpu_kit: --arch must look like 90 or 90a (got '$arch')" >&2; exit 2; }
 command -v mpirun >/dev/null || { echo "make_gpu_kit: Open MPI not installed here (launch/deps.sh)" >&2; exit 1; }
 
-bdir=build-gpu-kit
-echo "make_gpu_kit: building for sm_$arch in $bdir"
-cmake -S . -B $bdir -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" > /dev/null
-cmake --build $bdir -j "$(nproc)" --target zt-train test_cuda_ops bench_kernels bench_gemm > /dev/null
+if [ -z "$bdir" ]; then
+  command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "make_gpu_kit: nvcc not found" >&2; exit 1; }
+  bdir=$PWD/build-gpu-kit
+  echo "make_gpu_kit: building for sm_$arch in $bdir"
+  cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" > /dev/null
+  cmake --build "$bdir" -j "$(nproc)" --target zt-train test_cuda_ops bench_kernels bench_gemm > /dev/null
+else
+  arch=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$bdir/CMakeCache.txt")
+  [ -n "$arch" ] || { echo "make_gpu_kit: $bdir is not a CUDA build (configure it with -DZT_CUDA=ON)" >&2; exit 1; }
+fi
+for p in examples/zt-train tests/test_cuda_ops bench/bench_kernels bench/bench_gemm; do
+  [ -x "$bdir/$p" ] || { echo "make_gpu_kit: $bdir/$p is missing (build it first)" >&2; exit 1; }
+done
 
-kit=.gpu-kit
-rm -rf $kit .gpu-kit.tar.gz
-mkdir -p $kit/build/examples $kit/build/tests $kit/build/bench $kit/lib $kit/root
-cp $bdir/examples/zt-train $kit/build/examples/
-cp $bdir/tests/test_cuda_ops $kit/build/tests/
-cp $bdir/bench/bench_kernels $bdir/bench/bench_gemm $kit/build/bench/
+kit=$outdir/.gpu-kit
+rm -rf "$kit" "$outdir/.gpu-kit.tar.gz"
+mkdir -p "$kit/build/examples" "$kit/build/tests" "$kit/build/bench" "$kit/lib" "$kit/root"
+cp "$bdir/examples/zt-train" "$kit/build/examples/"
+cp "$bdir/tests/test_cuda_ops" "$kit/build/tests/"
+cp "$bdir/bench/bench_kernels" "$bdir/bench/bench_gemm" "$kit/build/bench/"
 
 # Open MPI: mpirun is a chain of links to orterun; orted too.
 ompi_lib=$(dirname "$(readlink -f "$(ldconfig -p | awk '/libmpi\.so\.40 / {print $NF; exit}')")")
@@ -54,16 +77,16 @@ for d in "$ompi_tree" "$ompi_pkglib" "$ompi_pkgdata" "$ompi_sysconf" "$pmix_pref
   mkdir -p "$kit/root$d"
   cp -a "$d/." "$kit/root$d/"
 done
-mkdir -p $kit/root/usr/bin
-cp "$(readlink -f "$(command -v mpirun)")" $kit/root/usr/bin/mpirun
-cp "$(readlink -f "$(command -v orted)")" $kit/root/usr/bin/orted
+mkdir -p "$kit/root/usr/bin"
+cp "$(readlink -f "$(command -v mpirun)")" "$kit/root/usr/bin/mpirun"
+cp "$(readlink -f "$(command -v orted)")" "$kit/root/usr/bin/orted"
 # Development leftovers and other MPI APIs' plugins are not needed.
 rm -rf "$kit/root$ompi_tree/pkgconfig" "$kit/root$pmix_prefix/include"
-find $kit/root \( -name '*.a' -o -name '*.la' -o -name '*java*' \) -delete
+find "$kit/root" \( -name '*.a' -o -name '*.la' -o -name '*java*' \) -delete
 
 # Shared libraries: the closure ldd reports for the programs and plugins.
 skip='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libutil|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so'
-mapfile -t objects < <(find $kit/build $kit/root -type f \( -perm -u+x -o -name '*.so*' \))
+mapfile -t objects < <(find "$kit/build" "$kit/root" -type f \( -perm -u+x -o -name '*.so*' \))
 for o in "${objects[@]}"; do
   ldd "$o" 2>/dev/null | awk '/=> \// {print $1, $3}'
 done | sort -u | while read -r soname path; do
@@ -71,8 +94,8 @@ done | sort -u | while read -r soname path; do
   [ -e "$kit/lib/$soname" ] || cp -L "$path" "$kit/lib/$soname"
 done
 
-cat > $kit/env.sh <<EOF
-# Source this (bash) on the GPU machine: makes the kit's Open MPI and
+cat > "$kit/env.sh" <<EOF
+# Source this (bash) on the GPU machine (safe under set -euo pipefail): makes the kit's Open MPI and
 # libraries visible and finds the machine's CUDA libraries. Generated by
 # launch/make_gpu_kit.sh on $(date -u +%F) (.gpu-kit/MANIFEST says from what).
 zt_kit=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)
@@ -85,11 +108,13 @@ zt_kit_libs=\$zt_kit/lib
 for soname in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
   ldconfig -p 2>/dev/null | grep -q "\$soname " && continue
   found=\$(find \$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) \\
-            /usr/local/cuda* /usr/local/lib /opt -name "\$soname" 2>/dev/null | head -1)
+            /usr/local/cuda* /usr/local/lib /opt -name "\$soname" 2>/dev/null | head -1 || true)
   [ -n "\$found" ] && zt_kit_libs=\$zt_kit_libs:\$(dirname "\$found")
 done
 export LD_LIBRARY_PATH=\$zt_kit_libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
-zt_kit_missing=\$(ldd "\$zt_kit/build/examples/zt-train" "\$zt_kit/root/usr/bin/mpirun" | awk '/not found/ {print \$1}' | sort -u | tr '\n' ' ')
+# "not found", or a file the loader rejects (wrong class, truncated).
+zt_kit_missing=\$(ldd "\$zt_kit/build/examples/zt-train" "\$zt_kit/root/usr/bin/mpirun" 2>&1 |
+  awk '/not found/ {print \$1} /error while loading/ {sub(/.*libraries: /, ""); print}' | sort -u | tr '\n' ' ' || true)
 if [ -n "\$zt_kit_missing" ]; then
   echo "gpu kit: libraries not found on this machine: \$zt_kit_missing" >&2
   return 1 2>/dev/null || exit 1
@@ -97,7 +122,7 @@ fi
 EOF
 commit=$(git rev-parse HEAD)
 git diff --quiet HEAD -- || commit="$commit (with uncommitted changes)"
-echo "built $(date -u +%FT%TZ) from $commit for sm_$arch on $(. /etc/os-release; echo "$PRETTY_NAME")" > $kit/MANIFEST
-(cd $kit && find . -type f | sort) >> $kit/MANIFEST
-tar -czf .gpu-kit.tar.gz $kit
-echo "make_gpu_kit: $(du -sh $kit | cut -f1) in $kit, $(du -sh .gpu-kit.tar.gz | cut -f1) packed in .gpu-kit.tar.gz"
+echo "built $(date -u +%FT%TZ) from $commit for sm_$arch on $(. /etc/os-release; echo "$PRETTY_NAME")" > "$kit/MANIFEST"
+(cd "$kit" && find . -type f | sort) >> "$kit/MANIFEST"
+tar -C "$outdir" -czf "$outdir/.gpu-kit.tar.gz" .gpu-kit
+echo "make_gpu_kit: $(du -sh "$kit" | cut -f1) in $kit, $(du -sh "$outdir/.gpu-kit.tar.gz" | cut -f1) packed in $outdir/.gpu-kit.tar.gz"

@@ -18,3 +18,12 @@ if(ZT_CUDA_EMU)
   add_test(NAME test_cuda_emulator COMMAND test_cuda_emulator)
   set_tests_properties(test_cuda_emulator PROPERTIES LABELS "unit;cuda" TIMEOUT 120)
 endif()
+
+# The GPU kit (launch/make_gpu_kit.sh) from this build runs with the system's
+# Open MPI and libraries hidden (tests/kit/test_gpu_kit.sh; skipped unless
+# root with unshare). Real CUDA builds only: the kit packs their programs.
+if(NOT ZT_CUDA_EMU)
+  add_test(NAME gpu_kit COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/kit/test_gpu_kit.sh ${CMAKE_BINARY_DIR}
+                                     ${CMAKE_CURRENT_BINARY_DIR}/gpu_kit_test)
+  set_tests_properties(gpu_kit PROPERTIES LABELS "slow" SKIP_RETURN_CODE 77 TIMEOUT 300 RUN_SERIAL TRUE)
+endif()
