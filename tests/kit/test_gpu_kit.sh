@@ -28,10 +28,12 @@ for d in "$(ompi_info --path libdir --parsable | sed -n 's/^path:libdir://p')" \
          "$(ompi_info --path sysconfdir --parsable | sed -n 's/^path:sysconfdir://p')"; do
   hide+=("dir:$d")
 done
-hide+=("dir:$(dirname "$(dirname "$(readlink -f "$(ldconfig -p | awk '/libpmix\.so\.2 / {print $NF; exit}')")")")")
+ldcache=$(ldconfig -p)
+first_path() { awk -v n="$1" '$1 == n && !p {print $NF; p = 1}' <<<"$ldcache"; }
+hide+=("dir:$(dirname "$(dirname "$(readlink -f "$(first_path libpmix.so.2)")")")")
 hide+=("file:$(readlink -f "$(command -v mpirun)")" "file:$(readlink -f "$(command -v orted)")")
 for so in "$work"/device/.gpu-kit/lib/*; do
-  path=$(ldconfig -p | awk -v n="$(basename "$so")" '$1 == n {print $NF; exit}')
+  path=$(first_path "$(basename "$so")")
   [ -n "$path" ] && hide+=("file:$(readlink -f "$path")")
 done
 # libopenblas is chosen through alternatives, outside ldconfig's cache.
