@@ -64,14 +64,17 @@ fi
 if [ "$emu" != 1 ] && [ -f .gpu-kit/env.sh ]; then
   stamp "prebuilt programs and libraries from .gpu-kit"
   result "programs from the GPU kit" INFO "$(head -1 .gpu-kit/MANIFEST)"
+  # Tried in a subshell first: a build must not inherit a failed kit's paths.
   # shellcheck disable=SC1091
-  if source .gpu-kit/env.sh 2> "$out/kit.log"; then
+  if (source .gpu-kit/env.sh) 2> "$out/kit.log"; then
+    source .gpu-kit/env.sh
     kit=1
-  elif command -v mpicc >/dev/null; then
+  elif mpicc --showme >/dev/null 2>&1; then
     cat "$out/kit.log"; echo "the kit cannot load here; building instead (Open MPI is installed)"
   else
     # No way to build either: keep the kit's programs, so the checks that
     # need no Open MPI (kernels, GEMM peak, per-kernel times) still run.
+    source .gpu-kit/env.sh 2>/dev/null || true
     kit=1
     result "GPU kit loads here" FAIL "$(tr '\n' ' ' < "$out/kit.log")"
   fi
