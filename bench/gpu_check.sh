@@ -10,7 +10,8 @@
 #   3c. per-kernel times at one GPT-2-small block's shapes (kernels_time.md);
 #   4. a GPT-2-small-sized run (12 layers, d_model 768, 12 heads, seq 1024) at
 #      world size 1: tokens/s, MFU against the measured bf16 GEMM peak, and
-#      per-rank peak memory.
+#      per-rank peak memory; 4b. the same with --attention fused (memory saved,
+#      speed paid, losses within 1%).
 # Budget: under 8 minutes.
 #
 # On a machine without zerotrain's dependencies (Open MPI, OpenBLAS,
@@ -192,6 +193,26 @@ except Exception:
     driver = ""
 print(f"| GPT-2-small ({L}x768, seq 1024, {P/1e6:.1f}M params, bf16, np=1) | INFO | {tps:.0f} tokens/s, MFU {mfu:.1%} of {peak:.0f} TFLOP/s bf16 GEMM peak, "
       f"peak memory {r['peak_bytes']/2**30:.2f} GiB (activations {r['peak_by_category']['activations']/2**30:.2f} GiB){driver} |")
+PY
+
+stamp "4b. GPT-2-small with --attention fused (probabilities recomputed)"
+timeout 240 $zt --device cuda --dtype bf16 --d-model 768 --heads 12 --seq-len 1024 --tied 1 \
+  "${gpt2[@]}" --attention fused --quiet --trace 0 --log-dir "$out/gpt2s-fused"
+python3 - "$out" <<'PY' >> "$out/results.md" || fail=1
+import json, sys
+out = sys.argv[1]
+try:
+    m = json.load(open(f"{out}/gpt2s/summary.json"))
+    f = json.load(open(f"{out}/gpt2s-fused/summary.json"))
+except Exception as e:
+    print(f"| GPT-2-small, fused attention | FAIL | {e} |"); sys.exit(1)
+gap = max(abs(a - b) / b for a, b in zip(f["losses"], m["losses"]))
+status = "PASS" if gap <= 0.01 and len(f["losses"]) == len(m["losses"]) else "FAIL"
+act = lambda s: s["ranks"][0]["peak_by_category"]["activations"] / 2**30
+print(f"| GPT-2-small, fused attention vs materialized (losses within 1%) | {status} | {f['tokens_per_s']:.0f} vs "
+      f"{m['tokens_per_s']:.0f} tokens/s, activations {act(f):.2f} vs {act(m):.2f} GiB, peak "
+      f"{f['ranks'][0]['peak_bytes']/2**30:.2f} GiB, worst loss gap {gap:.2e} |")
+sys.exit(0 if status == "PASS" else 1)
 PY
 
 stamp "done"

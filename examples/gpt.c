@@ -131,7 +131,7 @@ zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int
     l.ln1_mean = o; o += BT;
     l.ln1_rstd = o; o += BT;
     l.qkv = o; o += BT * 3 * C;
-    l.att = o; o += (size_t)B * NH * T * T;
+    l.att = o; o += (size_t)B * NH * T * (cfg->attention_fused ? 1 : (size_t)T);
     l.atty = o; o += BT * C;
     l.res2 = o; o += BT * C;
     l.ln2 = o; o += BT * C;
@@ -222,7 +222,10 @@ static void block_forward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, floa
     ops->layernorm_fwd(s, acts + lay->ln1, acts + lay->ln1_mean, acts + lay->ln1_rstd, x, W(GPT_LN1_W),
                        W(GPT_LN1_B), N, C);
     ops->matmul_fwd(s, acts + lay->qkv, acts + lay->ln1, W(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * C);
-    ops->attention_fwd(s, acts + lay->atty, acts + lay->att, acts + lay->qkv, B, T, C, NH);
+    if (g->cfg.attention_fused)
+        ops->attention_fused_fwd(s, acts + lay->atty, acts + lay->att, acts + lay->qkv, B, T, C, NH);
+    else
+        ops->attention_fwd(s, acts + lay->atty, acts + lay->att, acts + lay->qkv, B, T, C, NH);
     ops->matmul_fwd(s, acts + lay->res2, acts + lay->atty, W(GPT_ATTPROJ_W), W(GPT_ATTPROJ_B), N, C, C);
     ops->residual_fwd(s, acts + lay->res2, acts + lay->res2, x, (size_t)N * C);
     ops->layernorm_fwd(s, acts + lay->ln2, acts + lay->ln2_mean, acts + lay->ln2_rstd, acts + lay->res2,
@@ -357,10 +360,15 @@ static void block_backward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, con
     ops->matmul_bwd(s, ws->datty, DW(GPT_ATTPROJ_W), DW(GPT_ATTPROJ_B), ws->dres, acts + lay->atty,
                     W(GPT_ATTPROJ_W), N, C, C);
     zero(s, ws->dqkv, NC * 3);
-    /* dfch and dfchg (8 x NC, adjacent) are dead once the MLP's backward is
-     * done: lent as scratch, they let a GPU run this backward as GEMMs. */
-    ops->attention_bwd(s, ws->dqkv, ws->datt, ws->datty, acts + lay->qkv, acts + lay->att, B, T, C, NH, ws->dfch,
-                       NC * 8);
+    if (g->cfg.attention_fused) {
+        ops->attention_fused_bwd(s, ws->dqkv, ws->datt, ws->datty, acts + lay->qkv, acts + lay->atty,
+                                 acts + lay->att, B, T, C, NH);
+    } else {
+        /* dfch and dfchg (8 x NC, adjacent) are dead once the MLP's backward
+         * is done: lent as scratch, they let a GPU run this backward as GEMMs. */
+        ops->attention_bwd(s, ws->dqkv, ws->datt, ws->datty, acts + lay->qkv, acts + lay->att, B, T, C, NH,
+                           ws->dfch, NC * 8);
+    }
     zero(s, ws->dln, NC);
     ops->matmul_bwd(s, ws->dln, DW(GPT_QKV_W), DW(GPT_QKV_B), ws->dqkv, acts + lay->ln1, W(GPT_QKV_W), N, C, 3 * C);
     ops->layernorm_bwd(s, ws->dres, DW(GPT_LN1_W), DW(GPT_LN1_B), ws->dln, x, W(GPT_LN1_W),

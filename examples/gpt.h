@@ -17,6 +17,10 @@ typedef struct {
     int tied; /* 1: the LM head reuses the token embedding */
     uint64_t seed;
     int recompute; /* 1: blocks keep only their output and replay forward before backward */
+    /* 1: attention keeps lse[B,NH,T] (each row's log softmax normaliser) and
+     * recomputes the probabilities in backward, instead of keeping them
+     * ([B,NH,T,T]): --attention fused */
+    int attention_fused;
 } zt_gpt_config;
 
 /* Parameter indices inside each block unit (declared in this order). */
@@ -26,7 +30,8 @@ enum {
 };
 
 /* What one block keeps from forward for its backward, as offsets (in floats)
- * into the block's single activation buffer. */
+ * into the block's single activation buffer. `att` holds the probabilities
+ * [B,NH,T,T], or lse [B,NH,T] when attention_fused. */
 typedef struct {
     size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
     size_t total;

@@ -48,7 +48,7 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
 
     /* Activations, as zt_gpt_forward allocates them (fp32). */
     zt_gpt_config gc = {in->layers, in->d_model, in->heads, in->seq_len, in->vocab, in->micro_batch, in->tied, 0,
-                        in->recompute};
+                        in->recompute, in->attention_fused};
     zt_gpt_block_layout lay = zt_gpt_block_layout_for(&gc, (int)B, (int)T);
     size_t enc = BT * C * 4, blk_full = lay.total * 4, blk_kept = in->recompute ? BT * C * 4 : blk_full;
     size_t head = (BT * C + 2 * BT + BT * V + BT) * 4;

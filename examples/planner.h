@@ -18,6 +18,7 @@
 typedef struct {
     /* parallelism and memory levers */
     int world, stage, offload, recompute, prefetch, tied;
+    int attention_fused; /* --attention fused: lse[B,NH,T] kept instead of [B,NH,T,T] */
     zt_dtype dtype;
     size_t bucket_bytes;
     /* model shape (activations) */

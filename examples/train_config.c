@@ -52,6 +52,8 @@ static const opt_spec options[] = {
     {"stage", OPT_INT, F(stage), 0, 0, 3, NULL, "ZeRO stage 0..3"},
     {"offload", OPT_CHOICE, S(offload), 0, 0, "none|cpu", "optimizer state offload"},
     {"recompute", OPT_CHOICE, S(recompute), 0, 0, "none|full", "activation recomputation"},
+    {"attention", OPT_CHOICE, S(attention), 0, 0, "materialized|fused",
+     "keep attention's [B,NH,T,T] probabilities for backward, or only each row's log-sum-exp (fused)"},
     {"dtype", OPT_CHOICE, S(dtype), 0, 0, "fp32|bf16", "storage dtype of params and grads (compute is fp32)"},
     {"device", OPT_CHOICE, S(device), 0, 0, "cpu|cuda|auto", "compute device (auto: cuda when a GPU is visible, else cpu)"},
     {"bucket-size", OPT_SIZE, F(bucket_size), 0, 1, 1e15, NULL, "gradient reduction bucket size"},
@@ -102,6 +104,7 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->threads = 0;
     snprintf(c->offload, sizeof c->offload, "none");
     snprintf(c->recompute, sizeof c->recompute, "none");
+    snprintf(c->attention, sizeof c->attention, "materialized");
     snprintf(c->dtype, sizeof c->dtype, "fp32");
     snprintf(c->device, sizeof c->device, "cpu");
     c->bucket_size = 25u << 20;

@@ -25,7 +25,7 @@ typedef struct {
     double seq_len_jitter; /* each rank's T per step drawn in [(1 - F) seq_len, seq_len] */
     int64_t trace_max_events;
     int64_t prefetch_bucket_size; /* DeepSpeed's stage3_prefetch_bucket_size (parameters); 0: use prefetch */
-    char offload[16], recompute[16], dtype[16], device[16];
+    char offload[16], recompute[16], dtype[16], device[16], attention[16];
     size_t bucket_size, mem_limit;
     char log_dir[512];
     int save_every;

@@ -176,7 +176,7 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
                      t->data.entropy_rate, c->seq_len, floor);
 
     zt_gpt_config gc = {c->layers, c->d_model, c->heads, c->seq_len, t->data.vocab, c->micro_batch, c->tied,
-                        (uint64_t)c->seed, strcmp(c->recompute, "full") == 0};
+                        (uint64_t)c->seed, strcmp(c->recompute, "full") == 0, strcmp(c->attention, "fused") == 0};
     ZT_TRY(zt_gpt_create(&t->gpt, &gc, err));
     zt_spec_layout(t->gpt.spec, comm->world_size);
     int prefetch = c->prefetch;

@@ -155,7 +155,7 @@ int main(int argc, char **argv) {
         st = spec ? synth_spec(spec, &c, &pf, &in.unit_embed, &in.first_block, &in.unit_head, &err)
                   : ZT_FAIL(&err, ZT_ERR_OOM, "no memory");
     } else {
-        zt_gpt_config gc = {c.layers, c.d_model, c.heads, c.seq_len, vocab, c.micro_batch, c.tied, 0, 0};
+        zt_gpt_config gc = {c.layers, c.d_model, c.heads, c.seq_len, vocab, c.micro_batch, c.tied, 0, 0, 0};
         st = zt_gpt_create(&gpt, &gc, &err);
         if (st == ZT_OK && spec) {
             memcpy(spec, gpt.spec, sizeof *spec);
@@ -172,6 +172,7 @@ int main(int argc, char **argv) {
     }
     in.offload = strcmp(c.offload, "cpu") == 0;
     in.recompute = strcmp(c.recompute, "full") == 0;
+    in.attention_fused = strcmp(c.attention, "fused") == 0;
     in.prefetch = c.prefetch;
     in.tied = c.tied;
     in.dtype = strcmp(c.dtype, "bf16") == 0 ? ZT_BF16 : ZT_FP32;
@@ -222,8 +223,8 @@ int main(int argc, char **argv) {
     } else {
         char a[64], b2[64], c2[64];
         printf("zt-plan: %.4g parameters (%d units, largest %.4g), %s, ZeRO stage %d, %d rank(s), offload %s, "
-               "recompute %s\n", P, spec->nunits, (double)spec->largest_unit_numel, zt_dtype_name(in.dtype), c.stage,
-               pf.world, c.offload, c.recompute);
+               "recompute %s, attention %s\n", P, spec->nunits, (double)spec->largest_unit_numel, zt_dtype_name(in.dtype),
+               c.stage, pf.world, c.offload, c.recompute, c.attention);
         gb(a, sizeof a, P * (double)d);
         gb(b2, sizeof b2, P * (double)(2 * d + 4 * (in.dtype == ZT_BF16 || in.offload) + 8));
         gb(c2, sizeof c2, (double)p.persistent_bytes);
@@ -252,7 +253,12 @@ int main(int argc, char **argv) {
             gb(b2, sizeof b2, (double)p.by_category[top]);
             printf("  reason: model state takes %s per rank; the largest other part is %s with %s%s\n", a,
                    zt_category_name(top), b2,
-                   top == ZT_CAT_ACTIVATIONS && !in.recompute ? " (try --recompute full or a smaller --micro-batch)" : "");
+                   top != ZT_CAT_ACTIVATIONS ? ""
+                   : !in.recompute && !in.attention_fused
+                       ? " (try --attention fused, --recompute full or a smaller --micro-batch)"
+                   : !in.recompute ? " (try --recompute full or a smaller --micro-batch)"
+                   : !in.attention_fused ? " (try --attention fused or a smaller --micro-batch)"
+                                         : " (try a smaller --micro-batch)");
             for (int s = 0; s < 4; s++) {
                 if (minw[s]) printf("  stage %d fits from %d rank(s)\n", s, minw[s]);
                 else printf("  stage %d does not fit at any world size up to 1048576\n", s);

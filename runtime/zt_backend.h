@@ -64,6 +64,20 @@ typedef struct {
     void (*attention_bwd)(zt_stream *s, float *dqkv, float *datt, const float *dout,
                           const float *qkv, const float *att, int B, int T, int C, int NH,
                           float *scratch, size_t scratch_numel);
+    /* Memory-efficient attention (--attention fused): out[B,T,C] as
+     * attention_fwd, but what it keeps for backward is lse[B,NH,T], the log
+     * of each causal row's softmax normaliser,
+     *   lse[t] = m + log(sum_{t2 <= t} exp(s[t2] - m)),  s = scale q.k, m = max s,
+     * instead of the [B,NH,T,T] probabilities (T times less memory). */
+    void (*attention_fused_fwd)(zt_stream *s, float *out, float *lse, const float *qkv, int B, int T,
+                                int C, int NH);
+    /* dqkv[B,T,3C] += ..., the probabilities recomputed as
+     * exp(scale q.k - lse); out[B,T,C] is the forward's output (the softmax
+     * gradient's D[t] = dout[t] . out[t], per head); datt[B,NH,T] is scratch
+     * (overwritten with D). */
+    void (*attention_fused_bwd)(zt_stream *s, float *dqkv, float *datt, const float *dout,
+                                const float *qkv, const float *out, const float *lse, int B, int T,
+                                int C, int NH);
     /* out[N] = gelu_tanh(inp[N]) */
     void (*gelu_fwd)(zt_stream *s, float *out, const float *inp, size_t N);
     /* dinp[N] += gelu'(inp) * dout */

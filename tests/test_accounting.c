@@ -16,7 +16,8 @@
  *  forward:  (B, T) = (3, 6), T below seq_len 7, N = B*T.
  *            other = 2*N*4 (tokens, targets),
  *            activations A = 4*(N*C + L*blk + N*C + 2N + N*V + N) with
- *            blk = 16*N*C + 4*N + B*NH*T*T (= zt_gpt_block_layout_for total),
+ *            blk = 16*N*C + 4*N + B*NH*T*T (= zt_gpt_block_layout_for total;
+ *            B*NH*T with --attention fused, which keeps only lse),
  *            workspace 0 after the pass; phase_peak[forward] = 16P + 8N + A
  *            (fp32), and for bf16 the largest of the moments when a unit's
  *            fp32 view (4 * unit numel, workspace) is live next to the
@@ -71,6 +72,7 @@ static size_t round512(size_t bytes) { return (bytes + 511) / 512 * 512; }
 typedef struct {
     int layers, d_model, heads, tied;
     zt_dtype dtype;
+    int attention_fused; /* blocks keep lse [B,NH,T] instead of att [B,NH,T,T] */
 } acct_config;
 
 enum { SEQ_LEN = 7, VOCAB = 13, MICRO_B = 3, FWD_T = 6 };
@@ -111,7 +113,7 @@ static expect expected(const acct_config *c) {
     }
 
     e.N = B * Tf;
-    e.blk = 16 * e.N * C + 4 * e.N + B * NH * Tf * Tf;
+    e.blk = 16 * e.N * C + 4 * e.N + B * NH * Tf * (c->attention_fused ? 1 : Tf);
     e.other = 2 * e.N * 4;
     e.enc = e.N * C * 4;
     e.head_acts = (e.N * C + 2 * e.N + e.N * V + e.N) * 4;
@@ -166,6 +168,7 @@ static zt_gpt_config gpt_config(const acct_config *c) {
     g.micro_batch = MICRO_B;
     g.tied = c->tied;
     g.seed = 7;
+    g.attention_fused = c->attention_fused;
     return g;
 }
 
@@ -207,8 +210,8 @@ static void check_transient_zero(const zt_mem *m) {
 
 static void test_config(const acct_config *c) {
     int bf16 = c->dtype == ZT_BF16;
-    snprintf(g_label, sizeof g_label, "L=%d C=%d NH=%d tied=%d %s", c->layers, c->d_model, c->heads, c->tied,
-             zt_dtype_name(c->dtype));
+    snprintf(g_label, sizeof g_label, "L=%d C=%d NH=%d tied=%d %s%s", c->layers, c->d_model, c->heads, c->tied,
+             zt_dtype_name(c->dtype), c->attention_fused ? " fused" : "");
     int before = g_failures;
     expect e = expected(c);
     zt_gpt_config gc = gpt_config(c);
@@ -449,14 +452,20 @@ int main(void) {
                 c.d_model = ((tied + li) % 2) ? 24 : 16;
                 c.heads = c.d_model == 24 ? 3 : 4;
                 c.dtype = d ? ZT_BF16 : ZT_FP32;
+                c.attention_fused = 0;
                 test_config(&c);
+                if (li > 0 && !tied) { /* --attention fused: the same closed forms with lse */
+                    c.attention_fused = 1;
+                    test_config(&c);
+                }
             }
 
     static const acct_config limit_configs[] = {
-        {1, 16, 4, 0, ZT_FP32},
-        {3, 24, 3, 1, ZT_FP32},
-        {0, 16, 2, 1, ZT_FP32},
-        {1, 24, 3, 0, ZT_BF16},
+        {1, 16, 4, 0, ZT_FP32, 0},
+        {3, 24, 3, 1, ZT_FP32, 0},
+        {0, 16, 2, 1, ZT_FP32, 0},
+        {1, 24, 3, 0, ZT_BF16, 0},
+        {3, 16, 4, 0, ZT_FP32, 1},
     };
     for (size_t i = 0; i < sizeof limit_configs / sizeof limit_configs[0]; i++) test_limits(&limit_configs[i]);
 

@@ -449,6 +449,55 @@ static void test_attention(int B, int T, int C, int NH, int bf16) {
     dfree_all();
 }
 
+/* Fused (memory-efficient) attention against the CPU, fp32 only: the
+ * forward's out and lse, then the backward from the CPU's out and lse on
+ * both sides (dqkv accumulates, so it starts from the same random values),
+ * with D in datt checked too. Each GPU run twice, for the same bits. */
+static void test_attention_fused(int B, int T, int C, int NH) {
+    char what[128], tag[64];
+    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    float *qkv = frand(nqkv, -1.5f, 1.5f), *d_qkv = dcopyf(qkv, nqkv);
+    float *out = fnan(nout), *lse = fnan(nlse), *d_out = dnan(nout), *d_lse = dnan(nlse);
+    g_cpu->ops->attention_fused_fwd(&g_cs, out, lse, qkv, B, T, C, NH);
+    g_gpu->ops->attention_fused_fwd(&g_gs, d_out, d_lse, d_qkv, B, T, C, NH);
+    float *g_out = fetch(d_out, nout, "attention_fused_fwd"), *g_lse = fetch(d_lse, nlse, "attention_fused_fwd");
+    snprintf(what, sizeof what, "attention_fused_fwd out %s", tag);
+    compare(what, g_out, out, nout, TOL);
+    snprintf(what, sizeof what, "attention_fused_fwd lse %s", tag);
+    compare(what, g_lse, lse, nlse, TOL);
+    dpoison(d_out, nout);
+    dpoison(d_lse, nlse);
+    g_gpu->ops->attention_fused_fwd(&g_gs, d_out, d_lse, d_qkv, B, T, C, NH);
+    float *g_out2 = fetch(d_out, nout, "attention_fused_fwd"), *g_lse2 = fetch(d_lse, nlse, "attention_fused_fwd");
+    compare_repeat(what, g_lse, g_lse2, nlse);
+    snprintf(what, sizeof what, "attention_fused_fwd out %s", tag);
+    compare_repeat(what, g_out, g_out2, nout);
+
+    float *dout = frand(nout, -1, 1), *dqkv = frand(nqkv, -1, 1), *dqkv0 = fdup(dqkv, nqkv), *datt = fnan(nlse);
+    float *d_dout = dcopyf(dout, nout), *d_dqkv = dcopyf(dqkv, nqkv), *d_datt = dnan(nlse);
+    h2d(d_out, out, nout * sizeof(float));
+    h2d(d_lse, lse, nlse * sizeof(float));
+    g_cpu->ops->attention_fused_bwd(&g_cs, dqkv, datt, dout, qkv, out, lse, B, T, C, NH);
+    g_gpu->ops->attention_fused_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    float *g_dqkv = fetch(d_dqkv, nqkv, "attention_fused_bwd"), *g_datt = fetch(d_datt, nlse, "attention_fused_bwd");
+    snprintf(what, sizeof what, "attention_fused_bwd dqkv %s", tag);
+    compare(what, g_dqkv, dqkv, nqkv, TOL);
+    snprintf(what, sizeof what, "attention_fused_bwd D %s", tag);
+    compare(what, g_datt, datt, nlse, TOL);
+    h2d(d_dqkv, dqkv0, nqkv * sizeof(float));
+    dpoison(d_datt, nlse);
+    g_gpu->ops->attention_fused_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    float *g_dqkv2 = fetch(d_dqkv, nqkv, "attention_fused_bwd"), *g_datt2 = fetch(d_datt, nlse, "attention_fused_bwd");
+    compare_repeat(what, g_datt, g_datt2, nlse);
+    snprintf(what, sizeof what, "attention_fused_bwd dqkv %s", tag);
+    compare_repeat(what, g_dqkv, g_dqkv2, nqkv);
+
+    free(qkv), free(out), free(lse), free(g_out), free(g_lse), free(g_out2), free(g_lse2);
+    free(dout), free(dqkv), free(dqkv0), free(datt), free(g_dqkv), free(g_datt), free(g_dqkv2), free(g_datt2);
+    dfree_all();
+}
+
 static void test_pointwise(size_t n) {
     char what[96];
     float *x = frand(n, -4, 4), *y = frand(n, -4, 4), *dout = frand(n, -1, 1);
@@ -810,6 +859,11 @@ int main(void) {
     test_attention(2, 19, 48, 4, 1);
     test_attention(2, 64, 64, 2, 1);
     test_attention(1, 200, 96, 3, 1);
+    test_attention_fused(2, 19, 48, 4);
+    test_attention_fused(1, 1, 16, 2);
+    test_attention_fused(2, 64, 64, 2);
+    test_attention_fused(1, 200, 96, 3);
+    test_attention_fused(2, 256, 128, 2);
     test_pointwise(1);
     test_pointwise(100003);
     test_softmax_xent(23, 37);

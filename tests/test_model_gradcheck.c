@@ -2,7 +2,8 @@
  * engine API, on the CPU backend with one thread, at world size 1, stage 0.
  *
  * 1. fp32 finite differences. A tiny model (2 layers, d_model 8, 2 heads,
- *    seq_len 5, vocab 11, micro-batch 2; untied and tied LM head) has every
+ *    seq_len 5, vocab 11, micro-batch 2; untied and tied LM head; and untied
+ *    with --attention fused) has every
  *    parameter overwritten after zt_engine_init with random values of scale
  *    0.3 (LayerNorm weights 1 +- 0.3), so no gradient is trivially zero and
  *    every nonlinearity is exercised away from its initial regime. The
@@ -237,8 +238,11 @@ static double grad_error(const float *a, const float *num, size_t n, float scale
 
 /* ---- 1. fp32 finite differences ---------------------------------------- */
 
-static void test_fp32_gradcheck(int tied) {
+static void test_fp32_gradcheck(int tied, int attention_fused) {
     zt_gpt_config gc = tiny_config(tied);
+    gc.attention_fused = attention_fused;
+    printf("-- fp32 gradcheck, %s LM head, %s attention\n", tied ? "tied" : "untied",
+           attention_fused ? "fused" : "materialized");
     model m;
     model_open(&m, &gc, ZT_FP32);
     const zt_model_spec *spec = m.gpt.spec;
@@ -440,8 +444,9 @@ static void test_bf16(int tied) {
 }
 
 int main(void) {
-    test_fp32_gradcheck(0);
-    test_fp32_gradcheck(1);
+    test_fp32_gradcheck(0, 0);
+    test_fp32_gradcheck(1, 0);
+    test_fp32_gradcheck(0, 1); /* --attention fused: probabilities recomputed from lse */
     test_bf16(0);
     test_bf16(1);
     printf("%ld checks, %d failed\n", g_checks, g_failures);

@@ -2,7 +2,9 @@
  *
  * 1. Finite-difference gradient checks of every kernel that has a backward:
  *    embedding, layernorm, matmul (with/without bias, with/without dinp),
- *    attention (several head counts, T > 1, causal), gelu, residual and
+ *    attention (several head counts, T > 1, causal), fused attention (lse
+ *    against double precision, its backward against the materialized one
+ *    too), gelu, residual and
  *    softmax cross-entropy. The scalar objective is L = sum(out * R) for a fixed
  *    random R (so dout = R), or L = dloss * sum(losses) for the loss. The
  *    analytic gradient comes from the backward kernel; the numeric one is the
@@ -496,6 +498,111 @@ static void test_attention(const zt_ops *ops, zt_stream *s, zt_stream *s3, int B
     free(c.out), free(c.att), free(c.qkv), free(c.R);
 }
 
+/* ---- fused (memory-efficient) attention ---------------------------------- */
+
+static double att_fused_obj(void *p) {
+    att_ctx *c = p; /* c->att holds lse [B,NH,T] here */
+    c->ops->attention_fused_fwd(c->s, c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+    return dot_d(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+
+/* The fused forward against double references of out and lse; its backward
+ * by central differences, against the materialized backward, accumulating;
+ * both independent of the thread count; D (in datt) = dout . out per head. */
+static void test_attention_fused(const zt_ops *ops, zt_stream *s, zt_stream *s3, int B, int T, int C, int NH) {
+    att_ctx c = {.ops = ops, .s = s, .B = B, .T = T, .C = C, .NH = NH};
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    size_t natt = (size_t)B * NH * T * T;
+    int hs = C / NH;
+    c.out = falloc(nout), c.att = falloc(nlse), c.qkv = falloc(nqkv), c.R = falloc(nout);
+    fill_uniform(c.qkv, nqkv, -1.5f, 1.5f);
+    fill_uniform(c.R, nout, -1, 1);
+    char name[96];
+
+    fill(c.out, nout, NAN), fill(c.att, nlse, NAN);
+    att_fused_obj(&c);
+    double *rlse = xmalloc(nlse * sizeof(double)), *rout = xmalloc(nout * sizeof(double));
+    double *row = xmalloc((size_t)T * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *q = c.qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
+                double mx = -INFINITY, sum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = c.qkv + ((size_t)b * T + t2) * 3 * C + C + (size_t)h * hs;
+                    double d = 0.0;
+                    for (int i = 0; i < hs; i++) d += (double)q[i] * (double)k[i];
+                    row[t2] = d / sqrt((double)hs);
+                    mx = fmax(mx, row[t2]);
+                }
+                for (int t2 = 0; t2 <= t; t2++) sum += exp(row[t2] - mx);
+                rlse[((size_t)b * NH + h) * T + t] = mx + log(sum);
+                for (int i = 0; i < hs; i++) {
+                    double o = 0.0;
+                    for (int t2 = 0; t2 <= t; t2++)
+                        o += exp(row[t2] - mx) / sum *
+                             (double)c.qkv[((size_t)b * T + t2) * 3 * C + 2 * (size_t)C + (size_t)h * hs + i];
+                    rout[((size_t)b * T + t) * C + (size_t)h * hs + i] = o;
+                }
+            }
+    snprintf(name, sizeof name, "attention_fused B=%d T=%d C=%d NH=%d out", B, T, C, NH);
+    check_fwd(name, c.out, rout, nout);
+    snprintf(name, sizeof name, "attention_fused B=%d T=%d C=%d NH=%d lse", B, T, C, NH);
+    check_fwd(name, c.att, rlse, nlse);
+
+    /* Backward: gradcheck, D, accumulation. */
+    float *dqkv = falloc(nqkv), *datt = falloc(nlse);
+    fill(dqkv, nqkv, 0);
+    fill(datt, nlse, NAN);
+    ops->attention_fused_bwd(s, dqkv, datt, c.R, c.qkv, c.out, c.att, B, T, C, NH);
+    double *rD = xmalloc(nlse * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                double d = 0.0;
+                for (int i = 0; i < hs; i++) {
+                    size_t at = ((size_t)b * T + t) * C + (size_t)h * hs + i;
+                    d += (double)c.R[at] * (double)c.out[at];
+                }
+                rD[((size_t)b * NH + h) * T + t] = d;
+            }
+    snprintf(name, sizeof name, "attention_fused B=%d T=%d C=%d NH=%d D", B, T, C, NH);
+    check_fwd(name, datt, rD, nlse);
+    snprintf(name, sizeof name, "attention_fused dqkv B%d T%d C%d NH%d", B, T, C, NH);
+    gradcheck(name, att_fused_obj, &c, c.qkv, dqkv, nqkv, 1e-2f);
+    att_fused_obj(&c); /* out and lse of the unperturbed input */
+    float *dqkv2 = fdup(dqkv, nqkv);
+    ops->attention_fused_bwd(s, dqkv2, datt, c.R, c.qkv, c.out, c.att, B, T, C, NH);
+    check_accumulated(name, dqkv, dqkv2, nqkv);
+
+    /* The materialized backward from the same input: the same gradient up to
+     * float rounding (its probabilities are divided, these exponentiated). */
+    float *out_m = falloc(nout), *att_m = falloc(natt), *dqkv_m = falloc(nqkv);
+    ops->attention_fwd(s, out_m, att_m, c.qkv, B, T, C, NH);
+    fill(dqkv_m, nqkv, 0);
+    ops->attention_bwd(s, dqkv_m, datt, c.R, c.qkv, att_m, B, T, C, NH, NULL, 0);
+    double *dm = xmalloc(nqkv * sizeof(double));
+    for (size_t i = 0; i < nqkv; i++) dm[i] = dqkv_m[i];
+    snprintf(name, sizeof name, "attention_fused vs materialized dqkv B%d T%d C%d NH%d", B, T, C, NH);
+    check_fwd(name, dqkv, dm, nqkv);
+
+    /* 1 thread vs 3: the same bits. */
+    float *out3 = falloc(nout), *lse3 = falloc(nlse);
+    ops->attention_fused_fwd(s3, out3, lse3, c.qkv, B, T, C, NH);
+    snprintf(name, sizeof name, "attention_fused_fwd out B%d T%d C%d NH%d", B, T, C, NH);
+    check_same_bits(name, c.out, out3, nout * sizeof(float));
+    snprintf(name, sizeof name, "attention_fused_fwd lse B%d T%d C%d NH%d", B, T, C, NH);
+    check_same_bits(name, c.att, lse3, nlse * sizeof(float));
+    fill(dqkv2, nqkv, 0);
+    ops->attention_fused_bwd(s3, dqkv2, datt, c.R, c.qkv, c.out, c.att, B, T, C, NH);
+    snprintf(name, sizeof name, "attention_fused_bwd B%d T%d C%d NH%d", B, T, C, NH);
+    check_same_bits(name, dqkv, dqkv2, nqkv * sizeof(float));
+
+    free(out3), free(lse3), free(out_m), free(att_m), free(dqkv_m), free(dm), free(rD), free(row);
+    free(dqkv), free(dqkv2), free(datt), free(rlse), free(rout);
+    free(c.out), free(c.att), free(c.qkv), free(c.R);
+}
+
 /* ---- gelu and residual -------------------------------------------------- */
 
 typedef struct {
@@ -861,6 +968,9 @@ int main(void) {
     test_attention(ops, &s, &s3, 1, 7, 12, 3);
     test_attention(ops, &s, &s3, 2, 4, 8, 1);
     test_attention(ops, &s, &s3, 1, 1, 4, 2); /* T = 1: a single attended position */
+    test_attention_fused(ops, &s, &s3, 2, 5, 8, 2);
+    test_attention_fused(ops, &s, &s3, 1, 7, 12, 3);
+    test_attention_fused(ops, &s, &s3, 1, 1, 4, 2);
     test_gelu(ops, &s, &s3);
     test_residual(ops, &s, &s3);
     test_xent(ops, &s, &s3);

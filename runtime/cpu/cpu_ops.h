@@ -25,6 +25,10 @@ void zt_cpu_attention_fwd(zt_stream *s, float *out, float *att, const float *qkv
 void zt_cpu_attention_bwd(zt_stream *s, float *dqkv, float *datt, const float *dout,
                           const float *qkv, const float *att, int B, int T, int C, int NH,
                           float *scratch, size_t scratch_numel);
+void zt_cpu_attention_fused_fwd(zt_stream *s, float *out, float *lse, const float *qkv, int B, int T, int C,
+                                int NH);
+void zt_cpu_attention_fused_bwd(zt_stream *s, float *dqkv, float *datt, const float *dout, const float *qkv,
+                                const float *out, const float *lse, int B, int T, int C, int NH);
 void zt_cpu_gelu_fwd(zt_stream *s, float *out, const float *inp, size_t N);
 void zt_cpu_gelu_bwd(zt_stream *s, float *dinp, const float *inp, const float *dout, size_t N);
 void zt_cpu_residual_fwd(zt_stream *s, float *out, const float *a, const float *b, size_t N);

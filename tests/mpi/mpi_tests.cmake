@@ -2,7 +2,7 @@
 foreach(zt_mpi_case np1_equals_single stages_np2 stages_np3 stages_np4 bf16_stages stage3_gathered_bound
                     grad_accum mismatch rank_dies data_differs_by_rank
                     offload_stages deferred_copies recompute_stages recompute_cuts_activations
-                    planner_matches imbalance_jitter trace oom_each_phase
+                    planner_matches attention_fused imbalance_jitter trace oom_each_phase
                     resume_bitwise reshard checkpoint_corruption kill_during_save export)
   add_test(NAME mpi_${zt_mpi_case}
            COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_mpi_test.py ${zt_mpi_case}
@@ -15,7 +15,8 @@ set_tests_properties(mpi_planner_matches PROPERTIES LABELS "mpi;slow")
 
 # The CUDA backend under mpirun, on the CPU emulator (ZT_CUDA=EMU builds).
 if(ZT_CUDA_EMU)
-  foreach(zt_mpi_case cuda_emu_stages cuda_emu_overlap cuda_emu_resume cuda_emu_gpt2_block cuda_emu_oom)
+  foreach(zt_mpi_case cuda_emu_stages cuda_emu_overlap cuda_emu_resume cuda_emu_gpt2_block cuda_emu_oom
+                      cuda_emu_attention_fused)
     add_test(NAME mpi_${zt_mpi_case}
              COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_mpi_test.py ${zt_mpi_case}
                      $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)

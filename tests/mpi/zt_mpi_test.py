@@ -250,6 +250,35 @@ def case_recompute_cuts_activations(ctx):
     assert all(x["recompute_time_s"] > 0 for x in steps)
 
 
+def case_attention_fused(ctx):
+    """--attention fused (lse kept, probabilities recomputed in backward), np=3:
+    stages 0-3 bitwise identical; losses within 1e-5 of the materialized
+    attention at every step; each rank's activations peak lower by exactly
+    the probabilities it no longer keeps, L x B x NH x T x (T - 1) floats; and
+    zt-plan's prediction of that peak is exact in both modes."""
+    fused = ["--attention", "fused"]
+    runs = [train(ctx, 3, ["--steps", "6", "--stage", str(st)] + fused, f"fused-{st}") for st in range(4)]
+    for st, r in enumerate(runs):
+        assert r["attention"] == "fused", r["attention"]
+        assert r["losses"] == runs[0]["losses"] and r["params_digest"] == runs[0]["params_digest"], st
+    base = train(ctx, 3, ["--steps", "6", "--stage", "0"], "materialized-0")
+    worst = max(abs(a - b) / b for a, b in zip(runs[0]["losses"], base["losses"]))
+    assert worst <= 1e-5, (runs[0]["losses"], base["losses"])
+    L, B, NH, T = 2, 4, 4, 32  # MODEL
+    saved = L * B * NH * T * (T - 1) * 4
+    plan = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
+    for r_f, r_m in zip(runs[0]["ranks"], base["ranks"]):
+        got = r_m["peak_by_category"]["activations"] - r_f["peak_by_category"]["activations"]
+        assert got == saved, (got, saved)
+    for mode, run in (("fused", runs[0]), ("materialized", base)):
+        p = subprocess.run([plan, "--world", "3", "--json", "--attention", mode] + MODEL[:12], capture_output=True,
+                           text=True, check=True)
+        predicted = json.loads(p.stdout)["by_category"]["activations"]
+        assert all(r["peak_by_category"]["activations"] == predicted for r in run["ranks"]), (mode, predicted)
+    print(f"ok: fused attention: stages 0-3 bitwise equal at np=3, losses within {worst:.1e} of materialized, "
+          f"activations peak {saved} bytes lower per rank, as zt-plan predicts")
+
+
 def case_planner_matches(ctx):
     """zt-plan's predicted peak is within 5% of the measured mean per-rank peak
     for every stage x offload x recompute at np 1..4 (default model)."""
@@ -493,6 +522,23 @@ def case_cuda_emu_stages(ctx):
                 assert abs(a - b) <= 1e-4 * abs(b), (np_, via, a, b)
             print(f"ok: cuda np={np_} via {via}: stages 0-3 bitwise identical, closed-form bytes, "
                   f"losses match the CPU (last {runs[0]['losses'][-1]:.6f} vs {cpu['losses'][-1]:.6f})")
+
+
+def case_cuda_emu_attention_fused(ctx):
+    """--device cuda --attention fused at np=2 over NCCL with stream jitter:
+    stages 1 and 3 bitwise identical, losses within 1e-4 (relative) of the
+    CPU's fused run, and the same activations peak on every rank (the same
+    layout: lse instead of the probabilities)."""
+    fused = ["--steps", "5", "--attention", "fused"]
+    cpu = train(ctx, 2, fused + ["--stage", "1"], "cpu-fused")
+    runs = [train_cuda(ctx, 2, fused + ["--stage", str(s)], f"cu-fused-s{s}", 4, jitter=200) for s in (1, 3)]
+    assert runs[0]["losses"] == runs[1]["losses"] and runs[0]["params_digest"] == runs[1]["params_digest"]
+    for a, b in zip(runs[0]["losses"], cpu["losses"]):
+        assert abs(a - b) <= 1e-4 * abs(b), (a, b)
+    for g, c in zip(runs[0]["ranks"], cpu["ranks"]):
+        assert g["peak_by_category"]["activations"] == c["peak_by_category"]["activations"], (g, c)
+    print(f"ok: cuda fused attention np=2: stages 1 and 3 bitwise identical, losses match the CPU "
+          f"(last {runs[0]['losses'][-1]:.6f} vs {cpu['losses'][-1]:.6f}), same activations peak")
 
 
 def case_cuda_emu_overlap(ctx):
