@@ -36,7 +36,7 @@ static float *dev_rand(size_t n, unsigned *seed) {
 
 typedef enum {
     K_EMB_F, K_EMB_B, K_LN_F, K_LN_B, K_QKV_F, K_QKV_B, K_ATT_F, K_ATT_B_GEMM, K_ATT_B_ROWS,
-    K_GELU_F, K_GELU_B, K_XENT_F, K_XENT_B, K_ADAMW, K_COUNT
+    K_ATT_FUSED_F, K_ATT_FUSED_B, K_GELU_F, K_GELU_B, K_XENT_F, K_XENT_B, K_ADAMW, K_COUNT
 } kernel_id;
 
 typedef struct {
@@ -61,6 +61,11 @@ static void run(kernel_id k, bufs *u) {
                          (size_t)NH * T * T);
         break;
     case K_ATT_B_ROWS: o->attention_bwd(&g_s, u->dqkv, u->datt, u->dy, u->qkv, u->att, B, T, C, NH, NULL, 0); break;
+    /* --attention fused: lse [B,NH,T] in the front of the att buffer */
+    case K_ATT_FUSED_F: o->attention_fused_fwd(&g_s, u->y, u->att, u->qkv, B, T, C, NH); break;
+    case K_ATT_FUSED_B:
+        o->attention_fused_bwd(&g_s, u->dqkv, u->datt, u->dy, u->qkv, u->y, u->att, B, T, C, NH);
+        break;
     case K_GELU_F: o->gelu_fwd(&g_s, u->y, u->x, (size_t)N * C); break;
     case K_GELU_B: o->gelu_bwd(&g_s, u->dx, u->x, u->dy, (size_t)N * C); break;
     case K_XENT_F: o->softmax_xent_fwd(&g_s, u->mean, u->logits, u->logits, u->tok, N, V); break;
@@ -72,7 +77,8 @@ static void run(kernel_id k, bufs *u) {
 
 static const char *names[K_COUNT] = {
     "embedding_fwd", "embedding_bwd", "layernorm_fwd", "layernorm_bwd", "matmul_fwd (qkv)", "matmul_bwd (qkv)",
-    "attention_fwd", "attention_bwd (GEMM)", "attention_bwd (rows)", "gelu_fwd (4C)", "gelu_bwd (4C)",
+    "attention_fwd", "attention_bwd (GEMM)", "attention_bwd (rows)", "attention_fused_fwd",
+    "attention_fused_bwd", "gelu_fwd (4C)", "gelu_bwd (4C)",
     "softmax_xent_fwd", "softmax_xent_bwd", "adamw (3C x C)"};
 
 /* FLOPs of one call, for the GEMM-shaped kernels (0 otherwise). */
