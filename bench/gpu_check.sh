@@ -80,8 +80,6 @@ if [ "$emu" != 1 ] && [ -f .gpu-kit/env.sh ]; then
     result "GPU kit loads here" FAIL "$(tr '\n' ' ' < "$out/kit.log")"
   fi
 fi
-nccl_root=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
-
 if [ "$kit" = 1 ]; then
   bdir=.gpu-kit/build
 elif [ "$emu" = 1 ]; then
@@ -91,6 +89,7 @@ elif [ "$emu" = 1 ]; then
 else
   stamp "build (sm_90)"
   bdir=build-gpu
+  nccl_root=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
   cmake -S . -B $bdir -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
         ${nccl_root:+-DNCCL_ROOT=$nccl_root} > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
 fi

@@ -68,10 +68,9 @@ cp "$bdir/bench/bench_kernels" "$bdir/bench/bench_gemm" "$kit/build/bench/"
 # Open MPI: mpirun is a chain of links to orterun; orted too.
 # (awk reads all of ldconfig's output: an early exit would SIGPIPE it.)
 ompi_lib=$(dirname "$(readlink -f "$(ldconfig -p | awk '$1 == "libmpi.so.40" && !p {print $NF; p = 1}')")")
-ompi_tree=$(ompi_info --path libdir --parsable 2>/dev/null | sed -n 's/^path:libdir://p')
-ompi_pkglib=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed -n 's/^path:pkglibdir://p')
-ompi_pkgdata=$(ompi_info --path pkgdatadir --parsable 2>/dev/null | sed -n 's/^path:pkgdatadir://p')
-ompi_sysconf=$(ompi_info --path sysconfdir --parsable 2>/dev/null | sed -n 's/^path:sysconfdir://p')
+ompi_path() { ompi_info --path "$1" --parsable 2>/dev/null | sed -n "s/^path:$1://p"; }
+ompi_tree=$(ompi_path libdir) ompi_pkglib=$(ompi_path pkglibdir)
+ompi_pkgdata=$(ompi_path pkgdatadir) ompi_sysconf=$(ompi_path sysconfdir)
 pmix_prefix=$(dirname "$(dirname "$(readlink -f "$ompi_lib/libpmix.so.2")")")
 for d in "$ompi_tree" "$ompi_pkglib" "$ompi_pkgdata" "$ompi_sysconf" "$pmix_prefix"; do
   [ -d "$d" ] || { echo "make_gpu_kit: Open MPI directory '$d' not found" >&2; exit 1; }

@@ -71,6 +71,31 @@ __device__ __forceinline__ float zt_block_sum(float v, float *sh) { return zt_bl
 __device__ __forceinline__ double zt_block_sum_d(double v, double *sh) {
     return zt_block_reduce(v, 0.0, sh, zt_sum_d());
 }
+/* The attention kernels run one block per row (b, h, t) of a [B,NH,T]
+ * grid, t fastest. */
+struct zt_att_row {
+    int b, h, t;
+    size_t bh; /* b * NH + h */
+};
+__device__ __forceinline__ zt_att_row zt_att_row_of(unsigned int block, int T, int NH) {
+    zt_att_row r;
+    r.t = (int)(block % (unsigned int)T);
+    r.bh = block / (unsigned int)T;
+    r.h = (int)(r.bh % (size_t)NH);
+    r.b = (int)(r.bh / (size_t)NH);
+    return r;
+}
+
+/* Dynamic shared memory above the default 48 KiB needs an opt-in per
+ * kernel; 1 after recording a failure (the launch must not follow), at the
+ * caller's file and line. */
+static inline int zt_allow_smem_at(zt_stream *s, const void *kernel, size_t bytes, const char *file, int line) {
+    if (bytes <= 48 * 1024) return 0;
+    return zt_cuda_check_rt(s, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+                            "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", file, line);
+}
+#define ZT_ALLOW_SMEM(s, kernel, bytes) zt_allow_smem_at((s), (const void *)(kernel), (bytes), __FILE__, __LINE__)
+
 __device__ __forceinline__ float zt_block_max(float v, float *sh) {
     return zt_block_reduce(v, -INFINITY, sh, zt_max_f());
 }

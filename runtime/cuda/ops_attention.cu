@@ -32,20 +32,6 @@
 
 #define ATT_THREADS 128
 
-struct att_index {
-    int b, h, t;
-    size_t bh; /* b * NH + h */
-};
-
-__device__ __forceinline__ att_index att_decode(unsigned int block, int T, int NH) {
-    att_index ix;
-    ix.t = (int)(block % (unsigned int)T);
-    ix.bh = block / (unsigned int)T;
-    ix.h = (int)(ix.bh % (size_t)NH);
-    ix.b = (int)(ix.bh / (size_t)NH);
-    return ix;
-}
-
 /* Forward step 2: att rows (b, h, t) hold scale * q . k for all T keys; make
  * them the causal softmax probabilities in place. A warp per row: lane l
  * handles columns l, l + 32, ... in order, the butterflies combine the lanes;
@@ -80,7 +66,7 @@ __global__ static void attention_bwd_dq_kernel(float *dqkv, float *datt, const f
                                                const float *att, int T, int C, int NH, float scale) {
     extern __shared__ float dpre[];
     __shared__ float red[33];
-    att_index ix = att_decode(blockIdx.x, T, NH);
+    zt_att_row ix = zt_att_row_of(blockIdx.x, T, NH);
     int hs = C / NH, t = ix.t;
     size_t C3 = (size_t)C * 3, row0 = (size_t)ix.b * T, hoff = (size_t)ix.h * hs;
     const float *a = att + (ix.bh * T + t) * T;
@@ -116,7 +102,7 @@ __global__ static void attention_bwd_dq_kernel(float *dqkv, float *datt, const f
 __global__ static void attention_bwd_dkv_kernel(float *dqkv, const float *datt, const float *dout, const float *qkv,
                                                 const float *att, int T, int C, int NH, float scale) {
     extern __shared__ float colbuf[];
-    att_index ix = att_decode(blockIdx.x, T, NH);
+    zt_att_row ix = zt_att_row_of(blockIdx.x, T, NH);
     int hs = C / NH, t2 = ix.t, len = T - t2;
     size_t C3 = (size_t)C * 3, row0 = (size_t)ix.b * T, hoff = (size_t)ix.h * hs;
     float *acol = colbuf, *pcol = colbuf + len;
@@ -145,12 +131,6 @@ __global__ static void attention_bwd_dkv_kernel(float *dqkv, const float *datt, 
         dk[i] = ak;
         dv[i] = av;
     }
-}
-
-/* Dynamic shared memory above the default 48 KiB needs an opt-in per kernel. */
-static void allow_smem(zt_stream *s, const void *kernel, size_t bytes) {
-    if (bytes > 48 * 1024)
-        ZT_CUDA_RT(s, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
 /* A GEMM inside this (void) kernel: its error becomes the sticky one;
@@ -282,11 +262,11 @@ extern "C" void zt_cuda_attention_bwd(zt_stream *s, float *dqkv, float *datt, co
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
     size_t smem_q = (size_t)T * sizeof(float), smem_kv = 2 * (size_t)T * sizeof(float);
-    allow_smem(s, (const void *)attention_bwd_dq_kernel, smem_q);
+    if (ZT_ALLOW_SMEM(s, attention_bwd_dq_kernel, smem_q)) return;
     attention_bwd_dq_kernel<<<(unsigned int)blocks, ATT_THREADS, smem_q, st>>>(dqkv, datt, dout, qkv, att, T, C, NH,
                                                                               scale);
     ZT_CUDA_LAUNCHED(s, "attention_bwd (dq)");
-    allow_smem(s, (const void *)attention_bwd_dkv_kernel, smem_kv);
+    if (ZT_ALLOW_SMEM(s, attention_bwd_dkv_kernel, smem_kv)) return;
     attention_bwd_dkv_kernel<<<(unsigned int)blocks, ATT_THREADS, smem_kv, st>>>(dqkv, datt, dout, qkv, att, T, C,
                                                                                 NH, scale);
     ZT_CUDA_LAUNCHED(s, "attention_bwd (dk, dv)");

@@ -32,21 +32,6 @@
 
 #define FUSED_THREADS 128
 
-struct fused_row {
-    int b, h, t;
-    size_t bh; /* b * NH + h */
-};
-
-/* Block index -> (b, h, t), t fastest. */
-__device__ __forceinline__ fused_row fused_decode(unsigned int block, int T, int NH) {
-    fused_row r;
-    r.t = (int)(block % (unsigned int)T);
-    r.bh = block / (unsigned int)T;
-    r.h = (int)(r.bh % (size_t)NH);
-    r.b = (int)(r.bh / (size_t)NH);
-    return r;
-}
-
 /* a[hs] . b[hs], sequentially (the CPU's order). */
 __device__ __forceinline__ float fused_dot(const float *a, const float *b, int hs) {
     float d = 0.0f;
@@ -73,7 +58,7 @@ __global__ static void attention_fused_fwd_kernel(float *out,       /* [B,T,C] *
                                                   int T, int C, int NH, float scale) {
     extern __shared__ float e[];
     __shared__ float red[33];
-    fused_row r = fused_decode(blockIdx.x, T, NH);
+    zt_att_row r = zt_att_row_of(blockIdx.x, T, NH);
     int hs = C / NH, t = r.t;
     size_t C3 = (size_t)C * 3, row0 = (size_t)r.b * T, hoff = (size_t)r.h * hs;
     const float *q = qkv + (row0 + t) * C3 + hoff; /* [hs] */
@@ -116,7 +101,7 @@ __global__ static void attention_fused_bwd_dq_kernel(float *dqkv,       /* [B,T,
                                                      const float *lse,  /* [B,NH,T] */
                                                      int T, int C, int NH, float scale) {
     extern __shared__ float ds[];
-    fused_row r = fused_decode(blockIdx.x, T, NH);
+    zt_att_row r = zt_att_row_of(blockIdx.x, T, NH);
     int hs = C / NH, t = r.t;
     size_t C3 = (size_t)C * 3, row0 = (size_t)r.b * T, hoff = (size_t)r.h * hs;
     const float *q = qkv + (row0 + t) * C3 + hoff;  /* [hs] */
@@ -152,7 +137,7 @@ __global__ static void attention_fused_bwd_dkv_kernel(float *dqkv,       /* [B,T
                                                       const float *lse,  /* [B,NH,T] */
                                                       int T, int C, int NH, float scale) {
     extern __shared__ float cols[];
-    fused_row r = fused_decode(blockIdx.x, T, NH);
+    zt_att_row r = zt_att_row_of(blockIdx.x, T, NH);
     int hs = C / NH, t2 = r.t, len = T - t2;
     size_t C3 = (size_t)C * 3, row0 = (size_t)r.b * T, hoff = (size_t)r.h * hs;
     float *pcol = cols, *dscol = cols + len;                         /* [len] each */
@@ -183,13 +168,6 @@ __global__ static void attention_fused_bwd_dkv_kernel(float *dqkv,       /* [B,T
     }
 }
 
-/* Opts a kernel into dynamic shared memory above the default 48 KiB;
- * 1 after recording a failure. */
-static int fused_smem(zt_stream *s, const void *kernel, size_t bytes) {
-    if (bytes <= 48 * 1024) return 0;
-    return ZT_CUDA_RT(s, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
-
 extern "C" void zt_cuda_attention_fused_fwd(zt_stream *s, float *out, float *lse, const float *qkv, int B, int T,
                                             int C, int NH) {
     size_t blocks = (size_t)B * NH * T;
@@ -197,7 +175,7 @@ extern "C" void zt_cuda_attention_fused_fwd(zt_stream *s, float *out, float *lse
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
     size_t smem = (size_t)T * sizeof(float);
-    if (fused_smem(s, (const void *)attention_fused_fwd_kernel, smem)) return;
+    if (ZT_ALLOW_SMEM(s, attention_fused_fwd_kernel, smem)) return;
     attention_fused_fwd_kernel<<<(unsigned int)blocks, FUSED_THREADS, smem, st>>>(out, lse, qkv, T, C, NH, scale);
     ZT_CUDA_LAUNCHED(s, "attention_fused_fwd");
 }
@@ -210,11 +188,11 @@ extern "C" void zt_cuda_attention_fused_bwd(zt_stream *s, float *dqkv, float *da
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
     size_t smem_q = (size_t)T * sizeof(float), smem_kv = 2 * (size_t)T * sizeof(float);
-    if (fused_smem(s, (const void *)attention_fused_bwd_dq_kernel, smem_q)) return;
+    if (ZT_ALLOW_SMEM(s, attention_fused_bwd_dq_kernel, smem_q)) return;
     attention_fused_bwd_dq_kernel<<<(unsigned int)blocks, FUSED_THREADS, smem_q, st>>>(dqkv, datt, dout, qkv, out,
                                                                                       lse, T, C, NH, scale);
     if (ZT_CUDA_LAUNCHED(s, "attention_fused_bwd (dq)")) return;
-    if (fused_smem(s, (const void *)attention_fused_bwd_dkv_kernel, smem_kv)) return;
+    if (ZT_ALLOW_SMEM(s, attention_fused_bwd_dkv_kernel, smem_kv)) return;
     attention_fused_bwd_dkv_kernel<<<(unsigned int)blocks, FUSED_THREADS, smem_kv, st>>>(dqkv, datt, dout, qkv,
                                                                                         lse, T, C, NH, scale);
     ZT_CUDA_LAUNCHED(s, "attention_fused_bwd (dk, dv)");

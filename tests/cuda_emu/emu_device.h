@@ -18,6 +18,12 @@
 
 #include <functional>
 
+/* Shared memory per block on an H200 (sm_90): dynamic shared memory above
+ * the default needs cudaFuncSetAttribute; static and dynamic together may
+ * not exceed the opt-in maximum; static alone may not exceed the default. */
+constexpr size_t zt_emu_smem_default_max = 48 * 1024;
+constexpr size_t zt_emu_smem_optin_max = 227 * 1024;
+
 /* Runs op later, on the emulated device, after everything enqueued on
  * `stream` before it (stream 0 is the legacy default stream). */
 void zt_emu_enqueue(cudaStream_t stream, std::function<void()> op);

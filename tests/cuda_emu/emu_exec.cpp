@@ -353,13 +353,10 @@ bool zt_emu_static_shared_first_touch(uint64_t *seen, size_t bytes) {
     if (*seen == r.block_serial) return false;
     *seen = r.block_serial;
     r.static_shared_bytes += bytes;
-    /* An H200 (sm_90) allows 48 KiB of static shared memory per block, and
-     * 227 KiB of static and dynamic together. On a GPU the launch fails;
-     * here the first block to exceed it faults (the kernel's remaining
-     * blocks do not run). */
-    const size_t static_limit = 48 * 1024, total_limit = 227 * 1024;
-    if (!r.static_shared_fault &&
-        (r.static_shared_bytes > static_limit || r.static_shared_bytes + r.dynamic_shared_bytes > total_limit)) {
+    /* On a GPU the launch fails; here the first block over a limit faults
+     * (the kernel's remaining blocks do not run). */
+    if (!r.static_shared_fault && (r.static_shared_bytes > zt_emu_smem_default_max ||
+                                   r.static_shared_bytes + r.dynamic_shared_bytes > zt_emu_smem_optin_max)) {
         char buf[200];
         snprintf(buf, sizeof buf,
                  "shared memory over the limit: %zu bytes static (48 KiB at most) + %zu dynamic (227 KiB in all)",

@@ -264,7 +264,7 @@ static size_t max_dynamic_smem(const void *func) {
     emulator &e = emu();
     std::lock_guard<std::mutex> lk(e.mu);
     auto it = e.max_dynamic_smem.find(func);
-    return it == e.max_dynamic_smem.end() ? 48 * 1024 : it->second;
+    return it == e.max_dynamic_smem.end() ? zt_emu_smem_default_max : it->second;
 }
 
 bool zt_emu_check_launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, const void *func) {
@@ -354,7 +354,7 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
     if (!func) return set_error(cudaErrorInvalidDeviceFunction);
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
         /* an H200 (sm_90): 227 KiB of shared memory per block at most */
-        if (value < 0 || value > 227 * 1024) return set_error(cudaErrorInvalidValue);
+        if (value < 0 || (size_t)value > zt_emu_smem_optin_max) return set_error(cudaErrorInvalidValue);
         std::lock_guard<std::mutex> lk(emu().mu);
         emu().max_dynamic_smem[func] = (size_t)value;
     }

@@ -23,11 +23,8 @@ cp -r "$src/launch" "$work/device/"
 
 # What to hide: the Open MPI and PMIx trees, mpirun/orted, the kit's libraries.
 hide=()
-for d in "$(ompi_info --path libdir --parsable | sed -n 's/^path:libdir://p')" \
-         "$(ompi_info --path pkgdatadir --parsable | sed -n 's/^path:pkgdatadir://p')" \
-         "$(ompi_info --path sysconfdir --parsable | sed -n 's/^path:sysconfdir://p')"; do
-  hide+=("dir:$d")
-done
+ompi_path() { ompi_info --path "$1" --parsable | sed -n "s/^path:$1://p"; }
+for d in libdir pkgdatadir sysconfdir; do hide+=("dir:$(ompi_path $d)"); done
 ldcache=$(ldconfig -p)
 first_path() { awk -v n="$1" '$1 == n && !p {print $NF; p = 1}' <<<"$ldcache"; }
 hide+=("dir:$(dirname "$(dirname "$(readlink -f "$(first_path libpmix.so.2)")")")")
