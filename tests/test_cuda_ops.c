@@ -864,6 +864,8 @@ int main(void) {
     test_attention_fused(2, 64, 64, 2);
     test_attention_fused(1, 200, 96, 3);
     test_attention_fused(2, 256, 128, 2);
+    test_attention_fused(1, 77, 30, 3);  /* head size 10: padded to 12 in the tiles */
+    test_attention_fused(1, 40, 512, 2); /* head size 256: every kernel above 48 KiB of shared memory */
     test_pointwise(1);
     test_pointwise(100003);
     test_softmax_xent(23, 37);

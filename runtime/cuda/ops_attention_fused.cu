@@ -4,95 +4,263 @@
  * probability it needs as exp(scale q.k - lse). qkv rows hold
  * [q (C) | k (C) | v (C)]; head h uses channels h*hs .. h*hs+hs-1.
  *
- * Row kernels, like the no-scratch backward in ops_attention.cu, not tiled:
- * the point of this mode is the memory it saves, and a plain design keeps
- * the results deterministic and easy to check against the CPU kernel.
- *   forward     one block per query row (b, h, t): the t+1 scores into
- *               shared memory, a block max and a block sum of the
- *               exponentials (fixed-tree reductions), then each thread
- *               sums p[t2] v[t2, i] over t2 in order for its channels i.
- *   backward 1  one block per query row: D = dout[t] . out[t] (into datt),
- *               ds[t2] = p (dout[t] . v[t2] - D) scale into shared memory,
- *               dq[t] += sum over t2 in order of ds[t2] k[t2].
- *   backward 2  one block per key row t2: p and ds of the column t >= t2
- *               recomputed (D read from datt, written by part 1 earlier on
- *               the same stream), then dv[t2] += sum_t p dout[t] and
- *               dk[t2] += sum_t ds q[t], t in order.
- * Both backward parts get p and ds from the same device functions (and
- * CUDA code builds with --fmad=false), so they see the same bits. Every dot
- * product over the head channels is a sequential loop, as on the CPU; the
- * values differ from the CPU's only where the forward's softmax sums run as
- * block reductions instead of the CPU's online softmax. No atomics: every
- * output element has exactly one writer.
+ * Tiled, as FlashAttention: a block owns one tile of FA_TILE rows of one
+ * head (b, h) and walks the tiles of the other side through shared memory,
+ * so each q, k, v row is read from global memory once per tile pair instead
+ * of once per row pair, and shared-memory use no longer grows with T.
+ *   forward   block = a query tile; for each key tile kt <= qt:
+ *             S = scale Q K^T (masked), the online softmax per row (running
+ *             max m and sum l; O rescaled when m grows), O += P V.
+ *   backward  two kernels, so that every output element has one writer and
+ *             no atomics are needed (deterministic, unlike FlashAttention-2's
+ *             atomic dQ):
+ *     dq      block = a query tile: D = dout . out per row (into datt);
+ *             for each key tile kt <= qt: P, dS = P (dO V^T - D) scale,
+ *             dQ += dS K.
+ *     dkv     block = a key tile; for each query tile qt >= kt: P,
+ *             dV += P^T dO, dS, dK += dS^T Q.
+ * The tile products are small GEMMs in shared memory (fa_micro: 4x4 outputs
+ * per thread per step). fp32 throughout, no tensor cores.
  *
- * Shared memory grows with T (T floats forward and in part 1, 2 (T - t2)
- * floats in part 2): beyond the device's per-block limit (T around 29000 on
- * an H200 for part 2) the launch fails and the sticky error reports it. */
+ * Summation order, and so the bits. Every score is a sequential dot product
+ * over the head channels (zero padding added at the end adds exact zeros),
+ * and every accumulator starts from the value already in the output (dq, dk,
+ * dv are +=) and adds its terms in increasing position order, tile after
+ * tile: the CPU kernel's order. Both backward kernels build P and dS from
+ * the same device code, so they see the same bits. The forward's online
+ * softmax rescales once per tile instead of once per new maximum, so out
+ * and lse differ from the CPU's by float rounding only.
+ *
+ * Shared memory: with ld = hs rounded up to 4, plus 1 (the +1 spreads a
+ * column's elements over banks), the forward needs 4 row tiles, the dq
+ * kernel 5 and the dkv kernel 6, each FA_TILE x ld floats, plus one
+ * FA_TILE x (FA_TILE + 1) score tile: 54 KiB for the dkv kernel at hs = 64,
+ * whatever T. Head sizes above about 290 exceed the device's per-block limit;
+ * the launch then fails and the sticky error reports it. */
 #include "cuda_common.cuh"
 
-#define FUSED_THREADS 128
+#define FA_TILE 32 /* rows per tile; also the warp size the row pass assumes */
+#define FA_THREADS 128
+#define FA_SLD (FA_TILE + 1) /* row stride of the score tile */
 
-/* a[hs] . b[hs], sequentially (the CPU's order). */
-__device__ __forceinline__ float fused_dot(const float *a, const float *b, int hs) {
-    float d = 0.0f;
-    for (int i = 0; i < hs; i++) d += a[i] * b[i];
-    return d;
+/* A matrix in shared memory: element (r, c) at p[r * rs + c * cs]. */
+struct fa_view {
+    const float *p;
+    int rs, cs;
+};
+
+/* acc[i][j] += sum over k < K of A(r0 + i, k) B(k, c0 + j), k in order. */
+__device__ __forceinline__ void fa_micro(float acc[4][4], fa_view A, fa_view B, int r0, int c0, int K) {
+    for (int k = 0; k < K; k++) {
+        float a[4], b[4];
+        for (int i = 0; i < 4; i++) a[i] = A.p[(r0 + i) * A.rs + k * A.cs];
+        for (int j = 0; j < 4; j++) b[j] = B.p[k * B.rs + (c0 + j) * B.cs];
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+    }
 }
 
-/* The probability of key row k[hs] for query row q[hs] whose normaliser is
- * lse: exp(scale q.k - lse). Both backward parts call this, so the bits agree. */
-__device__ __forceinline__ float fused_prob(const float *q, const float *k, int hs, float scale, float lse) {
-    return expf(fused_dot(q, k, hs) * scale - lse);
+/* The 4x4 output blocks of an R x N tile (R, N multiples of 4) are dealt to
+ * the block's threads; block m starts at row m_row(m), column m_col(m). */
+#define FA_FOR_MICRO(m, R, N) for (int m = threadIdx.x; m < ((R) / 4) * ((N) / 4); m += blockDim.x)
+__device__ __forceinline__ int fa_m_row(int m, int N) { return (m / (N / 4)) * 4; }
+__device__ __forceinline__ int fa_m_col(int m, int N) { return (m % (N / 4)) * 4; }
+
+/* Loads rows row0 .. row0 + FA_TILE - 1 (of a [.., T, ..] tensor whose row t
+ * starts at src + t * stride) into dst[FA_TILE][ld], channels 0 .. hs - 1;
+ * rows at or past T and channels hs .. hp - 1 become 0. */
+__device__ __forceinline__ void fa_load_rows(float *dst, int ld, const float *src, size_t stride, int row0, int T,
+                                             int hs, int hp) {
+    for (int e = threadIdx.x; e < FA_TILE * hp; e += blockDim.x) {
+        int r = e / hp, i = e % hp, t = row0 + r;
+        dst[r * ld + i] = (t < T && i < hs) ? src[(size_t)t * stride + i] : 0.0f;
+    }
 }
 
-/* The score gradient (softmax and scale undone): p (dout[t] . v[t2] - D) scale. */
-__device__ __forceinline__ float fused_ds(float p, const float *dy, const float *v, int hs, float D, float scale) {
-    return p * (fused_dot(dy, v, hs) - D) * scale;
+/* Stores the valid rows and channels of src[FA_TILE][ld] back. */
+__device__ __forceinline__ void fa_store_rows(float *dst, size_t stride, const float *src, int ld, int row0, int T,
+                                              int hs) {
+    for (int e = threadIdx.x; e < FA_TILE * hs; e += blockDim.x) {
+        int r = e / hs, i = e % hs, t = row0 + r;
+        if (t < T) dst[(size_t)t * stride + i] = src[r * ld + i];
+    }
 }
 
-/* Forward: one block per (b, h, t) query row. Shared: the row's scores, then
- * its unnormalised probabilities exp(s - max), t + 1 floats. */
+/* P for the tile pair (query tile at q0, key tile at k0): sc[r][j] =
+ * exp(scale Q[r] . K[j] - lse[r]), 0 where the key is after the query or the
+ * query is past T. Both backward kernels call this: the same bits. */
+__device__ __forceinline__ void fa_probs(float *sc, const float *Qs, const float *Ks, const float *lse_s, int ld,
+                                         int hp, int q0, int k0, int T, float scale) {
+    fa_view Q = {Qs, ld, 1}, Kt = {Ks, 1, ld};
+    FA_FOR_MICRO(m, FA_TILE, FA_TILE) {
+        int r0 = fa_m_row(m, FA_TILE), c0 = fa_m_col(m, FA_TILE);
+        float acc[4][4] = {{0.0f}};
+        fa_micro(acc, Q, Kt, r0, c0, hp);
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++) {
+                int q = q0 + r0 + i, k = k0 + c0 + j;
+                sc[(r0 + i) * FA_SLD + c0 + j] = (k > q || q >= T) ? 0.0f : expf(acc[i][j] * scale - lse_s[r0 + i]);
+            }
+    }
+}
+
+/* dS in place of P: sc[r][j] = P (dO[r] . V[j] - D[r]) scale. */
+__device__ __forceinline__ void fa_dscores(float *sc, const float *dOs, const float *Vs, const float *D_s, int ld,
+                                           int hp, float scale) {
+    fa_view dO = {dOs, ld, 1}, Vt = {Vs, 1, ld};
+    FA_FOR_MICRO(m, FA_TILE, FA_TILE) {
+        int r0 = fa_m_row(m, FA_TILE), c0 = fa_m_col(m, FA_TILE);
+        float acc[4][4] = {{0.0f}};
+        fa_micro(acc, dO, Vt, r0, c0, hp);
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++) {
+                float *s = &sc[(r0 + i) * FA_SLD + c0 + j];
+                *s = *s * (acc[i][j] - D_s[r0 + i]) * scale;
+            }
+    }
+}
+
+/* C[FA_TILE][hp] (row stride ld) += A B, A FA_TILE x FA_TILE, B FA_TILE x hp. */
+__device__ __forceinline__ void fa_accumulate(float *Cs, int ld, fa_view A, fa_view B, int hp) {
+    FA_FOR_MICRO(m, FA_TILE, hp) {
+        int r0 = fa_m_row(m, hp), c0 = fa_m_col(m, hp);
+        float acc[4][4];
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++) acc[i][j] = Cs[(r0 + i) * ld + c0 + j];
+        fa_micro(acc, A, B, r0, c0, FA_TILE);
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++) Cs[(r0 + i) * ld + c0 + j] = acc[i][j];
+    }
+}
+
+/* The launch geometry shared by the three kernels. */
+struct fa_geom {
+    int hs, hp, ld, ntiles;
+    size_t C3, row0, hoff, bh;
+    int tile; /* this block's tile index */
+};
+__device__ __forceinline__ fa_geom fa_geom_of(int T, int C, int NH, int heavy_first) {
+    fa_geom g;
+    g.hs = C / NH;
+    g.hp = (g.hs + 3) & ~3;
+    g.ld = g.hp + 1;
+    g.ntiles = (T + FA_TILE - 1) / FA_TILE;
+    g.bh = blockIdx.x / (unsigned int)g.ntiles;
+    int i = (int)(blockIdx.x % (unsigned int)g.ntiles);
+    /* Causal tiles have unequal work: issue the longest first. */
+    g.tile = heavy_first ? g.ntiles - 1 - i : i;
+    g.C3 = (size_t)C * 3;
+    g.row0 = (g.bh / (size_t)NH) * (size_t)T;
+    g.hoff = (g.bh % (size_t)NH) * (size_t)g.hs;
+    return g;
+}
+
+static size_t fa_smem_bytes(int C, int NH, int row_tiles) {
+    int hp = ((C / NH) + 3) & ~3;
+    return ((size_t)row_tiles * FA_TILE * (hp + 1) + (size_t)FA_TILE * FA_SLD + 3 * FA_TILE) * sizeof(float);
+}
+
+/* Forward: one block per (b, h, query tile). */
 __global__ static void attention_fused_fwd_kernel(float *out,       /* [B,T,C] */
                                                   float *lse,       /* [B,NH,T] */
                                                   const float *qkv, /* [B,T,3C] */
                                                   int T, int C, int NH, float scale) {
-    extern __shared__ float e[];
-    __shared__ float red[33];
-    zt_att_row r = zt_att_row_of(blockIdx.x, T, NH);
-    int hs = C / NH, t = r.t;
-    size_t C3 = (size_t)C * 3, row0 = (size_t)r.b * T, hoff = (size_t)r.h * hs;
-    const float *q = qkv + (row0 + t) * C3 + hoff; /* [hs] */
+    extern __shared__ float sm[];
+    fa_geom g = fa_geom_of(T, C, NH, 1);
+    int ld = g.ld, hp = g.hp, q0 = g.tile * FA_TILE;
+    float *Qs = sm, *Ks = Qs + FA_TILE * ld, *Vs = Ks + FA_TILE * ld, *Os = Vs + FA_TILE * ld; /* [FA_TILE][ld] */
+    float *sc = Os + FA_TILE * ld;                                                              /* [FA_TILE][FA_SLD] */
+    float *m_s = sc + FA_TILE * FA_SLD, *l_s = m_s + FA_TILE, *alpha_s = l_s + FA_TILE;       /* [FA_TILE] */
+    const float *base = qkv + g.row0 * g.C3 + g.hoff;
 
-    float lmax = -INFINITY;
-    for (int t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
-        const float *k = qkv + (row0 + t2) * C3 + C + hoff; /* [hs] */
-        float sc = fused_dot(q, k, hs) * scale;
-        e[t2] = sc;
-        lmax = fmaxf(lmax, sc);
+    fa_load_rows(Qs, ld, base, g.C3, q0, T, g.hs, hp);
+    for (int e = threadIdx.x; e < FA_TILE * ld; e += blockDim.x) Os[e] = 0.0f;
+    for (int r = threadIdx.x; r < FA_TILE; r += blockDim.x) {
+        m_s[r] = -INFINITY;
+        l_s[r] = 0.0f;
     }
-    float m = zt_block_max(lmax, red);
-    /* Each thread rewrites only the entries it wrote above. */
-    float lsum = 0.0f;
-    for (int t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
-        float x = expf(e[t2] - m);
-        e[t2] = x;
-        lsum += x;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    for (int kt = 0; kt <= g.tile; kt++) {
+        int k0 = kt * FA_TILE;
+        fa_load_rows(Ks, ld, base + C, g.C3, k0, T, g.hs, hp);
+        fa_load_rows(Vs, ld, base + 2 * (size_t)C, g.C3, k0, T, g.hs, hp);
+        __syncthreads();
+        /* S = scale Q K^T, -inf where masked */
+        fa_view Q = {Qs, ld, 1}, Kt = {Ks, 1, ld};
+        FA_FOR_MICRO(m, FA_TILE, FA_TILE) {
+            int r0 = fa_m_row(m, FA_TILE), c0 = fa_m_col(m, FA_TILE);
+            float acc[4][4] = {{0.0f}};
+            fa_micro(acc, Q, Kt, r0, c0, hp);
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) {
+                    int q = q0 + r0 + i, k = k0 + c0 + j;
+                    sc[(r0 + i) * FA_SLD + c0 + j] = (k > q || q >= T) ? -INFINITY : acc[i][j] * scale;
+                }
+        }
+        __syncthreads();
+        /* The online softmax, a warp per row, lane j on key j: the new max,
+         * P = exp(S - max) in place, and the factor that rescales the old
+         * sum and output. A row past T is all -inf: P = 0, nothing rescaled. */
+        for (int r = warp; r < FA_TILE; r += nwarps) {
+            float s = sc[r * FA_SLD + lane];
+            float m_old = m_s[r], m_new = fmaxf(m_old, zt_warp_max(s));
+            float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+            sc[r * FA_SLD + lane] = p;
+            float psum = zt_warp_sum(p);
+            if (lane == 0) {
+                float alpha = m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
+                l_s[r] = l_s[r] * alpha + psum;
+                m_s[r] = m_new;
+                alpha_s[r] = alpha;
+            }
+        }
+        __syncthreads();
+        /* O = alpha O + P V */
+        fa_view P = {sc, FA_SLD, 1}, V = {Vs, ld, 1};
+        FA_FOR_MICRO(m, FA_TILE, hp) {
+            int r0 = fa_m_row(m, hp), c0 = fa_m_col(m, hp);
+            float acc[4][4];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) acc[i][j] = Os[(r0 + i) * ld + c0 + j] * alpha_s[r0 + i];
+            fa_micro(acc, P, V, r0, c0, FA_TILE);
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) Os[(r0 + i) * ld + c0 + j] = acc[i][j];
+        }
+        __syncthreads(); /* before the next tile overwrites K, V and the scores */
     }
-    /* The block sum's barriers also publish every thread's e[] entries. */
-    float l = zt_block_sum(lsum, red);
-    float inv = 1.0f / l;
-
-    float *o = out + (row0 + t) * C + hoff; /* [hs] */
-    for (int i = threadIdx.x; i < hs; i += blockDim.x) {
-        float acc = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) acc += e[t2] * qkv[(row0 + t2) * C3 + 2 * (size_t)C + hoff + i];
-        o[i] = acc * inv;
+    for (int e = threadIdx.x; e < FA_TILE * g.hs; e += blockDim.x) {
+        int r = e / g.hs, i = e % g.hs, t = q0 + r;
+        if (t < T) out[(g.row0 + t) * C + g.hoff + i] = Os[r * ld + i] / l_s[r];
     }
-    if (threadIdx.x == 0) lse[r.bh * T + t] = m + logf(l);
+    for (int r = threadIdx.x; r < FA_TILE; r += blockDim.x)
+        if (q0 + r < T) lse[g.bh * T + q0 + r] = m_s[r] + logf(l_s[r]);
 }
 
-/* Backward, part 1: one block per (b, h, t) query row. Shared: ds for the
- * row, t + 1 floats. */
+/* Per-row inputs of the backward for the query tile at q0: lse, and D =
+ * dout . out (sequential over the channels, as the CPU); rows past T get 0.
+ * With datt_out set, D is also stored there (the dq kernel). */
+__device__ __forceinline__ void fa_row_stats(float *lse_s, float *D_s, const float *lse, const float *datt_in,
+                                             float *datt_out, const float *dout, const float *out, const fa_geom &g,
+                                             int q0, int T, int C) {
+    for (int r = threadIdx.x; r < FA_TILE; r += blockDim.x) {
+        int t = q0 + r;
+        float l = 0.0f, D = 0.0f;
+        if (t < T) {
+            l = lse[g.bh * T + t];
+            if (datt_in) {
+                D = datt_in[g.bh * T + t];
+            } else {
+                const float *dy = dout + (g.row0 + t) * C + g.hoff, *y = out + (g.row0 + t) * C + g.hoff; /* [hs] */
+                for (int i = 0; i < g.hs; i++) D += dy[i] * y[i];
+                datt_out[g.bh * T + t] = D;
+            }
+        }
+        lse_s[r] = l;
+        D_s[r] = D;
+    }
+}
+
+/* Backward, dq: one block per (b, h, query tile). */
 __global__ static void attention_fused_bwd_dq_kernel(float *dqkv,       /* [B,T,3C], += */
                                                      float *datt,       /* [B,NH,T], D out */
                                                      const float *dout, /* [B,T,C] */
@@ -100,100 +268,105 @@ __global__ static void attention_fused_bwd_dq_kernel(float *dqkv,       /* [B,T,
                                                      const float *out,  /* [B,T,C] */
                                                      const float *lse,  /* [B,NH,T] */
                                                      int T, int C, int NH, float scale) {
-    extern __shared__ float ds[];
-    zt_att_row r = zt_att_row_of(blockIdx.x, T, NH);
-    int hs = C / NH, t = r.t;
-    size_t C3 = (size_t)C * 3, row0 = (size_t)r.b * T, hoff = (size_t)r.h * hs;
-    const float *q = qkv + (row0 + t) * C3 + hoff;  /* [hs] */
-    const float *dy = dout + (row0 + t) * C + hoff; /* [hs] */
-    const float *y = out + (row0 + t) * C + hoff;   /* [hs] */
-    float l = lse[r.bh * T + t];
+    extern __shared__ float sm[];
+    fa_geom g = fa_geom_of(T, C, NH, 1);
+    int ld = g.ld, hp = g.hp, q0 = g.tile * FA_TILE;
+    float *Qs = sm, *dOs = Qs + FA_TILE * ld, *Ks = dOs + FA_TILE * ld, *Vs = Ks + FA_TILE * ld; /* [FA_TILE][ld] */
+    float *dQs = Vs + FA_TILE * ld;                                                               /* [FA_TILE][ld] */
+    float *sc = dQs + FA_TILE * ld;                               /* [FA_TILE][FA_SLD] */
+    float *lse_s = sc + FA_TILE * FA_SLD, *D_s = lse_s + FA_TILE; /* [FA_TILE] */
+    const float *base = qkv + g.row0 * g.C3 + g.hoff;
+    float *dq = dqkv + g.row0 * g.C3 + g.hoff;
 
-    /* Every thread computes D itself (same loop, same bits); one stores it. */
-    float D = fused_dot(dy, y, hs);
-    if (threadIdx.x == 0) datt[r.bh * T + t] = D;
-    for (int t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
-        const float *k = qkv + (row0 + t2) * C3 + C + hoff;              /* [hs] */
-        const float *v = qkv + (row0 + t2) * C3 + 2 * (size_t)C + hoff; /* [hs] */
-        ds[t2] = fused_ds(fused_prob(q, k, hs, scale, l), dy, v, hs, D, scale);
+    fa_load_rows(Qs, ld, base, g.C3, q0, T, g.hs, hp);
+    fa_load_rows(dOs, ld, dout + g.row0 * C + g.hoff, C, q0, T, g.hs, hp);
+    fa_load_rows(dQs, ld, dq, g.C3, q0, T, g.hs, hp);
+    fa_row_stats(lse_s, D_s, lse, NULL, datt, dout, out, g, q0, T, C);
+    for (int kt = 0; kt <= g.tile; kt++) {
+        int k0 = kt * FA_TILE;
+        fa_load_rows(Ks, ld, base + C, g.C3, k0, T, g.hs, hp);
+        fa_load_rows(Vs, ld, base + 2 * (size_t)C, g.C3, k0, T, g.hs, hp);
+        __syncthreads();
+        fa_probs(sc, Qs, Ks, lse_s, ld, hp, q0, k0, T, scale);
+        __syncthreads();
+        fa_dscores(sc, dOs, Vs, D_s, ld, hp, scale);
+        __syncthreads();
+        fa_view dS = {sc, FA_SLD, 1}, K = {Ks, ld, 1};
+        fa_accumulate(dQs, ld, dS, K, hp); /* dQ += dS K */
+        __syncthreads();                   /* before the next tile overwrites K, V and the scores */
     }
-    __syncthreads();
-
-    float *dq = dqkv + (row0 + t) * C3 + hoff; /* [hs] */
-    for (int i = threadIdx.x; i < hs; i += blockDim.x) {
-        float acc = dq[i];
-        for (int t2 = 0; t2 <= t; t2++) acc += ds[t2] * qkv[(row0 + t2) * C3 + C + hoff + i];
-        dq[i] = acc;
-    }
+    fa_store_rows(dq, g.C3, dQs, ld, q0, T, g.hs);
 }
 
-/* Backward, part 2: one block per (b, h, t2) key/value row, summing over the
- * query rows t = t2 .. T-1 in order. Shared: the columns of p and ds,
- * 2 (T - t2) floats. */
+/* Backward, dk and dv: one block per (b, h, key tile), after the dq kernel
+ * (which wrote D into datt) on the same stream. */
 __global__ static void attention_fused_bwd_dkv_kernel(float *dqkv,       /* [B,T,3C], += */
-                                                      const float *datt, /* [B,NH,T], D from part 1 */
+                                                      const float *datt, /* [B,NH,T], D from the dq kernel */
                                                       const float *dout, /* [B,T,C] */
                                                       const float *qkv,  /* [B,T,3C] */
                                                       const float *lse,  /* [B,NH,T] */
                                                       int T, int C, int NH, float scale) {
-    extern __shared__ float cols[];
-    zt_att_row r = zt_att_row_of(blockIdx.x, T, NH);
-    int hs = C / NH, t2 = r.t, len = T - t2;
-    size_t C3 = (size_t)C * 3, row0 = (size_t)r.b * T, hoff = (size_t)r.h * hs;
-    float *pcol = cols, *dscol = cols + len;                         /* [len] each */
-    const float *k = qkv + (row0 + t2) * C3 + C + hoff;              /* [hs] */
-    const float *v = qkv + (row0 + t2) * C3 + 2 * (size_t)C + hoff; /* [hs] */
+    extern __shared__ float sm[];
+    fa_geom g = fa_geom_of(T, C, NH, 0); /* key tile 0 meets every query tile: first */
+    int ld = g.ld, hp = g.hp, k0 = g.tile * FA_TILE;
+    float *Ks = sm, *Vs = Ks + FA_TILE * ld, *Qs = Vs + FA_TILE * ld, *dOs = Qs + FA_TILE * ld; /* [FA_TILE][ld] */
+    float *dKs = dOs + FA_TILE * ld, *dVs = dKs + FA_TILE * ld;                                   /* [FA_TILE][ld] */
+    float *sc = dVs + FA_TILE * ld;                               /* [FA_TILE][FA_SLD] */
+    float *lse_s = sc + FA_TILE * FA_SLD, *D_s = lse_s + FA_TILE; /* [FA_TILE] */
+    const float *base = qkv + g.row0 * g.C3 + g.hoff;
+    float *dk = dqkv + g.row0 * g.C3 + g.hoff + C, *dv = dk + C;
 
-    for (int j = threadIdx.x; j < len; j += blockDim.x) {
-        int t = t2 + j;
-        const float *q = qkv + (row0 + t) * C3 + hoff;  /* [hs] */
-        const float *dy = dout + (row0 + t) * C + hoff; /* [hs] */
-        float p = fused_prob(q, k, hs, scale, lse[r.bh * T + t]);
-        pcol[j] = p;
-        dscol[j] = fused_ds(p, dy, v, hs, datt[r.bh * T + t], scale);
+    fa_load_rows(Ks, ld, base + C, g.C3, k0, T, g.hs, hp);
+    fa_load_rows(Vs, ld, base + 2 * (size_t)C, g.C3, k0, T, g.hs, hp);
+    fa_load_rows(dKs, ld, dk, g.C3, k0, T, g.hs, hp);
+    fa_load_rows(dVs, ld, dv, g.C3, k0, T, g.hs, hp);
+    for (int qt = g.tile; qt < g.ntiles; qt++) {
+        int q0 = qt * FA_TILE;
+        fa_load_rows(Qs, ld, base, g.C3, q0, T, g.hs, hp);
+        fa_load_rows(dOs, ld, dout + g.row0 * C + g.hoff, C, q0, T, g.hs, hp);
+        fa_row_stats(lse_s, D_s, lse, datt, NULL, NULL, NULL, g, q0, T, C);
+        __syncthreads();
+        fa_probs(sc, Qs, Ks, lse_s, ld, hp, q0, k0, T, scale);
+        __syncthreads();
+        fa_view Pt = {sc, 1, FA_SLD}, dO = {dOs, ld, 1};
+        fa_accumulate(dVs, ld, Pt, dO, hp); /* dV += P^T dO */
+        __syncthreads();                    /* P is read above, replaced by dS below */
+        fa_dscores(sc, dOs, Vs, D_s, ld, hp, scale);
+        __syncthreads();
+        fa_view dSt = {sc, 1, FA_SLD}, Q = {Qs, ld, 1};
+        fa_accumulate(dKs, ld, dSt, Q, hp); /* dK += dS^T Q */
+        __syncthreads();                    /* before the next tile overwrites Q, dO and the scores */
     }
-    __syncthreads();
-
-    float *dk = dqkv + (row0 + t2) * C3 + C + hoff;              /* [hs] */
-    float *dv = dqkv + (row0 + t2) * C3 + 2 * (size_t)C + hoff; /* [hs] */
-    for (int i = threadIdx.x; i < hs; i += blockDim.x) {
-        float ak = dk[i], av = dv[i];
-        for (int j = 0; j < len; j++) {
-            size_t rt = row0 + t2 + j;
-            av += pcol[j] * dout[rt * C + hoff + i];
-            ak += dscol[j] * qkv[rt * C3 + hoff + i];
-        }
-        dk[i] = ak;
-        dv[i] = av;
-    }
+    fa_store_rows(dk, g.C3, dKs, ld, k0, T, g.hs);
+    fa_store_rows(dv, g.C3, dVs, ld, k0, T, g.hs);
 }
 
 extern "C" void zt_cuda_attention_fused_fwd(zt_stream *s, float *out, float *lse, const float *qkv, int B, int T,
                                             int C, int NH) {
-    size_t blocks = (size_t)B * NH * T;
+    size_t blocks = (size_t)B * NH * ((T + FA_TILE - 1) / FA_TILE);
     if (blocks == 0 || C <= 0) return;
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
-    size_t smem = (size_t)T * sizeof(float);
+    size_t smem = fa_smem_bytes(C, NH, 4);
     if (ZT_ALLOW_SMEM(s, attention_fused_fwd_kernel, smem)) return;
-    attention_fused_fwd_kernel<<<(unsigned int)blocks, FUSED_THREADS, smem, st>>>(out, lse, qkv, T, C, NH, scale);
+    attention_fused_fwd_kernel<<<(unsigned int)blocks, FA_THREADS, smem, st>>>(out, lse, qkv, T, C, NH, scale);
     ZT_CUDA_LAUNCHED(s, "attention_fused_fwd");
 }
 
 extern "C" void zt_cuda_attention_fused_bwd(zt_stream *s, float *dqkv, float *datt, const float *dout,
                                             const float *qkv, const float *out, const float *lse, int B, int T,
                                             int C, int NH) {
-    size_t blocks = (size_t)B * NH * T;
+    size_t blocks = (size_t)B * NH * ((T + FA_TILE - 1) / FA_TILE);
     if (blocks == 0 || C <= 0) return;
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
-    size_t smem_q = (size_t)T * sizeof(float), smem_kv = 2 * (size_t)T * sizeof(float);
+    size_t smem_q = fa_smem_bytes(C, NH, 5), smem_kv = fa_smem_bytes(C, NH, 6);
     if (ZT_ALLOW_SMEM(s, attention_fused_bwd_dq_kernel, smem_q)) return;
-    attention_fused_bwd_dq_kernel<<<(unsigned int)blocks, FUSED_THREADS, smem_q, st>>>(dqkv, datt, dout, qkv, out,
-                                                                                      lse, T, C, NH, scale);
+    attention_fused_bwd_dq_kernel<<<(unsigned int)blocks, FA_THREADS, smem_q, st>>>(dqkv, datt, dout, qkv, out, lse,
+                                                                                   T, C, NH, scale);
     if (ZT_CUDA_LAUNCHED(s, "attention_fused_bwd (dq)")) return;
     if (ZT_ALLOW_SMEM(s, attention_fused_bwd_dkv_kernel, smem_kv)) return;
-    attention_fused_bwd_dkv_kernel<<<(unsigned int)blocks, FUSED_THREADS, smem_kv, st>>>(dqkv, datt, dout, qkv,
-                                                                                        lse, T, C, NH, scale);
+    attention_fused_bwd_dkv_kernel<<<(unsigned int)blocks, FA_THREADS, smem_kv, st>>>(dqkv, datt, dout, qkv, lse, T,
+                                                                                     C, NH, scale);
     ZT_CUDA_LAUNCHED(s, "attention_fused_bwd (dk, dv)");
 }
