@@ -19,24 +19,31 @@
  *             dQ += dS K.
  *     dkv     block = a key tile; for each query tile qt >= kt: P,
  *             dV += P^T dO, dS, dK += dS^T Q.
- * The tile products are small GEMMs in shared memory (fa_micro: 4x4 outputs
- * per thread per step). fp32 throughout, no tensor cores.
+ * The tile products are small GEMMs in shared memory (fa_micro: 2x4 or 4x4
+ * outputs per thread per step, a warp's threads on consecutive columns).
+ * fp32 throughout, no tensor cores. Blocks are issued tile-major, longest
+ * causal work first.
  *
  * Summation order, and so the bits. Every score is a sequential dot product
  * over the head channels (zero padding added at the end adds exact zeros),
  * and every accumulator starts from the value already in the output (dq, dk,
  * dv are +=) and adds its terms in increasing position order, tile after
- * tile: the CPU kernel's order. Both backward kernels build P and dS from
- * the same device code, so they see the same bits. The forward's online
- * softmax rescales once per tile instead of once per new maximum, so out
- * and lse differ from the CPU's by float rounding only.
+ * tile: the CPU kernel's order (on the emulator, whose expf is the CPU's,
+ * the backward matches the CPU bit for bit; a GPU's expf differs in the last
+ * bits). Both backward kernels build P and dS from the same device code, so
+ * they see the same bits. The forward's online softmax rescales once per
+ * tile instead of once per new maximum, so out and lse differ from the
+ * CPU's by float rounding only.
  *
  * Shared memory: with ld = hs rounded up to 4, plus 1 (the +1 spreads a
  * column's elements over banks), the forward needs 4 row tiles, the dq
  * kernel 5 and the dkv kernel 6, each FA_TILE x ld floats, plus one
- * FA_TILE x (FA_TILE + 1) score tile: 54 KiB for the dkv kernel at hs = 64,
- * whatever T. Head sizes above about 290 exceed the device's per-block limit;
- * the launch then fails and the sticky error reports it. */
+ * FA_TILE x (FA_TILE + 1) score tile and 2-3 per-row vectors (fa_smem_bytes):
+ * 53.25 KiB for the dkv kernel at hs = 64, whatever T. Head sizes above 292
+ * exceed the H200's 227 KiB per block: the opt-in (cudaFuncSetAttribute)
+ * fails, the sticky error reports it, and nothing is launched. */
+#include <limits.h>
+
 #include "cuda_common.cuh"
 
 #define FA_TILE 32 /* rows per tile; also the warp size the row pass assumes */
@@ -49,22 +56,42 @@ struct fa_view {
     int rs, cs;
 };
 
-/* acc[i][j] += sum over k < K of A(r0 + i, k) B(k, c0 + j), k in order. */
-__device__ __forceinline__ void fa_micro(float acc[4][4], fa_view A, fa_view B, int r0, int c0, int K) {
+/* A thread's share of an R x N output tile (N a multiple of 4): MR
+ * consecutive rows r0 .. r0 + MR - 1 and 4 columns c0 + j * cs, j < 4, the
+ * columns N / 4 apart so that the threads of a warp touch consecutive
+ * columns (distinct shared-memory banks). */
+struct fa_micro_tile {
+    int r0, c0, cs;
+};
+__device__ __forceinline__ fa_micro_tile fa_tile_of(int m, int MR, int N) {
+    fa_micro_tile t;
+    t.cs = N / 4;
+    t.r0 = (m / t.cs) * MR;
+    t.c0 = m % t.cs;
+    return t;
+}
+/* The micro-tiles of an R x N tile, dealt to the block's threads. */
+#define FA_FOR_MICRO(m, MR, R, N) for (int m = threadIdx.x; m < ((R) / (MR)) * ((N) / 4); m += blockDim.x)
+/* MR x 4 micro-tiles: 2 rows for the FA_TILE x FA_TILE score tiles (128
+ * of them, one per thread), 4 for the FA_TILE x hp products. */
+#define FA_MR_S 2
+#define FA_MR_O 4
+
+/* acc[i][j] += sum over k < K of A(r0 + i, k) B(k, c0 + j cs), k in order. */
+template <int MR>
+__device__ __forceinline__ void fa_micro(float (&acc)[MR][4], fa_view A, fa_view B, fa_micro_tile t, int K) {
     for (int k = 0; k < K; k++) {
-        float a[4], b[4];
-        for (int i = 0; i < 4; i++) a[i] = A.p[(r0 + i) * A.rs + k * A.cs];
-        for (int j = 0; j < 4; j++) b[j] = B.p[k * B.rs + (c0 + j) * B.cs];
-        for (int i = 0; i < 4; i++)
+        float a[MR], b[4];
+#pragma unroll
+        for (int i = 0; i < MR; i++) a[i] = A.p[(t.r0 + i) * A.rs + k * A.cs];
+#pragma unroll
+        for (int j = 0; j < 4; j++) b[j] = B.p[k * B.rs + (t.c0 + j * t.cs) * B.cs];
+#pragma unroll
+        for (int i = 0; i < MR; i++)
+#pragma unroll
             for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
     }
 }
-
-/* The 4x4 output blocks of an R x N tile (R, N multiples of 4) are dealt to
- * the block's threads; block m starts at row m_row(m), column m_col(m). */
-#define FA_FOR_MICRO(m, R, N) for (int m = threadIdx.x; m < ((R) / 4) * ((N) / 4); m += blockDim.x)
-__device__ __forceinline__ int fa_m_row(int m, int N) { return (m / (N / 4)) * 4; }
-__device__ __forceinline__ int fa_m_col(int m, int N) { return (m % (N / 4)) * 4; }
 
 /* Loads rows row0 .. row0 + FA_TILE - 1 (of a [.., T, ..] tensor whose row t
  * starts at src + t * stride) into dst[FA_TILE][ld], channels 0 .. hs - 1;
@@ -92,14 +119,14 @@ __device__ __forceinline__ void fa_store_rows(float *dst, size_t stride, const f
 __device__ __forceinline__ void fa_probs(float *sc, const float *Qs, const float *Ks, const float *lse_s, int ld,
                                          int hp, int q0, int k0, int T, float scale) {
     fa_view Q = {Qs, ld, 1}, Kt = {Ks, 1, ld};
-    FA_FOR_MICRO(m, FA_TILE, FA_TILE) {
-        int r0 = fa_m_row(m, FA_TILE), c0 = fa_m_col(m, FA_TILE);
-        float acc[4][4] = {{0.0f}};
-        fa_micro(acc, Q, Kt, r0, c0, hp);
-        for (int i = 0; i < 4; i++)
+    FA_FOR_MICRO(m, FA_MR_S, FA_TILE, FA_TILE) {
+        fa_micro_tile mt = fa_tile_of(m, FA_MR_S, FA_TILE);
+        float acc[FA_MR_S][4] = {{0.0f}};
+        fa_micro(acc, Q, Kt, mt, hp);
+        for (int i = 0; i < FA_MR_S; i++)
             for (int j = 0; j < 4; j++) {
-                int q = q0 + r0 + i, k = k0 + c0 + j;
-                sc[(r0 + i) * FA_SLD + c0 + j] = (k > q || q >= T) ? 0.0f : expf(acc[i][j] * scale - lse_s[r0 + i]);
+                int r = mt.r0 + i, c = mt.c0 + j * mt.cs, q = q0 + r, k = k0 + c;
+                sc[r * FA_SLD + c] = (k > q || q >= T) ? 0.0f : expf(acc[i][j] * scale - lse_s[r]);
             }
     }
 }
@@ -108,28 +135,29 @@ __device__ __forceinline__ void fa_probs(float *sc, const float *Qs, const float
 __device__ __forceinline__ void fa_dscores(float *sc, const float *dOs, const float *Vs, const float *D_s, int ld,
                                            int hp, float scale) {
     fa_view dO = {dOs, ld, 1}, Vt = {Vs, 1, ld};
-    FA_FOR_MICRO(m, FA_TILE, FA_TILE) {
-        int r0 = fa_m_row(m, FA_TILE), c0 = fa_m_col(m, FA_TILE);
-        float acc[4][4] = {{0.0f}};
-        fa_micro(acc, dO, Vt, r0, c0, hp);
-        for (int i = 0; i < 4; i++)
+    FA_FOR_MICRO(m, FA_MR_S, FA_TILE, FA_TILE) {
+        fa_micro_tile mt = fa_tile_of(m, FA_MR_S, FA_TILE);
+        float acc[FA_MR_S][4] = {{0.0f}};
+        fa_micro(acc, dO, Vt, mt, hp);
+        for (int i = 0; i < FA_MR_S; i++)
             for (int j = 0; j < 4; j++) {
-                float *s = &sc[(r0 + i) * FA_SLD + c0 + j];
-                *s = *s * (acc[i][j] - D_s[r0 + i]) * scale;
+                int r = mt.r0 + i;
+                float *s = &sc[r * FA_SLD + mt.c0 + j * mt.cs];
+                *s = *s * (acc[i][j] - D_s[r]) * scale;
             }
     }
 }
 
 /* C[FA_TILE][hp] (row stride ld) += A B, A FA_TILE x FA_TILE, B FA_TILE x hp. */
 __device__ __forceinline__ void fa_accumulate(float *Cs, int ld, fa_view A, fa_view B, int hp) {
-    FA_FOR_MICRO(m, FA_TILE, hp) {
-        int r0 = fa_m_row(m, hp), c0 = fa_m_col(m, hp);
-        float acc[4][4];
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 4; j++) acc[i][j] = Cs[(r0 + i) * ld + c0 + j];
-        fa_micro(acc, A, B, r0, c0, FA_TILE);
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 4; j++) Cs[(r0 + i) * ld + c0 + j] = acc[i][j];
+    FA_FOR_MICRO(m, FA_MR_O, FA_TILE, hp) {
+        fa_micro_tile mt = fa_tile_of(m, FA_MR_O, hp);
+        float acc[FA_MR_O][4];
+        for (int i = 0; i < FA_MR_O; i++)
+            for (int j = 0; j < 4; j++) acc[i][j] = Cs[(mt.r0 + i) * ld + mt.c0 + j * mt.cs];
+        fa_micro(acc, A, B, mt, FA_TILE);
+        for (int i = 0; i < FA_MR_O; i++)
+            for (int j = 0; j < 4; j++) Cs[(mt.r0 + i) * ld + mt.c0 + j * mt.cs] = acc[i][j];
     }
 }
 
@@ -145,9 +173,12 @@ __device__ __forceinline__ fa_geom fa_geom_of(int T, int C, int NH, int heavy_fi
     g.hp = (g.hs + 3) & ~3;
     g.ld = g.hp + 1;
     g.ntiles = (T + FA_TILE - 1) / FA_TILE;
-    g.bh = blockIdx.x / (unsigned int)g.ntiles;
-    int i = (int)(blockIdx.x % (unsigned int)g.ntiles);
-    /* Causal tiles have unequal work: issue the longest first. */
+    /* Tile-major: blocks with the same tile index (the same amount of
+     * causal work) are adjacent for every (b, h), and the grid issues the
+     * longest tiles first, so the short ones fill the tail. */
+    unsigned int nbh = gridDim.x / (unsigned int)g.ntiles;
+    g.bh = blockIdx.x % nbh;
+    int i = (int)(blockIdx.x / nbh);
     g.tile = heavy_first ? g.ntiles - 1 - i : i;
     g.C3 = (size_t)C * 3;
     g.row0 = (g.bh / (size_t)NH) * (size_t)T;
@@ -187,14 +218,14 @@ __global__ static void attention_fused_fwd_kernel(float *out,       /* [B,T,C] *
         __syncthreads();
         /* S = scale Q K^T, -inf where masked */
         fa_view Q = {Qs, ld, 1}, Kt = {Ks, 1, ld};
-        FA_FOR_MICRO(m, FA_TILE, FA_TILE) {
-            int r0 = fa_m_row(m, FA_TILE), c0 = fa_m_col(m, FA_TILE);
-            float acc[4][4] = {{0.0f}};
-            fa_micro(acc, Q, Kt, r0, c0, hp);
-            for (int i = 0; i < 4; i++)
+        FA_FOR_MICRO(m, FA_MR_S, FA_TILE, FA_TILE) {
+            fa_micro_tile mt = fa_tile_of(m, FA_MR_S, FA_TILE);
+            float acc[FA_MR_S][4] = {{0.0f}};
+            fa_micro(acc, Q, Kt, mt, hp);
+            for (int i = 0; i < FA_MR_S; i++)
                 for (int j = 0; j < 4; j++) {
-                    int q = q0 + r0 + i, k = k0 + c0 + j;
-                    sc[(r0 + i) * FA_SLD + c0 + j] = (k > q || q >= T) ? -INFINITY : acc[i][j] * scale;
+                    int r = mt.r0 + i, c = mt.c0 + j * mt.cs, q = q0 + r, k = k0 + c;
+                    sc[r * FA_SLD + c] = (k > q || q >= T) ? -INFINITY : acc[i][j] * scale;
                 }
         }
         __syncthreads();
@@ -217,14 +248,14 @@ __global__ static void attention_fused_fwd_kernel(float *out,       /* [B,T,C] *
         __syncthreads();
         /* O = alpha O + P V */
         fa_view P = {sc, FA_SLD, 1}, V = {Vs, ld, 1};
-        FA_FOR_MICRO(m, FA_TILE, hp) {
-            int r0 = fa_m_row(m, hp), c0 = fa_m_col(m, hp);
-            float acc[4][4];
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++) acc[i][j] = Os[(r0 + i) * ld + c0 + j] * alpha_s[r0 + i];
-            fa_micro(acc, P, V, r0, c0, FA_TILE);
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++) Os[(r0 + i) * ld + c0 + j] = acc[i][j];
+        FA_FOR_MICRO(m, FA_MR_O, FA_TILE, hp) {
+            fa_micro_tile mt = fa_tile_of(m, FA_MR_O, hp);
+            float acc[FA_MR_O][4];
+            for (int i = 0; i < FA_MR_O; i++)
+                for (int j = 0; j < 4; j++) acc[i][j] = Os[(mt.r0 + i) * ld + mt.c0 + j * mt.cs] * alpha_s[mt.r0 + i];
+            fa_micro(acc, P, V, mt, FA_TILE);
+            for (int i = 0; i < FA_MR_O; i++)
+                for (int j = 0; j < 4; j++) Os[(mt.r0 + i) * ld + mt.c0 + j * mt.cs] = acc[i][j];
         }
         __syncthreads(); /* before the next tile overwrites K, V and the scores */
     }
@@ -341,10 +372,19 @@ __global__ static void attention_fused_bwd_dkv_kernel(float *dqkv,       /* [B,T
     fa_store_rows(dv, g.C3, dVs, ld, k0, T, g.hs);
 }
 
+/* The grid is one block per (b, h, tile): 1 after recording an error if
+ * that exceeds the grid's x limit (2^31 - 1). */
+static int fa_grid_too_large(zt_stream *s, size_t blocks, const char *what) {
+    if (blocks <= (size_t)INT_MAX) return 0;
+    zt_cuda_record(zt_cuda_impl_of(s), ZT_ERR_INVALID, __FILE__, __LINE__,
+                   "%s: %zu blocks of %d query rows exceed the grid limit (2^31 - 1)", what, blocks, FA_TILE);
+    return 1;
+}
+
 extern "C" void zt_cuda_attention_fused_fwd(zt_stream *s, float *out, float *lse, const float *qkv, int B, int T,
                                             int C, int NH) {
     size_t blocks = (size_t)B * NH * ((T + FA_TILE - 1) / FA_TILE);
-    if (blocks == 0 || C <= 0) return;
+    if (blocks == 0 || C <= 0 || fa_grid_too_large(s, blocks, "attention_fused_fwd")) return;
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
     size_t smem = fa_smem_bytes(C, NH, 4);
@@ -357,7 +397,7 @@ extern "C" void zt_cuda_attention_fused_bwd(zt_stream *s, float *dqkv, float *da
                                             const float *qkv, const float *out, const float *lse, int B, int T,
                                             int C, int NH) {
     size_t blocks = (size_t)B * NH * ((T + FA_TILE - 1) / FA_TILE);
-    if (blocks == 0 || C <= 0) return;
+    if (blocks == 0 || C <= 0 || fa_grid_too_large(s, blocks, "attention_fused_bwd")) return;
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
     size_t smem_q = fa_smem_bytes(C, NH, 5), smem_kv = fa_smem_bytes(C, NH, 6);
