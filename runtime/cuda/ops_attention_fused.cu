@@ -113,48 +113,56 @@ __device__ __forceinline__ void fa_store_rows(float *dst, size_t stride, const f
     }
 }
 
+/* A FA_TILE x FA_TILE score tile: sc[r][c] = value(r, c, A(r, :) . B(:, c)),
+ * the dot product over the hp channels in order. Called from device code
+ * only, with a lambda for value. */
+template <typename Value>
+__device__ __forceinline__ void fa_score_tile(float *sc, fa_view A, fa_view B, int hp, Value value) {
+    FA_FOR_MICRO(m, FA_MR_S, FA_TILE, FA_TILE) {
+        fa_micro_tile mt = fa_tile_of(m, FA_MR_S, FA_TILE);
+        float acc[FA_MR_S][4] = {{0.0f}};
+        fa_micro(acc, A, B, mt, hp);
+        for (int i = 0; i < FA_MR_S; i++)
+            for (int j = 0; j < 4; j++) {
+                int r = mt.r0 + i, c = mt.c0 + j * mt.cs;
+                sc[r * FA_SLD + c] = value(r, c, acc[i][j]);
+            }
+    }
+}
+
 /* P for the tile pair (query tile at q0, key tile at k0): sc[r][j] =
  * exp(scale Q[r] . K[j] - lse[r]), 0 where the key is after the query or the
  * query is past T. Both backward kernels call this: the same bits. */
 __device__ __forceinline__ void fa_probs(float *sc, const float *Qs, const float *Ks, const float *lse_s, int ld,
                                          int hp, int q0, int k0, int T, float scale) {
     fa_view Q = {Qs, ld, 1}, Kt = {Ks, 1, ld};
-    FA_FOR_MICRO(m, FA_MR_S, FA_TILE, FA_TILE) {
-        fa_micro_tile mt = fa_tile_of(m, FA_MR_S, FA_TILE);
-        float acc[FA_MR_S][4] = {{0.0f}};
-        fa_micro(acc, Q, Kt, mt, hp);
-        for (int i = 0; i < FA_MR_S; i++)
-            for (int j = 0; j < 4; j++) {
-                int r = mt.r0 + i, c = mt.c0 + j * mt.cs, q = q0 + r, k = k0 + c;
-                sc[r * FA_SLD + c] = (k > q || q >= T) ? 0.0f : expf(acc[i][j] * scale - lse_s[r]);
-            }
-    }
+    fa_score_tile(sc, Q, Kt, hp, [=](int r, int c, float dot) {
+        int q = q0 + r, k = k0 + c;
+        return (k > q || q >= T) ? 0.0f : expf(dot * scale - lse_s[r]);
+    });
 }
 
-/* dS in place of P: sc[r][j] = P (dO[r] . V[j] - D[r]) scale. */
+/* dS in place of P: sc[r][j] = P (dO[r] . V[j] - D[r]) scale (each element
+ * read and rewritten by the same thread). */
 __device__ __forceinline__ void fa_dscores(float *sc, const float *dOs, const float *Vs, const float *D_s, int ld,
                                            int hp, float scale) {
     fa_view dO = {dOs, ld, 1}, Vt = {Vs, 1, ld};
-    FA_FOR_MICRO(m, FA_MR_S, FA_TILE, FA_TILE) {
-        fa_micro_tile mt = fa_tile_of(m, FA_MR_S, FA_TILE);
-        float acc[FA_MR_S][4] = {{0.0f}};
-        fa_micro(acc, dO, Vt, mt, hp);
-        for (int i = 0; i < FA_MR_S; i++)
-            for (int j = 0; j < 4; j++) {
-                int r = mt.r0 + i;
-                float *s = &sc[r * FA_SLD + mt.c0 + j * mt.cs];
-                *s = *s * (acc[i][j] - D_s[r]) * scale;
-            }
-    }
+    fa_score_tile(sc, dO, Vt, hp,
+                  [=](int r, int c, float dot) { return sc[r * FA_SLD + c] * (dot - D_s[r]) * scale; });
 }
 
-/* C[FA_TILE][hp] (row stride ld) += A B, A FA_TILE x FA_TILE, B FA_TILE x hp. */
-__device__ __forceinline__ void fa_accumulate(float *Cs, int ld, fa_view A, fa_view B, int hp) {
+/* C[FA_TILE][hp] (row stride ld) = C row_scale[r] (if given) + A B, A
+ * FA_TILE x FA_TILE, B FA_TILE x hp; each element's terms added in order. */
+__device__ __forceinline__ void fa_accumulate(float *Cs, int ld, const float *row_scale, fa_view A, fa_view B,
+                                              int hp) {
     FA_FOR_MICRO(m, FA_MR_O, FA_TILE, hp) {
         fa_micro_tile mt = fa_tile_of(m, FA_MR_O, hp);
         float acc[FA_MR_O][4];
         for (int i = 0; i < FA_MR_O; i++)
-            for (int j = 0; j < 4; j++) acc[i][j] = Cs[(mt.r0 + i) * ld + mt.c0 + j * mt.cs];
+            for (int j = 0; j < 4; j++) {
+                float c = Cs[(mt.r0 + i) * ld + mt.c0 + j * mt.cs];
+                acc[i][j] = row_scale ? c * row_scale[mt.r0 + i] : c;
+            }
         fa_micro(acc, A, B, mt, FA_TILE);
         for (int i = 0; i < FA_MR_O; i++)
             for (int j = 0; j < 4; j++) Cs[(mt.r0 + i) * ld + mt.c0 + j * mt.cs] = acc[i][j];
@@ -218,16 +226,10 @@ __global__ static void attention_fused_fwd_kernel(float *out,       /* [B,T,C] *
         __syncthreads();
         /* S = scale Q K^T, -inf where masked */
         fa_view Q = {Qs, ld, 1}, Kt = {Ks, 1, ld};
-        FA_FOR_MICRO(m, FA_MR_S, FA_TILE, FA_TILE) {
-            fa_micro_tile mt = fa_tile_of(m, FA_MR_S, FA_TILE);
-            float acc[FA_MR_S][4] = {{0.0f}};
-            fa_micro(acc, Q, Kt, mt, hp);
-            for (int i = 0; i < FA_MR_S; i++)
-                for (int j = 0; j < 4; j++) {
-                    int r = mt.r0 + i, c = mt.c0 + j * mt.cs, q = q0 + r, k = k0 + c;
-                    sc[r * FA_SLD + c] = (k > q || q >= T) ? -INFINITY : acc[i][j] * scale;
-                }
-        }
+        fa_score_tile(sc, Q, Kt, hp, [=](int r, int c, float dot) {
+            int q = q0 + r, k = k0 + c;
+            return (k > q || q >= T) ? -INFINITY : dot * scale;
+        });
         __syncthreads();
         /* The online softmax, a warp per row, lane j on key j: the new max,
          * P = exp(S - max) in place, and the factor that rescales the old
@@ -248,15 +250,7 @@ __global__ static void attention_fused_fwd_kernel(float *out,       /* [B,T,C] *
         __syncthreads();
         /* O = alpha O + P V */
         fa_view P = {sc, FA_SLD, 1}, V = {Vs, ld, 1};
-        FA_FOR_MICRO(m, FA_MR_O, FA_TILE, hp) {
-            fa_micro_tile mt = fa_tile_of(m, FA_MR_O, hp);
-            float acc[FA_MR_O][4];
-            for (int i = 0; i < FA_MR_O; i++)
-                for (int j = 0; j < 4; j++) acc[i][j] = Os[(mt.r0 + i) * ld + mt.c0 + j * mt.cs] * alpha_s[mt.r0 + i];
-            fa_micro(acc, P, V, mt, FA_TILE);
-            for (int i = 0; i < FA_MR_O; i++)
-                for (int j = 0; j < 4; j++) Os[(mt.r0 + i) * ld + mt.c0 + j * mt.cs] = acc[i][j];
-        }
+        fa_accumulate(Os, ld, alpha_s, P, V, hp);
         __syncthreads(); /* before the next tile overwrites K, V and the scores */
     }
     for (int e = threadIdx.x; e < FA_TILE * g.hs; e += blockDim.x) {
@@ -323,7 +317,7 @@ __global__ static void attention_fused_bwd_dq_kernel(float *dqkv,       /* [B,T,
         fa_dscores(sc, dOs, Vs, D_s, ld, hp, scale);
         __syncthreads();
         fa_view dS = {sc, FA_SLD, 1}, K = {Ks, ld, 1};
-        fa_accumulate(dQs, ld, dS, K, hp); /* dQ += dS K */
+        fa_accumulate(dQs, ld, NULL, dS, K, hp); /* dQ += dS K */
         __syncthreads();                   /* before the next tile overwrites K, V and the scores */
     }
     fa_store_rows(dq, g.C3, dQs, ld, q0, T, g.hs);
@@ -360,12 +354,12 @@ __global__ static void attention_fused_bwd_dkv_kernel(float *dqkv,       /* [B,T
         fa_probs(sc, Qs, Ks, lse_s, ld, hp, q0, k0, T, scale);
         __syncthreads();
         fa_view Pt = {sc, 1, FA_SLD}, dO = {dOs, ld, 1};
-        fa_accumulate(dVs, ld, Pt, dO, hp); /* dV += P^T dO */
+        fa_accumulate(dVs, ld, NULL, Pt, dO, hp); /* dV += P^T dO */
         __syncthreads();                    /* P is read above, replaced by dS below */
         fa_dscores(sc, dOs, Vs, D_s, ld, hp, scale);
         __syncthreads();
         fa_view dSt = {sc, 1, FA_SLD}, Q = {Qs, ld, 1};
-        fa_accumulate(dKs, ld, dSt, Q, hp); /* dK += dS^T Q */
+        fa_accumulate(dKs, ld, NULL, dSt, Q, hp); /* dK += dS^T Q */
         __syncthreads();                    /* before the next tile overwrites Q, dO and the scores */
     }
     fa_store_rows(dk, g.C3, dKs, ld, k0, T, g.hs);
