@@ -32,7 +32,8 @@
  * (void) kernel is reported by the next stream_sync with its file:line.
  *
  * Exit code 77 (skipped) when cudaGetDeviceCount reports an error or no
- * device, as on CI machines without a GPU. Seed: ZT_TEST_SEED (default fixed). */
+ * device, as on CI machines without a GPU. Seed: ZT_TEST_SEED (default fixed).
+ * An argument runs only the groups whose name contains it. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -814,7 +815,16 @@ static void test_sticky_error(void) {
     if (!g_failures) printf("ok sticky error\n");
 }
 
-int main(void) {
+/* With an argument, only the groups whose name contains it run (the basics
+ * always do): `test_cuda_ops attention_fused` under a sanitizer, say. */
+static const char *g_only;
+#define RUN(group, call)                                 \
+    do {                                                 \
+        if (!g_only || strstr((group), g_only)) (call); \
+    } while (0)
+
+int main(int argc, char **argv) {
+    g_only = argc > 1 ? argv[1] : NULL;
     rng_state = 0x9E3779B97F4A7C15ull; /* this test's own stream */
     int count = 0;
     cudaError_t rc = cudaGetDeviceCount(&count);
@@ -835,51 +845,51 @@ int main(void) {
     g_cs = zt_backend_stream(g_cpu);
 
     test_backend_basics();
-    test_embedding(3, 17, 40, 53);
-    test_embedding(4, 64, 96, 1000);
-    test_embedding(8, 256, 72, 300); /* tokens repeat across the 32 warps of a tile */
-    test_layernorm(37, 48);
-    test_layernorm(130, 770);
-    test_layernorm(4096, 768); /* 128 rows per warp in dw, db */
+    RUN("embedding", test_embedding(3, 17, 40, 53));
+    RUN("embedding", test_embedding(4, 64, 96, 1000));
+    RUN("embedding", test_embedding(8, 256, 72, 300)); /* tokens repeat across the 32 warps of a tile */
+    RUN("layernorm", test_layernorm(37, 48));
+    RUN("layernorm", test_layernorm(130, 770));
+    RUN("layernorm", test_layernorm(4096, 768)); /* 128 rows per warp in dw, db */
     for (int bf16 = 0; bf16 < 2; bf16++) {
-        test_matmul(37, 48, 72, 1, 1, bf16, 0);
-        test_matmul(64, 256, 200, 0, 1, bf16, 0);
-        test_matmul(50, 33, 17, 1, 0, bf16, 0);
-        test_matmul(256, 512, 384, 1, 1, bf16, 0);
-        test_matmul(64, 256, 200, 1, 1, bf16, 1); /* misaligned: the bias is added unfused */
-        test_matmul(50, 33, 17, 1, 1, bf16, 1);
-        test_matmul(4096, 64, 96, 1, 1, bf16, 0); /* dw: K = 4096 over a 96 x 64 output */
-        test_matmul(512, 768, 2304, 1, 1, bf16, 0);
+        RUN("matmul", test_matmul(37, 48, 72, 1, 1, bf16, 0));
+        RUN("matmul", test_matmul(64, 256, 200, 0, 1, bf16, 0));
+        RUN("matmul", test_matmul(50, 33, 17, 1, 0, bf16, 0));
+        RUN("matmul", test_matmul(256, 512, 384, 1, 1, bf16, 0));
+        RUN("matmul", test_matmul(64, 256, 200, 1, 1, bf16, 1)); /* misaligned: the bias is added unfused */
+        RUN("matmul", test_matmul(50, 33, 17, 1, 1, bf16, 1));
+        RUN("matmul", test_matmul(4096, 64, 96, 1, 1, bf16, 0)); /* dw: K = 4096 over a 96 x 64 output */
+        RUN("matmul", test_matmul(512, 768, 2304, 1, 1, bf16, 0));
     }
-    test_attention(2, 19, 48, 4, 0);
-    test_attention(1, 1, 16, 2, 0);
-    test_attention(2, 64, 64, 2, 0);
-    test_attention(1, 200, 96, 3, 0);
-    test_attention(2, 256, 128, 2, 0);
-    test_attention(2, 19, 48, 4, 1);
-    test_attention(2, 64, 64, 2, 1);
-    test_attention(1, 200, 96, 3, 1);
-    test_attention_fused(2, 19, 48, 4);
-    test_attention_fused(1, 1, 16, 2);
-    test_attention_fused(2, 64, 64, 2);
-    test_attention_fused(1, 200, 96, 3);
-    test_attention_fused(2, 256, 128, 2);
-    test_attention_fused(1, 77, 30, 3);  /* head size 10: padded to 12 in the tiles */
-    test_attention_fused(1, 40, 512, 2); /* head size 256: every kernel above 48 KiB of shared memory */
-    test_pointwise(1);
-    test_pointwise(100003);
-    test_softmax_xent(23, 37);
-    test_softmax_xent(9, 5003);
-    test_adamw(1031);
-    test_casts();
-    test_sum_squares(0);
-    test_sum_squares(1);
-    test_sum_squares(4097);
-    test_sum_squares((1u << 20) + 5);
-    test_gemm_bf16(37, 45, 64);
-    test_gemm_bf16(64, 128, 256);
-    test_stream_ordering();
-    test_sticky_error(); /* last: it leaves one launch failed on a second backend */
+    RUN("attention", test_attention(2, 19, 48, 4, 0));
+    RUN("attention", test_attention(1, 1, 16, 2, 0));
+    RUN("attention", test_attention(2, 64, 64, 2, 0));
+    RUN("attention", test_attention(1, 200, 96, 3, 0));
+    RUN("attention", test_attention(2, 256, 128, 2, 0));
+    RUN("attention", test_attention(2, 19, 48, 4, 1));
+    RUN("attention", test_attention(2, 64, 64, 2, 1));
+    RUN("attention", test_attention(1, 200, 96, 3, 1));
+    RUN("attention_fused", test_attention_fused(2, 19, 48, 4));
+    RUN("attention_fused", test_attention_fused(1, 1, 16, 2));
+    RUN("attention_fused", test_attention_fused(2, 64, 64, 2));
+    RUN("attention_fused", test_attention_fused(1, 200, 96, 3));
+    RUN("attention_fused", test_attention_fused(2, 256, 128, 2));
+    RUN("attention_fused", test_attention_fused(1, 77, 30, 3));  /* head size 10: padded to 12 */
+    RUN("attention_fused", test_attention_fused(1, 40, 512, 2)); /* head size 256: over 48 KiB of shared memory */
+    RUN("pointwise", test_pointwise(1));
+    RUN("pointwise", test_pointwise(100003));
+    RUN("softmax_xent", test_softmax_xent(23, 37));
+    RUN("softmax_xent", test_softmax_xent(9, 5003));
+    RUN("adamw", test_adamw(1031));
+    RUN("casts", test_casts());
+    RUN("sum_squares", test_sum_squares(0));
+    RUN("sum_squares", test_sum_squares(1));
+    RUN("sum_squares", test_sum_squares(4097));
+    RUN("sum_squares", test_sum_squares((1u << 20) + 5));
+    RUN("gemm_bf16", test_gemm_bf16(37, 45, 64));
+    RUN("gemm_bf16", test_gemm_bf16(64, 128, 256));
+    RUN("stream_ordering", test_stream_ordering());
+    RUN("sticky_error", test_sticky_error()); /* last: it leaves one launch failed on a second backend */
 
     zt_backend_destroy(g_gpu);
     zt_backend_destroy(g_cpu);
