@@ -12,7 +12,7 @@
 #      world size 1: tokens/s, MFU against the measured bf16 GEMM peak, and
 #      per-rank peak memory; 4b. the same with --attention fused (memory saved,
 #      speed paid, losses within 1%);
-#   5. compute-sanitizer's memcheck and racecheck on the kernel test, in the
+#   5. compute-sanitizer's racecheck and memcheck on the kernel test, in the
 #      time left (where the machine lets the sanitizer attach).
 # Budget: under 8 minutes.
 #
@@ -216,7 +216,7 @@ print(f"| GPT-2-small, fused attention vs materialized (losses within 1%) | {sta
 sys.exit(0 if status == "PASS" else 1)
 PY
 
-stamp "5. compute-sanitizer (memcheck, racecheck) on the kernel test"
+stamp "5. compute-sanitizer (racecheck, memcheck) on the kernel test"
 # What the emulator cannot show: shared-memory races under the GPU's real
 # thread scheduling, and out-of-bounds accesses in the compiled kernels.
 # After the measurements, in whatever time is left of the budget (about
@@ -250,8 +250,9 @@ else
   elif [ $left -lt 60 ]; then
     result "compute-sanitizer on test_cuda_ops" INFO "skipped: $left s left of the budget"
   else
-    sanitize memcheck $(( left / 2 ))
-    sanitize racecheck $(( 450 - ($(date +%s) - start) ))
+    # racecheck first: races are what the emulator cannot show at all.
+    sanitize racecheck $(( left / 2 ))
+    sanitize memcheck $(( 450 - ($(date +%s) - start) ))
   fi
 fi
 
