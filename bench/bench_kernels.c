@@ -81,14 +81,20 @@ static const char *names[K_COUNT] = {
     "attention_fused_bwd", "gelu_fwd (4C)", "gelu_bwd (4C)",
     "softmax_xent_fwd", "softmax_xent_bwd", "adamw (3C x C)"};
 
-/* FLOPs of one call, for the GEMM-shaped kernels (0 otherwise). */
+/* FLOPs of one call, for the GEMM-shaped kernels (0 otherwise). Attention
+ * counts its full T x T products (2 forward, 4 backward), whichever way it
+ * runs: the fused kernels (which skip the blocks above the diagonal and
+ * recompute the scores in backward) are then rated on the same scale as the
+ * materialized GEMMs, so the faster of the two has the larger number. */
 static double flops(kernel_id k, const bufs *u) {
     double N = (double)u->B * u->T, C = u->C, T = u->T, BNH = (double)u->B * u->NH, hs = C / u->NH;
     switch (k) {
     case K_QKV_F: return 2 * N * C * 3 * C;
     case K_QKV_B: return 4 * N * C * 3 * C;
-    case K_ATT_F: return 2 * (2 * BNH * T * T * hs); /* Q K^T and att V, full blocks */
-    case K_ATT_B_GEMM: return 4 * (2 * BNH * T * T * hs);
+    case K_ATT_F:
+    case K_ATT_FUSED_F: return 2 * (2 * BNH * T * T * hs); /* Q K^T and att V */
+    case K_ATT_B_GEMM:
+    case K_ATT_FUSED_B: return 4 * (2 * BNH * T * T * hs);
     default: return 0;
     }
 }
