@@ -275,9 +275,33 @@ zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
     CUDA_TRY(cudaSetDevice(m->device));
     CUDA_TRY(cudaStreamCreateWithFlags(&m->ag_stream, cudaStreamNonBlocking));
     CUDA_TRY(cudaStreamCreateWithFlags(&m->rs_stream, cudaStreamNonBlocking));
-    ncclUniqueId id;
-    if (c->rank == 0) NCCL_TRY(ncclGetUniqueId(&id));
-    ZT_TRY(m->host.ops->broadcast(&m->host, &id, sizeof id, 0, err));
-    NCCL_TRY(ncclCommInitRank(&m->nccl, c->world_size, id, c->rank));
+    /* NCCL's start-up can fail where CUDA itself works: its bootstrap
+     * sockets, shared memory or proxy thread refused by a sandbox. Every rank
+     * learns whether rank 0 got an id and whether every rank's init
+     * succeeded, so that all of them return ZT_ERR_UNSUPPORTED together (the
+     * caller then uses host staging) instead of some stopping while others
+     * wait in a collective. A rank whose init fails while the others block
+     * inside theirs is beyond this: NCCL's init is collective. */
+    struct {
+        int rc;
+        ncclUniqueId id;
+    } boot;
+    memset(&boot, 0, sizeof boot);
+    if (c->rank == 0) boot.rc = (int)ncclGetUniqueId(&boot.id);
+    ZT_TRY(m->host.ops->broadcast(&m->host, &boot, sizeof boot, 0, err));
+    if (boot.rc != (int)ncclSuccess)
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "ncclGetUniqueId failed on rank 0: %s",
+                       ncclGetErrorString((ncclResult_t)boot.rc));
+    ncclResult_t rc = ncclCommInitRank(&m->nccl, c->world_size, boot.id, c->rank);
+    if (rc != ncclSuccess) m->nccl = NULL;
+    double failed = 0.0;
+    ZT_TRY(m->host.ops->sum_f64(&m->host, rc != ncclSuccess ? 1.0 : 0.0, &failed, err));
+    if (failed > 0.0) {
+        if (m->nccl) ncclCommAbort(m->nccl);
+        m->nccl = NULL;
+        if (rc != ncclSuccess)
+            return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "ncclCommInitRank failed: %s", ncclGetErrorString(rc));
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "ncclCommInitRank failed on %.0f other rank(s)", failed);
+    }
     return ZT_OK;
 }

@@ -201,8 +201,17 @@ const char *ncclGetErrorString(ncclResult_t r) {
     }
 }
 
+/* ZT_EMU_NCCL_FAIL=id or =init makes ncclGetUniqueId or ncclCommInitRank
+ * fail with ncclSystemError, as a sandbox that refuses NCCL's bootstrap
+ * sockets or shared memory would (init fails on every rank alike). */
+static bool nccl_fails(const char *where) {
+    const char *e = getenv("ZT_EMU_NCCL_FAIL");
+    return e && strcmp(e, where) == 0;
+}
+
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     if (!id) return ncclInvalidArgument;
+    if (nccl_fails("id")) return ncclSystemError;
     memset(id, 0, sizeof *id);
     const char *dir = getenv("TMPDIR");
     struct timespec ts;
@@ -215,6 +224,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
 ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank) {
     if (!out || nranks < 1 || nranks > max_ranks || rank < 0 || rank >= nranks) return ncclInvalidArgument;
     *out = nullptr;
+    if (nccl_fails("init")) return ncclSystemError;
     char path[NCCL_UNIQUE_ID_BYTES + 1];
     memcpy(path, id.internal, NCCL_UNIQUE_ID_BYTES);
     path[NCCL_UNIQUE_ID_BYTES] = 0;
@@ -248,6 +258,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     *out = comm.release();
     return ncclSuccess;
 }
+
+/* Abort: here the same as destroy (the operations already issued finish
+ * first); zerotrain aborts only a communicator that never ran one. */
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;

@@ -605,6 +605,29 @@ def case_cuda_emu_gpt2_block(ctx):
     print(f"ok: GPT-2-small block on cuda: losses {runs['cuda']['losses']} vs cpu {runs['cpu']['losses']}")
 
 
+def case_cuda_emu_nccl_fails(ctx):
+    """NCCL's start-up refused (ZT_EMU_NCCL_FAIL: rank 0's ncclGetUniqueId,
+    or ncclCommInitRank on every rank, as in a sandbox without NCCL's sockets
+    or shared memory): at np 1 and 2 with a GPU per rank, every rank falls
+    back to host staging together, says why, and trains to the same losses
+    as over NCCL (within 1e-5 relative: the sums run in another order)."""
+    for np_ in (1, 2):
+        base = train_cuda(ctx, np_, ["--steps", "4", "--stage", "3"], f"nf-base-{np_}", 2)
+        for where in ("id", "init"):
+            d = os.path.join(ctx["work"], f"nf-{where}-{np_}")
+            env = dict(os.environ, ZT_EMU_DEVICES="2", ZT_EMU_NCCL_FAIL=where)
+            p = launch(ctx["zt_run"], ctx["zt"], np_, MODEL + ["--device", "cuda", "--steps", "4", "--stage", "3",
+                                                              "--log-dir", d], env=env)
+            out = p.stdout + p.stderr
+            call = "ncclGetUniqueId" if where == "id" else "ncclCommInitRank"
+            assert NCCL_NOT_USED in out and f"{call} failed" in out, (np_, where, out[-2000:])
+            r = json.load(open(os.path.join(d, "summary.json")))
+            assert r["device"] == "cuda" and len(r["losses"]) == len(base["losses"]), (np_, where, r["losses"])
+            for a, b in zip(r["losses"], base["losses"]):
+                assert abs(a - b) <= 1e-5 * abs(b), (np_, where, a, b)
+    print("ok: NCCL start-up refused (unique id, init) at np 1 and 2: host staging on every rank, same losses")
+
+
 def case_cuda_emu_oom(ctx):
     """A device that is really full: with 36 MiB of emulated device memory (32
     of them cuBLASLt's workspace) per rank, cudaMalloc itself refuses in the first
