@@ -130,6 +130,10 @@ int main(int argc, char **argv) {
     free(htok);
     /* AdamW's second moment must start >= 0 (it is a running mean of g^2). */
     cudaMemset(u.v, 0, (size_t)3 * C * C * sizeof(float));
+    /* The copies and the memset above ran on the legacy default stream, which
+     * the backend's non-blocking stream does not wait for (and a copy from
+     * pageable memory may return before its DMA lands): wait here. */
+    if (cudaDeviceSynchronize() != cudaSuccess) die("setting up the inputs", NULL);
 
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
