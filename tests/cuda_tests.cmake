@@ -10,8 +10,14 @@ add_test(NAME test_cuda_ops COMMAND test_cuda_ops)
 set_tests_properties(test_cuda_ops PROPERTIES LABELS "unit;cuda" SKIP_RETURN_CODE 77 TIMEOUT 300)
 
 # The CUDA emulator's own test (ZT_CUDA=EMU builds only): a .cu file, run on
-# the emulator through the same translation as the kernels.
+# the emulator through the same translation as the kernels. And the GEMM
+# kernels again with every cuBLASLt matmul refused at run time (as the real
+# library may refuse an algorithm its heuristic chose): the cuBLAS fallback
+# and the unfused bias must give the same values.
 if(ZT_CUDA_EMU)
+  add_test(NAME test_cuda_ops_lt_refused COMMAND test_cuda_ops matmul,attention)
+  set_tests_properties(test_cuda_ops_lt_refused PROPERTIES LABELS "unit;cuda" TIMEOUT 300
+                                                           ENVIRONMENT ZT_EMU_LT_REFUSE=1)
   zt_cuda_sources(emulator_test_source ${CMAKE_CURRENT_LIST_DIR}/cuda_emu/test_emulator.cu)
   add_executable(test_cuda_emulator ${emulator_test_source})
   target_link_libraries(test_cuda_emulator PRIVATE zt_cuda_emu)

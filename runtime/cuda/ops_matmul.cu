@@ -306,9 +306,10 @@ extern "C" zt_status zt_cuda_gemm(zt_stream *s, const zt_cuda_gemm_args *g, zt_e
             st = cublasLtMatmul(im->lt, p->op, &g->alpha, g->B, p->la, g->A, p->lb, &g->beta, g->C, p->lc, g->C, p->lc,
                                 &p->algo, p->workspace ? im->lt_workspace : NULL, p->workspace, stream);
             what = "cuBLASLt: cublasLtMatmul";
-            if (st == CUBLAS_STATUS_NOT_SUPPORTED && g->bias) {
-                /* The bias epilogue was refused at run time: the caller adds
-                 * the bias; remember, so the next call goes there directly. */
+            if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+                /* The algorithm the heuristic chose was refused at run time:
+                 * the cuBLAS handle runs it instead (and the caller adds a
+                 * bias); remember, so the next call goes there directly. */
                 p->supported = 0;
                 unsupported = 1;
                 im->lt_fallback_calls++;
@@ -329,7 +330,8 @@ extern "C" zt_status zt_cuda_gemm(zt_stream *s, const zt_cuda_gemm_args *g, zt_e
     }
     if (st != CUBLAS_STATUS_SUCCESS) return CUBLAS_FAIL(err, st, g, what);
     if (unsupported) {
-        if (g->bias) return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "zt_cuda_gemm: K = 0 with a bias is not supported");
+        if (g->bias)
+            return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "zt_cuda_gemm: cuBLASLt has no algorithm for this GEMM with its bias");
         return gemm_cublas(s, stream, g, err);
     }
     return ZT_OK;

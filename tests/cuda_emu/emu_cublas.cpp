@@ -1034,6 +1034,10 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(cublasLtHandle_t lightHandle, cublasL
     (void)workspaceSizeInBytes; /* the one algorithm needs none */
     if (!lt_handle_ok(lightHandle)) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+    /* ZT_EMU_LT_REFUSE set: every matmul is refused at run time, as the real
+     * library may refuse an algorithm its heuristic returned, so the
+     * caller's fallback runs. */
+    if (getenv("ZT_EMU_LT_REFUSE")) return CUBLAS_STATUS_NOT_SUPPORTED;
     Gemm g;
     DescData md;
     cublasStatus_t st = lt_problem(computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &g, &md);
