@@ -86,11 +86,16 @@ __device__ __forceinline__ zt_att_row zt_att_row_of(unsigned int block, int T, i
     return r;
 }
 
-/* Dynamic shared memory above the default 48 KiB needs an opt-in per
- * kernel; 1 after recording a failure (the launch must not follow), at the
- * caller's file and line. */
+/* Without an opt-in, a block's static and dynamic shared memory together
+ * may not exceed 48 KiB; above that, dynamic shared memory needs the
+ * kernel's MaxDynamicSharedMemorySize attribute (static + the attribute at
+ * most the device's opt-in limit, 227 KiB on an H200). 1 after recording a
+ * failure (the launch must not follow), at the caller's file and line. */
 static inline int zt_allow_smem_at(zt_stream *s, const void *kernel, size_t bytes, const char *file, int line) {
-    if (bytes <= 48 * 1024) return 0;
+    if (bytes == 0) return 0;
+    struct cudaFuncAttributes fa;
+    if (zt_cuda_check_rt(s, cudaFuncGetAttributes(&fa, kernel), "cudaFuncGetAttributes", file, line)) return 1;
+    if (fa.sharedSizeBytes + bytes <= 48 * 1024) return 0;
     return zt_cuda_check_rt(s, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
                             "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", file, line);
 }

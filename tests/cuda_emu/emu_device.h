@@ -18,9 +18,10 @@
 
 #include <functional>
 
-/* Shared memory per block on an H200 (sm_90): dynamic shared memory above
- * the default needs cudaFuncSetAttribute; static and dynamic together may
- * not exceed the opt-in maximum; static alone may not exceed the default. */
+/* Shared memory per block on an H200 (sm_90): static alone may not exceed
+ * the default; without cudaFuncSetAttribute static and dynamic together may
+ * not exceed the default either; with it, static plus the attribute's value
+ * may not exceed the opt-in maximum. */
 constexpr size_t zt_emu_smem_default_max = 48 * 1024;
 constexpr size_t zt_emu_smem_optin_max = 227 * 1024;
 
@@ -36,10 +37,15 @@ void zt_emu_device_fault(const char *what);
 /* Whether [p, p + bytes) lies inside one device allocation. */
 bool zt_emu_is_device_range(const void *p, size_t bytes);
 
+/* The kernel's cudaFuncAttributeMaxDynamicSharedMemorySize, 0 if it was
+ * never set (the default limits apply). */
+size_t zt_emu_dynamic_smem_optin(const void *func);
+
 /* Runs every block of a kernel; `body` runs one thread of the block
  * described by the emulator's current-thread state. Called on a stream
- * worker. `name` names the kernel in fault messages. */
-void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, const std::function<void()> &body,
-                     const char *name);
+ * worker. `smem_optin` is the kernel's opt-in at launch
+ * (zt_emu_dynamic_smem_optin); `name` names the kernel in fault messages. */
+void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, size_t smem_optin,
+                     const std::function<void()> &body, const char *name);
 
 #endif

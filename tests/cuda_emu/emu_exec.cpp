@@ -127,6 +127,7 @@ struct block_runner {
      * threads have declared so far. */
     uint64_t block_serial = 0;
     size_t static_shared_bytes = 0;
+    size_t smem_optin = 0; /* the kernel's dynamic shared memory opt-in, 0 if none */
     bool static_shared_fault = false;
     const char *kernel_name = "";
     uint3 block_idx;
@@ -353,14 +354,18 @@ bool zt_emu_static_shared_first_touch(uint64_t *seen, size_t bytes) {
     if (*seen == r.block_serial) return false;
     *seen = r.block_serial;
     r.static_shared_bytes += bytes;
-    /* On a GPU the launch fails; here the first block over a limit faults
-     * (the kernel's remaining blocks do not run). */
-    if (!r.static_shared_fault && (r.static_shared_bytes > zt_emu_smem_default_max ||
-                                   r.static_shared_bytes + r.dynamic_shared_bytes > zt_emu_smem_optin_max)) {
-        char buf[200];
+    /* On a GPU the launch (or the opt-in) fails; here the first block over
+     * a limit faults (the kernel's remaining blocks do not run). */
+    size_t st = r.static_shared_bytes;
+    bool over = st > zt_emu_smem_default_max ||
+                (r.smem_optin ? st + r.smem_optin > zt_emu_smem_optin_max
+                              : st + r.dynamic_shared_bytes > zt_emu_smem_default_max);
+    if (!r.static_shared_fault && over) {
+        char buf[300];
         snprintf(buf, sizeof buf,
-                 "shared memory over the limit: %zu bytes static (48 KiB at most) + %zu dynamic (227 KiB in all)",
-                 r.static_shared_bytes, r.dynamic_shared_bytes);
+                 "shared memory over the limit: %zu bytes static (48 KiB at most) + %zu dynamic (48 KiB in all "
+                 "without cudaFuncSetAttribute; static + the attribute's %zu at most 227 KiB)",
+                 st, r.dynamic_shared_bytes, r.smem_optin);
         zt_emu_device_fault((std::string(buf) + " in " + describe_block(r, r.kernel_name)).c_str());
         r.static_shared_fault = true;
     }
@@ -384,8 +389,8 @@ uint64_t zt_emu_shfl(unsigned mask, uint64_t bits, int kind, int arg, int width)
     return current_thread().result;
 }
 
-void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, const std::function<void()> &body,
-                     const char *name) {
+void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, size_t smem_optin,
+                     const std::function<void()> &body, const char *name) {
     thread_local block_runner runner;
     /* A GPU runs blocks, and a block's threads between two barriers, in any
      * order, so a kernel must not depend on one. Launches alternate between
@@ -402,6 +407,7 @@ void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, const std::func
     runner.body = &body;
     runner.kernel_name = name;
     runner.static_shared_fault = false;
+    runner.smem_optin = smem_optin;
     runner.dynamic_shared = map_with_guard_after(runner.dynamic_shared_map, dynamic_smem);
     runner.dynamic_shared_bytes = dynamic_smem;
     if (!runner.dynamic_shared) {

@@ -137,6 +137,7 @@ template <typename... P> struct zt_emu_launcher {
     const char *name;
     template <typename... A> void operator()(A &&...a) const {
         if (!zt_emu_check_launch(grid, block, smem, stream, (const void *)kernel)) return;
+        size_t optin = zt_emu_dynamic_smem_optin((const void *)kernel);
         std::tuple<P...> args(std::forward<A>(a)...);
         int index = 0;
         bool pointers_ok = true;
@@ -149,7 +150,7 @@ template <typename... P> struct zt_emu_launcher {
         const char *n = name;
         zt_emu_enqueue(stream, [=]() {
             std::function<void()> body = [&]() { std::apply(k, args); };
-            zt_emu_run_grid(g, b, s, body, n);
+            zt_emu_run_grid(g, b, s, optin, body, n);
         });
     }
 };

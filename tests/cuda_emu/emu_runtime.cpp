@@ -259,12 +259,19 @@ void zt_emu_device_fault(const char *what) {
     }
 }
 
-/* Dynamic shared memory limit set by cudaFuncSetAttribute for a kernel. */
-static size_t max_dynamic_smem(const void *func) {
+size_t zt_emu_dynamic_smem_optin(const void *func) {
     emulator &e = emu();
     std::lock_guard<std::mutex> lk(e.mu);
     auto it = e.max_dynamic_smem.find(func);
-    return it == e.max_dynamic_smem.end() ? zt_emu_smem_default_max : it->second;
+    return it == e.max_dynamic_smem.end() ? 0 : it->second;
+}
+
+/* Dynamic shared memory limit of a kernel's launches. (Without an opt-in, a
+ * GPU allows 48 KiB minus the kernel's static shared memory; the emulator
+ * learns that size only as blocks run, and checks the sum then.) */
+static size_t max_dynamic_smem(const void *func) {
+    size_t optin = zt_emu_dynamic_smem_optin(func);
+    return optin ? optin : zt_emu_smem_default_max;
 }
 
 bool zt_emu_check_launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, const void *func) {
@@ -348,6 +355,18 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorNotSupported: return "operation not supported (by the CUDA emulator)";
     default: return "unknown error";
     }
+}
+
+/* The emulator cannot know a kernel's static shared memory before a block
+ * declares it: sharedSizeBytes is 0 here (the sum is checked as blocks run). */
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func) {
+    if (!attr) return set_error(cudaErrorInvalidValue);
+    if (!func) return set_error(cudaErrorInvalidDeviceFunction);
+    memset(attr, 0, sizeof *attr);
+    attr->maxThreadsPerBlock = 1024;
+    size_t optin = zt_emu_dynamic_smem_optin(func);
+    attr->maxDynamicSharedSizeBytes = (int)(optin ? optin : zt_emu_smem_default_max);
+    return cudaSuccess;
 }
 
 cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {

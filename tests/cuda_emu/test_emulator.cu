@@ -17,7 +17,9 @@
  *     reported by the next synchronizing call (last: the fault is sticky);
  *   - in child processes (a fault is sticky for the process): a kernel given
  *     a pageable host pointer faults; a block with more than 48 KiB of
- *     static shared memory faults; two ranks whose NCCL operations do not
+ *     static shared memory faults, and so does one whose static and dynamic
+ *     shared memory together exceed 48 KiB without cudaFuncSetAttribute
+ *     (with it, the same launch runs); two ranks whose NCCL operations do not
  *     match (an all-gather against a broadcast, and sizes that differ)
  *     fault instead of exchanging garbage.
  * Built only in emulator builds (ZT_CUDA=EMU). */
@@ -129,6 +131,18 @@ __global__ static void big_static_shared_kernel(int *out) {
     out[threadIdx.x] = low[threadIdx.x] + high[threadIdx.x];
 }
 
+/* 132 bytes of static shared memory beside the dynamic: 48 KiB of dynamic
+ * is over the limit without an opt-in (static and dynamic count together),
+ * and fine with one. out: [32] floats. */
+__global__ static void static_and_dynamic_kernel(float *out) {
+    __shared__ float red[33];
+    extern __shared__ float dyn[];
+    dyn[threadIdx.x] = (float)threadIdx.x;
+    red[threadIdx.x] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = dyn[threadIdx.x] + red[threadIdx.x];
+}
+
 /* ---- scenarios run in child processes -------------------------------------- */
 
 static int fault_reported(void) { return cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1; }
@@ -143,6 +157,13 @@ static int child_static_shared_limit(void) {
     int *d = NULL;
     if (cudaMalloc((void **)&d, 32 * sizeof(int)) != cudaSuccess) return 2;
     big_static_shared_kernel<<<1, 32>>>(d);
+    return fault_reported();
+}
+
+static int child_static_plus_dynamic(void) {
+    float *d = NULL;
+    if (cudaMalloc((void **)&d, 32 * sizeof(float)) != cudaSuccess) return 2;
+    static_and_dynamic_kernel<<<1, 32, 48 * 1024>>>(d); /* no cudaFuncSetAttribute */
     return fault_reported();
 }
 
@@ -201,9 +222,11 @@ int main(int argc, char **argv) {
     if (argc > 1) {
         if (strcmp(argv[1], "host-pointer") == 0) return child_host_pointer();
         if (strcmp(argv[1], "static-shared-limit") == 0) return child_static_shared_limit();
+        if (strcmp(argv[1], "static-plus-dynamic") == 0) return child_static_plus_dynamic();
         if (argc == 5 && strcmp(argv[1], "nccl-mismatch") == 0)
             return child_nccl_mismatch(atoi(argv[2]), argv[3], atoi(argv[4]));
-        fprintf(stderr, "usage: %s [host-pointer | static-shared-limit | nccl-mismatch RANK ID KIND]\n", argv[0]);
+        fprintf(stderr, "usage: %s [host-pointer | static-shared-limit | static-plus-dynamic | nccl-mismatch RANK ID KIND]\n",
+                argv[0]);
         return 2;
     }
 
@@ -211,6 +234,24 @@ int main(int argc, char **argv) {
     CHECK(run_child(host_pointer_args) == 0, "a kernel writing pageable host memory is not reported as a device fault");
     char *static_shared_args[] = {(char *)"test_cuda_emulator", (char *)"static-shared-limit", NULL};
     CHECK(run_child(static_shared_args) == 0, "56 KiB of static shared memory is not reported as a device fault");
+    char *static_dynamic_args[] = {(char *)"test_cuda_emulator", (char *)"static-plus-dynamic", NULL};
+    CHECK(run_child(static_dynamic_args) == 0,
+          "132 bytes static + 48 KiB dynamic without cudaFuncSetAttribute is not reported as a device fault");
+    {
+        /* the same launch with the opt-in runs */
+        float *d = NULL, h[32];
+        CHECK(cudaMalloc((void **)&d, sizeof h) == cudaSuccess, "cudaMalloc");
+        CHECK(cudaFuncSetAttribute(static_and_dynamic_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024) ==
+                  cudaSuccess,
+              "cudaFuncSetAttribute");
+        static_and_dynamic_kernel<<<1, 32, 48 * 1024>>>(d);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "static + dynamic shared memory with the opt-in failed");
+        CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess, "cudaMemcpy");
+        int bad = 0;
+        for (int i = 0; i < 32; i++) bad += h[i] != (float)i + 1.0f;
+        CHECK(bad == 0, "static + dynamic shared memory: %d wrong values", bad);
+        cudaFree(d);
+    }
     check_nccl_mismatch("0");
     check_nccl_mismatch("1");
 
