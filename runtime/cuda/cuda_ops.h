@@ -81,10 +81,11 @@ typedef struct {
      * caller (the runtime issues them on the compute stream). */
     double *sumsq_scratch;
     /* cuBLASLt: the handle, its workspace (cudaMalloc'd at creation, outside
-     * the tracked allocator, like the cuBLAS handle's own memory), the plan
-     * cache, and an event marking the last use of the workspace on
-     * lt_ws_stream, so an Lt matmul on another stream waits for it (the lock
-     * orders the enqueues, not the GPU's execution). All under `lock`. */
+     * the tracked allocator, like the handles' own memory; the cuBLAS handle
+     * uses it too), the plan cache, and an event marking the last use of the
+     * workspace on lt_ws_stream, so a GEMM on another stream waits for it
+     * (the lock orders the enqueues, not the GPU's execution). All under
+     * `lock`. */
     cublasLtHandle_t lt;
     void *lt_workspace;
     zt_cuda_lt_plan lt_plans[ZT_CUDA_LT_PLANS];

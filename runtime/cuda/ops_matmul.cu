@@ -221,10 +221,21 @@ static zt_cuda_lt_plan *plan_get(zt_cuda_impl *im, const zt_cuda_lt_key *k, cons
 
 /* The same GEMM through the cuBLAS handle, for cases cuBLASLt has no
  * algorithm for (and K = 0, where cuBLAS scales C by beta). The handle runs
- * with atomics disallowed and the default math mode. No bias. */
+ * with atomics disallowed and the default math mode, in the backend's one
+ * workspace (ordered after its last use on another stream). No bias. */
 static zt_status gemm_cublas(zt_stream *s, cudaStream_t stream, const zt_cuda_gemm_args *g, zt_error *err) {
-    cublasHandle_t h = zt_cuda_cublas_acquire(s, stream);
+    zt_cuda_impl *im = zt_cuda_impl_of(s);
+    cublasHandle_t h = zt_cuda_cublas_acquire(s, stream); /* takes the impl lock */
     if (!h) return ZT_FAIL(err, ZT_ERR_INTERNAL, "cuBLAS: cannot bind the handle to the stream");
+    if (im->lt_ws_stream && im->lt_ws_stream != stream) {
+        cudaError_t rc = cudaStreamWaitEvent(stream, im->lt_ws_event, 0);
+        if (rc != cudaSuccess) {
+            zt_cuda_cublas_release(s);
+            (void)cudaGetLastError();
+            return ZT_FAIL(err, zt_cuda_status_of(rc), "CUDA: cudaStreamWaitEvent (GEMM workspace) failed: %s",
+                           cudaGetErrorString(rc));
+        }
+    }
     int64_t lda = g->lda, ldb = g->ldb;
     if (g->K <= 0) {
         /* A and B are not read, but cuBLAS still checks their leading
@@ -237,7 +248,14 @@ static zt_status gemm_cublas(zt_stream *s, cudaStream_t stream, const zt_cuda_ge
         h, op_of(g->trans_b), op_of(g->trans_a), g->N, g->M, g->K, &g->alpha, g->B, g->b_type, (int)ldb,
         (long long)g->stride_b, g->A, g->a_type, (int)lda, (long long)g->stride_a, &g->beta, g->C, g->c_type,
         (int)g->ldc, (long long)g->stride_c, g->batch, g->compute, CUBLAS_GEMM_DEFAULT);
+    cudaError_t rc = st == CUBLAS_STATUS_SUCCESS ? cudaEventRecord(im->lt_ws_event, stream) : cudaSuccess;
+    if (st == CUBLAS_STATUS_SUCCESS && rc == cudaSuccess) im->lt_ws_stream = stream;
     zt_cuda_cublas_release(s);
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        return ZT_FAIL(err, zt_cuda_status_of(rc), "CUDA: cudaEventRecord (GEMM workspace) failed: %s",
+                       cudaGetErrorString(rc));
+    }
     if (st != CUBLAS_STATUS_SUCCESS) return CUBLAS_FAIL(err, st, g, "cuBLAS: cublasGemmStridedBatchedEx");
     return ZT_OK;
 }

@@ -334,6 +334,8 @@ struct cublasContext {
     cublasPointerMode_t pointer_mode;
     cublasMath_t math_mode;
     cublasAtomicsMode_t atomics_mode;
+    void *workspace; /* user workspace (cublasSetWorkspace); null: the library's own pool */
+    size_t workspace_bytes;
 };
 
 struct cublasLtContext {
@@ -779,6 +781,8 @@ cublasStatus_t CUBLASWINAPI cublasCreate_v2(cublasHandle_t *handle) {
     h->pointer_mode = CUBLAS_POINTER_MODE_HOST;
     h->math_mode = CUBLAS_DEFAULT_MATH;
     h->atomics_mode = CUBLAS_ATOMICS_NOT_ALLOWED;
+    h->workspace = nullptr;
+    h->workspace_bytes = 0;
     *handle = h;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -792,9 +796,25 @@ cublasStatus_t CUBLASWINAPI cublasDestroy_v2(cublasHandle_t handle) {
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* As documented: setting the stream also resets the workspace to the
+ * library's default pool. */
 cublasStatus_t CUBLASWINAPI cublasSetStream_v2(cublasHandle_t handle, cudaStream_t streamId) {
     if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
     handle->stream = streamId;
+    handle->workspace = nullptr;
+    handle->workspace_bytes = 0;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* A user workspace must be device memory aligned to 256 bytes. The emulated
+ * GEMMs need none; the setting is only checked and kept. */
+cublasStatus_t CUBLASWINAPI cublasSetWorkspace_v2(cublasHandle_t handle, void *workspace, size_t workspaceSizeInBytes) {
+    if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (workspaceSizeInBytes &&
+        (!workspace || ((uintptr_t)workspace & 255u) || !zt_emu_is_device_range(workspace, workspaceSizeInBytes)))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    handle->workspace = workspace;
+    handle->workspace_bytes = workspaceSizeInBytes;
     return CUBLAS_STATUS_SUCCESS;
 }
 
