@@ -24,8 +24,9 @@
 
 /* Random operands in [-1, 1) from a hash of the index (bf16: the fp32
  * value's top 16 bits). Not zeros: tensor cores multiplying zeros draw less
- * power and hold a higher clock, which overstates the peak (a session on
- * this project's H200 measured 894 TFLOP/s on zeros, 788 on random data). */
+ * power and hold a higher clock, which overstates the peak (the notes on the
+ * lent H200 machines record an 8192^3 bf16 product through PyTorch at 894
+ * TFLOP/s on zeros and 788 on random data; not a zerotrain measurement). */
 __global__ static void fill_random(void *dst, size_t n, int bf16) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         uint32_t h = (uint32_t)i * 2654435761u + (uint32_t)(i >> 32);

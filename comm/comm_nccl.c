@@ -255,6 +255,21 @@ static const zt_comm_ops nccl_ops = {
     .destroy = nccl_destroy,
 };
 
+/* This rank's own part of the start-up: a GPU of its own, and the two
+ * collective streams. */
+static zt_status local_setup(zt_comm *c, nccl_impl *m, zt_error *err) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess) ndev = 0; /* any error: no usable GPU */
+    if (ndev < c->local_size)
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
+                       "NCCL needs one GPU per rank: %d rank(s) on this node, %d GPU(s) visible", c->local_size, ndev);
+    m->device = c->local_rank;
+    CUDA_TRY(cudaSetDevice(m->device));
+    CUDA_TRY(cudaStreamCreateWithFlags(&m->ag_stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaStreamCreateWithFlags(&m->rs_stream, cudaStreamNonBlocking));
+    return ZT_OK;
+}
+
 zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
     memset(c, 0, sizeof *c);
     nccl_impl *m = calloc(1, sizeof *m);
@@ -266,15 +281,21 @@ zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
     c->world_size = m->host.world_size;
     c->local_rank = m->host.local_rank;
     c->local_size = m->host.local_size;
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess) ndev = 0; /* any error: no usable GPU */
-    if (ndev < c->local_size)
-        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
-                       "NCCL needs one GPU per rank: %d rank(s) on this node, %d GPU(s) visible", c->local_size, ndev);
-    m->device = c->local_rank;
-    CUDA_TRY(cudaSetDevice(m->device));
-    CUDA_TRY(cudaStreamCreateWithFlags(&m->ag_stream, cudaStreamNonBlocking));
-    CUDA_TRY(cudaStreamCreateWithFlags(&m->rs_stream, cudaStreamNonBlocking));
+    /* Every rank returns the same status, so that none waits in a
+     * collective that another has left: the local part's outcome is agreed
+     * first (ZT_ERR_COMM if a CUDA call failed anywhere, else
+     * ZT_ERR_UNSUPPORTED if some node has fewer GPUs than ranks: the caller
+     * then uses host staging). */
+    zt_status local = local_setup(c, m, err);
+    double total = 0.0;
+    ZT_TRY(m->host.ops->sum_f64(&m->host, local == ZT_OK ? 0.0 : local == ZT_ERR_UNSUPPORTED ? 1.0 : 1000.0, &total,
+                                err));
+    if (total >= 1000.0)
+        return local != ZT_OK ? local : ZT_FAIL(err, ZT_ERR_COMM, "NCCL: the CUDA set-up failed on another rank");
+    if (total > 0.0)
+        return local != ZT_OK ? local
+                              : ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
+                                        "NCCL needs one GPU per rank: %.0f rank(s) elsewhere see too few GPUs", total);
     /* NCCL's start-up can fail where CUDA itself works: its bootstrap
      * sockets, shared memory or proxy thread refused by a sandbox. Every rank
      * learns whether rank 0 got an id and whether every rank's init

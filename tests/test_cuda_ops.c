@@ -822,15 +822,34 @@ static void test_sticky_error(void) {
  * name contains one of them run (the basics always do):
  * `test_cuda_ops attention_fused` under a sanitizer, say. */
 static const char *g_only;
+static const char *g_groups[32]; /* every group name main() offers, for the check below */
+static int g_ngroups;
+/* Whether `group` contains the n-character word w. */
+static int group_has(const char *group, const char *w, size_t n) {
+    for (const char *g = group; n && strlen(g) >= n; g++)
+        if (strncmp(g, w, n) == 0) return 1;
+    return 0;
+}
 static int wanted(const char *group) {
+    int known = 0;
+    for (int i = 0; i < g_ngroups; i++) known |= strcmp(g_groups[i], group) == 0;
+    if (!known && g_ngroups < 32) g_groups[g_ngroups++] = group;
     if (!g_only) return 1;
     for (const char *w = g_only; *w;) {
         size_t n = strcspn(w, ",");
-        for (const char *g = group; n && strlen(g) >= n; g++)
-            if (strncmp(g, w, n) == 0) return 1;
+        if (group_has(group, w, n)) return 1;
         w += n + (w[n] == ',');
     }
     return 0;
+}
+/* A word that matched no group is a mistake in the command, not a pass. */
+static void check_filter_words(void) {
+    for (const char *w = g_only ? g_only : ""; *w;) {
+        size_t n = strcspn(w, ","), hit = 0;
+        for (int i = 0; i < g_ngroups; i++) hit |= (size_t)group_has(g_groups[i], w, n);
+        CHECK(hit, "no test group matches '%.*s'", (int)n, w);
+        w += n + (w[n] == ',');
+    }
 }
 #define RUN(group, call)                \
     do {                                \
@@ -904,6 +923,7 @@ int main(int argc, char **argv) {
     RUN("gemm_bf16", test_gemm_bf16(64, 128, 256));
     RUN("stream_ordering", test_stream_ordering());
     RUN("sticky_error", test_sticky_error()); /* last: it leaves one launch failed on a second backend */
+    check_filter_words();
 
     zt_backend_destroy(g_gpu);
     zt_backend_destroy(g_cpu);

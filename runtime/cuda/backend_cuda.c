@@ -85,7 +85,7 @@ cudaStream_t zt_cuda_enter(zt_stream *s) {
 cublasHandle_t zt_cuda_cublas_acquire(zt_stream *s, cudaStream_t stream) {
     zt_cuda_impl *im = zt_cuda_impl_of(s);
     pthread_mutex_lock(&im->lock);
-    if (im->cublas_stream != stream) {
+    if (!im->cublas_bound || im->cublas_stream != stream) {
         /* cublasSetStream resets the handle's workspace to cuBLAS's own
          * pool (memory nobody accounts for, per stream): it gets the
          * backend's workspace back, which gemm_cublas orders across streams
@@ -94,12 +94,14 @@ cublasHandle_t zt_cuda_cublas_acquire(zt_stream *s, cudaStream_t stream) {
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasSetWorkspace(im->cublas, im->lt_workspace, ZT_CUDA_LT_WORKSPACE_BYTES);
         if (st != CUBLAS_STATUS_SUCCESS) {
+            im->cublas_bound = 0; /* half bound: the next call binds again */
             pthread_mutex_unlock(&im->lock);
             zt_cuda_record(im, ZT_ERR_INTERNAL, __FILE__, __LINE__, "cuBLAS: binding the handle to a stream failed: %s",
                            cublasGetStatusString(st));
             return NULL;
         }
         im->cublas_stream = stream;
+        im->cublas_bound = 1;
     }
     return im->cublas;
 }
@@ -387,9 +389,10 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
     CUDA_CHECK_GOTO(cudaMalloc(&im->lt_workspace, ZT_CUDA_LT_WORKSPACE_BYTES));
     CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&im->lt_ws_event, cudaEventDisableTiming));
     /* The cuBLAS handle (the fallback for GEMMs cuBLASLt cannot run) uses the
-     * same workspace, not a pool of its own: no unaccounted allocations, and
+     * same workspace, not a pool of its own per stream: no second pool, and
      * its results do not depend on which stream it last ran on. */
     CUBLAS_CHECK(cublasSetWorkspace(im->cublas, im->lt_workspace, ZT_CUDA_LT_WORKSPACE_BYTES));
+    im->cublas_bound = 1;
 
     be->device = ZT_DEVICE_CUDA;
     be->name = "cuda";

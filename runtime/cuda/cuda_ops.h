@@ -76,6 +76,7 @@ typedef struct {
     cudaStream_t stream;     /* the default compute stream (non-blocking) */
     cublasHandle_t cublas;   /* one handle; calls serialize on `lock` */
     cudaStream_t cublas_stream; /* stream currently bound to `cublas` */
+    int cublas_bound;           /* 0 until `cublas` has that stream and the workspace */
     /* ZT_CUDA_SUMSQ_BLOCKS partial sums, then one result slot. Shared by all
      * streams: sum_squares calls on different streams must be ordered by the
      * caller (the runtime issues them on the compute stream). */
@@ -92,9 +93,9 @@ typedef struct {
     uint64_t lt_tick;
     cudaEvent_t lt_ws_event;
     cudaStream_t lt_ws_stream; /* NULL: the workspace has not been used yet */
-    /* GEMM calls cuBLASLt had no algorithm for: run through the cuBLAS
-     * handle instead, or, with a bias, the bias added by a separate kernel
-     * (a diagnostic: the tests expect 0 for aligned shapes). */
+    /* GEMM calls cuBLASLt had no algorithm for, or refused at run time: run
+     * through the cuBLAS handle instead, or, with a bias, the bias added by a
+     * separate kernel (a diagnostic: the tests expect 0 for aligned shapes). */
     uint64_t lt_fallback_calls;
     pthread_mutex_t lock;    /* guards `sticky`, the cuBLAS handle and the cuBLASLt state */
     zt_error sticky;         /* first asynchronous failure, reported by stream_sync */

@@ -219,6 +219,19 @@ static zt_cuda_lt_plan *plan_get(zt_cuda_impl *im, const zt_cuda_lt_key *k, cons
             (long long)(g)->ldb, (long long)(g)->ldc, compute_name((g)->compute), (g)->bias != NULL,             \
             cublasGetStatusString(st), cublasGetStatusName(st))
 
+/* The backend's one GEMM workspace, under the impl lock: before a GEMM that
+ * uses it on `stream`, wait for its last use if that was on another stream;
+ * after the GEMM, mark this use (lt_ws_event, lt_ws_stream). */
+static cudaError_t workspace_wait(zt_cuda_impl *im, cudaStream_t stream) {
+    if (!im->lt_ws_stream || im->lt_ws_stream == stream) return cudaSuccess;
+    return cudaStreamWaitEvent(stream, im->lt_ws_event, 0);
+}
+static cudaError_t workspace_used(zt_cuda_impl *im, cudaStream_t stream) {
+    cudaError_t rc = cudaEventRecord(im->lt_ws_event, stream);
+    if (rc == cudaSuccess) im->lt_ws_stream = stream;
+    return rc;
+}
+
 /* The same GEMM through the cuBLAS handle, for cases cuBLASLt has no
  * algorithm for (and K = 0, where cuBLAS scales C by beta). The handle runs
  * with atomics disallowed and the default math mode, in the backend's one
@@ -227,14 +240,12 @@ static zt_status gemm_cublas(zt_stream *s, cudaStream_t stream, const zt_cuda_ge
     zt_cuda_impl *im = zt_cuda_impl_of(s);
     cublasHandle_t h = zt_cuda_cublas_acquire(s, stream); /* takes the impl lock */
     if (!h) return ZT_FAIL(err, ZT_ERR_INTERNAL, "cuBLAS: cannot bind the handle to the stream");
-    if (im->lt_ws_stream && im->lt_ws_stream != stream) {
-        cudaError_t rc = cudaStreamWaitEvent(stream, im->lt_ws_event, 0);
-        if (rc != cudaSuccess) {
-            zt_cuda_cublas_release(s);
-            (void)cudaGetLastError();
-            return ZT_FAIL(err, zt_cuda_status_of(rc), "CUDA: cudaStreamWaitEvent (GEMM workspace) failed: %s",
-                           cudaGetErrorString(rc));
-        }
+    cudaError_t rc = workspace_wait(im, stream);
+    if (rc != cudaSuccess) {
+        zt_cuda_cublas_release(s);
+        (void)cudaGetLastError();
+        return ZT_FAIL(err, zt_cuda_status_of(rc), "CUDA: cudaStreamWaitEvent (GEMM workspace) failed: %s",
+                       cudaGetErrorString(rc));
     }
     int64_t lda = g->lda, ldb = g->ldb;
     if (g->K <= 0) {
@@ -248,8 +259,7 @@ static zt_status gemm_cublas(zt_stream *s, cudaStream_t stream, const zt_cuda_ge
         h, op_of(g->trans_b), op_of(g->trans_a), g->N, g->M, g->K, &g->alpha, g->B, g->b_type, (int)ldb,
         (long long)g->stride_b, g->A, g->a_type, (int)lda, (long long)g->stride_a, &g->beta, g->C, g->c_type,
         (int)g->ldc, (long long)g->stride_c, g->batch, g->compute, CUBLAS_GEMM_DEFAULT);
-    cudaError_t rc = st == CUBLAS_STATUS_SUCCESS ? cudaEventRecord(im->lt_ws_event, stream) : cudaSuccess;
-    if (st == CUBLAS_STATUS_SUCCESS && rc == cudaSuccess) im->lt_ws_stream = stream;
+    if (st == CUBLAS_STATUS_SUCCESS) rc = workspace_used(im, stream);
     zt_cuda_cublas_release(s);
     if (rc != cudaSuccess) {
         (void)cudaGetLastError();
@@ -315,9 +325,8 @@ extern "C" zt_status zt_cuda_gemm(zt_stream *s, const zt_cuda_gemm_args *g, zt_e
             st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias);
             what = "cuBLASLt: cublasLtMatmulDescSetAttribute(BIAS_POINTER)";
         }
-        /* The workspace was last used on another stream: wait for that. */
-        if (st == CUBLAS_STATUS_SUCCESS && p->workspace && im->lt_ws_stream && im->lt_ws_stream != stream) {
-            rc = cudaStreamWaitEvent(stream, im->lt_ws_event, 0);
+        if (st == CUBLAS_STATUS_SUCCESS && p->workspace) {
+            rc = workspace_wait(im, stream);
             rc_what = "cudaStreamWaitEvent (cuBLASLt workspace)";
         }
         if (st == CUBLAS_STATUS_SUCCESS && rc == cudaSuccess) {
@@ -333,9 +342,8 @@ extern "C" zt_status zt_cuda_gemm(zt_stream *s, const zt_cuda_gemm_args *g, zt_e
                 im->lt_fallback_calls++;
                 st = CUBLAS_STATUS_SUCCESS;
             } else if (st == CUBLAS_STATUS_SUCCESS && p->workspace) {
-                rc = cudaEventRecord(im->lt_ws_event, stream);
+                rc = workspace_used(im, stream);
                 rc_what = "cudaEventRecord (cuBLASLt workspace)";
-                if (rc == cudaSuccess) im->lt_ws_stream = stream;
             }
         }
     }

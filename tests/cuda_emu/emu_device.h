@@ -41,11 +41,16 @@ bool zt_emu_is_device_range(const void *p, size_t bytes);
  * never set (the default limits apply). */
 size_t zt_emu_dynamic_smem_optin(const void *func);
 
+/* Records that a block of kernel `func` declared `bytes` of static shared
+ * memory (cudaFuncGetAttributes reports the largest). */
+void zt_emu_note_static_smem(const void *func, size_t bytes);
+
 /* Runs every block of a kernel; `body` runs one thread of the block
  * described by the emulator's current-thread state. Called on a stream
  * worker. `smem_optin` is the kernel's opt-in at launch
- * (zt_emu_dynamic_smem_optin); `name` names the kernel in fault messages. */
-void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, size_t smem_optin,
+ * (zt_emu_dynamic_smem_optin); `func` is the kernel, `name` names it in
+ * fault messages. */
+void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, size_t smem_optin, const void *func,
                      const std::function<void()> &body, const char *name);
 
 #endif

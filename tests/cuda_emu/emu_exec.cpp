@@ -128,6 +128,8 @@ struct block_runner {
     uint64_t block_serial = 0;
     size_t static_shared_bytes = 0;
     size_t smem_optin = 0; /* the kernel's dynamic shared memory opt-in, 0 if none */
+    const void *func = nullptr;
+    size_t static_shared_max = 0; /* over the launch's blocks, for cudaFuncGetAttributes */
     bool static_shared_fault = false;
     const char *kernel_name = "";
     uint3 block_idx;
@@ -354,6 +356,7 @@ bool zt_emu_static_shared_first_touch(uint64_t *seen, size_t bytes) {
     if (*seen == r.block_serial) return false;
     *seen = r.block_serial;
     r.static_shared_bytes += bytes;
+    if (r.static_shared_bytes > r.static_shared_max) r.static_shared_max = r.static_shared_bytes;
     /* On a GPU the launch (or the opt-in) fails; here the first block over
      * a limit faults (the kernel's remaining blocks do not run). */
     size_t st = r.static_shared_bytes;
@@ -389,7 +392,7 @@ uint64_t zt_emu_shfl(unsigned mask, uint64_t bits, int kind, int arg, int width)
     return current_thread().result;
 }
 
-void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, size_t smem_optin,
+void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, size_t smem_optin, const void *func,
                      const std::function<void()> &body, const char *name) {
     thread_local block_runner runner;
     /* A GPU runs blocks, and a block's threads between two barriers, in any
@@ -408,6 +411,8 @@ void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, size_t smem_opt
     runner.kernel_name = name;
     runner.static_shared_fault = false;
     runner.smem_optin = smem_optin;
+    runner.func = func;
+    runner.static_shared_max = 0;
     runner.dynamic_shared = map_with_guard_after(runner.dynamic_shared_map, dynamic_smem);
     runner.dynamic_shared_bytes = dynamic_smem;
     if (!runner.dynamic_shared) {
@@ -424,5 +429,6 @@ void zt_emu_run_grid(dim3 grid, dim3 block, size_t dynamic_smem, size_t smem_opt
         runner.reverse_threads = ((b ^ (launch >> 1)) & 1) != 0;
         if (!run_block(runner, name)) break;
     }
+    if (runner.static_shared_max) zt_emu_note_static_smem(func, runner.static_shared_max);
     tl_runner = saved;
 }

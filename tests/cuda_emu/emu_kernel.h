@@ -119,7 +119,7 @@ template <typename T> static inline cudaError_t cudaFuncSetAttribute(T *func, en
 /* ---- launches --------------------------------------------------------------
  * The arguments are converted to the kernel's parameter types and copied at
  * launch, as CUDA does; the grid runs later on the stream's worker. */
-bool zt_emu_check_launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, const void *func);
+bool zt_emu_check_launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, size_t smem_optin);
 
 /* A kernel's pointer arguments must be null or point into device or pinned
  * memory (one past the end included): a GPU faults on anything else. */
@@ -136,8 +136,9 @@ template <typename... P> struct zt_emu_launcher {
     cudaStream_t stream;
     const char *name;
     template <typename... A> void operator()(A &&...a) const {
-        if (!zt_emu_check_launch(grid, block, smem, stream, (const void *)kernel)) return;
-        size_t optin = zt_emu_dynamic_smem_optin((const void *)kernel);
+        const void *func = (const void *)kernel;
+        size_t optin = zt_emu_dynamic_smem_optin(func); /* read once: checked and carried */
+        if (!zt_emu_check_launch(grid, block, smem, stream, optin)) return;
         std::tuple<P...> args(std::forward<A>(a)...);
         int index = 0;
         bool pointers_ok = true;
@@ -150,7 +151,7 @@ template <typename... P> struct zt_emu_launcher {
         const char *n = name;
         zt_emu_enqueue(stream, [=]() {
             std::function<void()> body = [&]() { std::apply(k, args); };
-            zt_emu_run_grid(g, b, s, optin, body, n);
+            zt_emu_run_grid(g, b, s, optin, func, body, n);
         });
     }
 };

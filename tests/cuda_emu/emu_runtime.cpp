@@ -65,6 +65,7 @@ struct emulator {
     std::map<uintptr_t, allocation> allocations;
     std::vector<CUstream_st *> streams;
     std::map<const void *, size_t> max_dynamic_smem;
+    std::map<const void *, size_t> static_smem; /* per kernel, learned as its blocks run */
     size_t device_used = 0, device_capacity = 0;
     int device_count = 1, current_device = 0;
     unsigned jitter_us = 0;
@@ -266,15 +267,24 @@ size_t zt_emu_dynamic_smem_optin(const void *func) {
     return it == e.max_dynamic_smem.end() ? 0 : it->second;
 }
 
-/* Dynamic shared memory limit of a kernel's launches. (Without an opt-in, a
- * GPU allows 48 KiB minus the kernel's static shared memory; the emulator
- * learns that size only as blocks run, and checks the sum then.) */
-static size_t max_dynamic_smem(const void *func) {
-    size_t optin = zt_emu_dynamic_smem_optin(func);
-    return optin ? optin : zt_emu_smem_default_max;
+void zt_emu_note_static_smem(const void *func, size_t bytes) {
+    emulator &e = emu();
+    std::lock_guard<std::mutex> lk(e.mu);
+    size_t &known = e.static_smem[func];
+    if (bytes > known) known = bytes;
 }
 
-bool zt_emu_check_launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, const void *func) {
+static size_t static_smem_of(const void *func) {
+    emulator &e = emu();
+    std::lock_guard<std::mutex> lk(e.mu);
+    auto it = e.static_smem.find(func);
+    return it == e.static_smem.end() ? 0 : it->second;
+}
+
+/* The launch-time limit on dynamic shared memory is the opt-in, or 48 KiB
+ * without one; 48 KiB minus the static size on a GPU, but the emulator may
+ * not know that size yet and checks the sum as blocks run. */
+bool zt_emu_check_launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, size_t smem_optin) {
     (void)stream;
     cudaError_t rc = cudaSuccess;
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0)
@@ -283,7 +293,7 @@ bool zt_emu_check_launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_
         rc = cudaErrorInvalidConfiguration;
     else if (block.x > 1024 || block.y > 1024 || block.z > 64 || (size_t)block.x * block.y * block.z > 1024)
         rc = cudaErrorInvalidConfiguration;
-    else if (dynamic_smem > max_dynamic_smem(func))
+    else if (dynamic_smem > (smem_optin ? smem_optin : zt_emu_smem_default_max))
         rc = cudaErrorInvalidValue;
     if (rc != cudaSuccess) {
         set_error(rc);
@@ -357,15 +367,17 @@ const char *cudaGetErrorString(cudaError_t e) {
     }
 }
 
-/* The emulator cannot know a kernel's static shared memory before a block
- * declares it: sharedSizeBytes is 0 here (the sum is checked as blocks run). */
+/* A kernel's static shared memory is known once one of its blocks has
+ * declared it; before its first launch sharedSizeBytes is 0 here (a GPU
+ * knows it from the binary), and the sum is checked as blocks run. */
 cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func) {
     if (!attr) return set_error(cudaErrorInvalidValue);
     if (!func) return set_error(cudaErrorInvalidDeviceFunction);
     memset(attr, 0, sizeof *attr);
     attr->maxThreadsPerBlock = 1024;
+    attr->sharedSizeBytes = static_smem_of(func);
     size_t optin = zt_emu_dynamic_smem_optin(func);
-    attr->maxDynamicSharedSizeBytes = (int)(optin ? optin : zt_emu_smem_default_max);
+    attr->maxDynamicSharedSizeBytes = (int)(optin ? optin : zt_emu_smem_default_max - attr->sharedSizeBytes);
     return cudaSuccess;
 }
 

@@ -19,7 +19,8 @@
  *     a pageable host pointer faults; a block with more than 48 KiB of
  *     static shared memory faults, and so does one whose static and dynamic
  *     shared memory together exceed 48 KiB without cudaFuncSetAttribute
- *     (with it, the same launch runs); two ranks whose NCCL operations do not
+ *     (with it, the same launch runs, and cudaFuncGetAttributes then
+ *     reports the static size); two ranks whose NCCL operations do not
  *     match (an all-gather against a broadcast, and sizes that differ)
  *     fault instead of exchanging garbage.
  * Built only in emulator builds (ZT_CUDA=EMU). */
@@ -250,6 +251,11 @@ int main(int argc, char **argv) {
         int bad = 0;
         for (int i = 0; i < 32; i++) bad += h[i] != (float)i + 1.0f;
         CHECK(bad == 0, "static + dynamic shared memory: %d wrong values", bad);
+        /* the kernel has run: its static size is known, as a GPU knows it */
+        struct cudaFuncAttributes fa;
+        CHECK(cudaFuncGetAttributes(&fa, (const void *)static_and_dynamic_kernel) == cudaSuccess &&
+                  fa.sharedSizeBytes == 33 * sizeof(float),
+              "cudaFuncGetAttributes: %zu static bytes, want %zu", fa.sharedSizeBytes, 33 * sizeof(float));
         cudaFree(d);
     }
     check_nccl_mismatch("0");
