@@ -12,8 +12,8 @@
 #      world size 1: tokens/s, MFU against the measured bf16 GEMM peak, and
 #      per-rank peak memory; 4b. the same with --attention fused (memory saved,
 #      speed paid, losses within 1%);
-#   5. compute-sanitizer's racecheck and memcheck on the kernel test, in the
-#      time left (where the machine lets the sanitizer attach).
+#   5. compute-sanitizer's racecheck and memcheck on the kernel test, for at
+#      most 150 s (where the machine lets the sanitizer attach).
 # Budget: under 8 minutes.
 #
 # On a machine without zerotrain's dependencies (Open MPI, OpenBLAS,
@@ -247,8 +247,8 @@ sanitize() { # tool seconds
     $bdir/tests/test_cuda_ops $groups > "$log" 2>&1
   rc=$?
   summary=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$log" | tail -1 | sed 's/^=* *//')
-  found=$(grep -E "^=+ +(Error|Invalid|Race|Misaligned|Out-of-range|Barrier)" "$log" | grep -v -e "Device not supported" -e "terminate successfully" |
-          head -1 | sed 's/^=* *//' | tr '|' ' ')
+  found=$(grep -E "^=+ +(Error|Invalid|Race|Misaligned|Out-of-range|Barrier)" "$log" |
+          grep -v -e "Device not supported" -e "terminate successfully" | head -1 | sed 's/^=* *//' | tr '|' ' ')
   if grep -q "Device not supported" "$log"; then
     result "compute-sanitizer $1 on test_cuda_ops" INFO "cannot attach on this machine: Device not supported"
   elif [ -n "$found" ]; then
