@@ -378,6 +378,33 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_dinp, int 
  * bits). Backward runs both paths: row by row (no GEMMs: fp32 always) and
  * through a lent [NH,T,T] scratch as GEMMs. bf16 = 1 runs the GEMMs (forward,
  * and backward's GEMM path) in the matmul_bf16 mode (1e-2). */
+/* An attention forward (attention_fwd or attention_fused_fwd: out [B,T,C]
+ * and `second`, the probabilities or the lse) on both backends into the
+ * NaN-poisoned out/second and d_out/d_second, compared within tol; then
+ * again on the GPU over poisoned outputs, for the same bits. */
+typedef void (*attention_fwd_fn)(zt_stream *, float *, float *, const float *, int, int, int, int);
+static void check_attention_fwd(const char *op, const char *second_name, attention_fwd_fn cpu_fwd,
+                                attention_fwd_fn gpu_fwd, const char *tag, double tol, const float *qkv,
+                                const float *d_qkv, float *out, float *second, float *d_out, float *d_second,
+                                size_t nout, size_t nsecond, int B, int T, int C, int NH) {
+    char what[128];
+    cpu_fwd(&g_cs, out, second, qkv, B, T, C, NH);
+    gpu_fwd(&g_gs, d_out, d_second, d_qkv, B, T, C, NH);
+    float *g_out = fetch(d_out, nout, op), *g_second = fetch(d_second, nsecond, op);
+    snprintf(what, sizeof what, "%s out %s", op, tag);
+    compare(what, g_out, out, nout, tol);
+    snprintf(what, sizeof what, "%s %s %s", op, second_name, tag);
+    compare(what, g_second, second, nsecond, tol);
+    dpoison(d_out, nout);
+    dpoison(d_second, nsecond);
+    gpu_fwd(&g_gs, d_out, d_second, d_qkv, B, T, C, NH);
+    float *g_out2 = fetch(d_out, nout, op), *g_second2 = fetch(d_second, nsecond, op);
+    compare_repeat(what, g_second, g_second2, nsecond);
+    snprintf(what, sizeof what, "%s out %s", op, tag);
+    compare_repeat(what, g_out, g_out2, nout);
+    free(g_out), free(g_second), free(g_out2), free(g_second2);
+}
+
 static void test_attention(int B, int T, int C, int NH, int bf16) {
     char what[128], tag[64];
     snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d %s", B, T, C, NH, bf16 ? "bf16" : "fp32");
@@ -387,21 +414,8 @@ static void test_attention(int B, int T, int C, int NH, int bf16) {
     size_t ndatt = (size_t)B * NH * T;
     float *qkv = frand(nqkv, -1.5f, 1.5f), *d_qkv = dcopyf(qkv, nqkv);
     float *out = fnan(nout), *att = fnan(natt), *d_out = dnan(nout), *d_att = dnan(natt);
-    g_cpu->ops->attention_fwd(&g_cs, out, att, qkv, B, T, C, NH);
-    g_gpu->ops->attention_fwd(&g_gs, d_out, d_att, d_qkv, B, T, C, NH);
-    float *g_out = fetch(d_out, nout, "attention_fwd"), *g_att = fetch(d_att, natt, "attention_fwd");
-    snprintf(what, sizeof what, "attention_fwd out %s", tag);
-    compare(what, g_out, out, nout, tol);
-    snprintf(what, sizeof what, "attention_fwd att %s", tag);
-    compare(what, g_att, att, natt, tol);
-    dpoison(d_out, nout);
-    dpoison(d_att, natt);
-    g_gpu->ops->attention_fwd(&g_gs, d_out, d_att, d_qkv, B, T, C, NH);
-    float *g_out2 = fetch(d_out, nout, "attention_fwd"), *g_att2 = fetch(d_att, natt, "attention_fwd");
-    compare_repeat(what, g_att, g_att2, natt);
-    snprintf(what, sizeof what, "attention_fwd out %s", tag);
-    compare_repeat(what, g_out, g_out2, nout);
-    free(g_out2), free(g_att2);
+    check_attention_fwd("attention_fwd", "att", g_cpu->ops->attention_fwd, g_gpu->ops->attention_fwd, tag, tol, qkv,
+                        d_qkv, out, att, d_out, d_att, nout, natt, B, T, C, NH);
     g_gpu->matmul_bf16 = 0;
 
     /* Backward from the CPU's probabilities on both sides. */
@@ -448,7 +462,7 @@ static void test_attention(int B, int T, int C, int NH, int bf16) {
           what, nonfinite, above);
     free(x), free(g_dqkv3), free(g_dqkv4);
 
-    free(qkv), free(out), free(att), free(g_out), free(g_att), free(dout), free(dqkv), free(dqkv0), free(datt);
+    free(qkv), free(out), free(att), free(dout), free(dqkv), free(dqkv0), free(datt);
     free(g_dqkv), free(g_dqkv2);
     dfree_all();
 }
@@ -463,20 +477,8 @@ static void test_attention_fused(int B, int T, int C, int NH) {
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     float *qkv = frand(nqkv, -1.5f, 1.5f), *d_qkv = dcopyf(qkv, nqkv);
     float *out = fnan(nout), *lse = fnan(nlse), *d_out = dnan(nout), *d_lse = dnan(nlse);
-    g_cpu->ops->attention_fused_fwd(&g_cs, out, lse, qkv, B, T, C, NH);
-    g_gpu->ops->attention_fused_fwd(&g_gs, d_out, d_lse, d_qkv, B, T, C, NH);
-    float *g_out = fetch(d_out, nout, "attention_fused_fwd"), *g_lse = fetch(d_lse, nlse, "attention_fused_fwd");
-    snprintf(what, sizeof what, "attention_fused_fwd out %s", tag);
-    compare(what, g_out, out, nout, TOL);
-    snprintf(what, sizeof what, "attention_fused_fwd lse %s", tag);
-    compare(what, g_lse, lse, nlse, TOL);
-    dpoison(d_out, nout);
-    dpoison(d_lse, nlse);
-    g_gpu->ops->attention_fused_fwd(&g_gs, d_out, d_lse, d_qkv, B, T, C, NH);
-    float *g_out2 = fetch(d_out, nout, "attention_fused_fwd"), *g_lse2 = fetch(d_lse, nlse, "attention_fused_fwd");
-    compare_repeat(what, g_lse, g_lse2, nlse);
-    snprintf(what, sizeof what, "attention_fused_fwd out %s", tag);
-    compare_repeat(what, g_out, g_out2, nout);
+    check_attention_fwd("attention_fused_fwd", "lse", g_cpu->ops->attention_fused_fwd, g_gpu->ops->attention_fused_fwd,
+                        tag, TOL, qkv, d_qkv, out, lse, d_out, d_lse, nout, nlse, B, T, C, NH);
 
     float *dout = frand(nout, -1, 1), *dqkv = frand(nqkv, -1, 1), *dqkv0 = fdup(dqkv, nqkv), *datt = fnan(nlse);
     float *d_dout = dcopyf(dout, nout), *d_dqkv = dcopyf(dqkv, nqkv), *d_datt = dnan(nlse);
@@ -497,7 +499,7 @@ static void test_attention_fused(int B, int T, int C, int NH) {
     snprintf(what, sizeof what, "attention_fused_bwd dqkv %s", tag);
     compare_repeat(what, g_dqkv, g_dqkv2, nqkv);
 
-    free(qkv), free(out), free(lse), free(g_out), free(g_lse), free(g_out2), free(g_lse2);
+    free(qkv), free(out), free(lse);
     free(dout), free(dqkv), free(dqkv0), free(datt), free(g_dqkv), free(g_datt), free(g_dqkv2), free(g_datt2);
     dfree_all();
 }

@@ -409,6 +409,24 @@ static double att_obj(void *p) {
     return dot_d(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
+/* An attention forward (attention_fwd or attention_fused_fwd) on the
+ * 3-thread stream gives the bits `out` [B,T,C] and `second` (the
+ * probabilities or the lse, nsecond floats) had from 1 thread. */
+typedef void (*attention_fwd_fn)(zt_stream *, float *, float *, const float *, int, int, int, int);
+static void check_attention_fwd_threads(const char *op, const char *second_name, attention_fwd_fn fwd, zt_stream *s3,
+                                        const float *qkv, const float *out, const float *second, size_t nsecond,
+                                        int B, int T, int C, int NH) {
+    char name[96];
+    size_t nout = (size_t)B * T * C;
+    float *out3 = falloc(nout), *second3 = falloc(nsecond);
+    fwd(s3, out3, second3, qkv, B, T, C, NH);
+    snprintf(name, sizeof name, "%s out B%d T%d C%d NH%d", op, B, T, C, NH);
+    check_same_bits(name, out, out3, nout * sizeof(float));
+    snprintf(name, sizeof name, "%s %s B%d T%d C%d NH%d", op, second_name, B, T, C, NH);
+    check_same_bits(name, second, second3, nsecond * sizeof(float));
+    free(out3), free(second3);
+}
+
 static void test_attention(const zt_ops *ops, zt_stream *s, zt_stream *s3, int B, int T, int C, int NH) {
     att_ctx c = {.ops = ops, .s = s, .B = B, .T = T, .C = C, .NH = NH};
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
@@ -482,19 +500,14 @@ static void test_attention(const zt_ops *ops, zt_stream *s, zt_stream *s3, int B
     ops->attention_bwd(s, dqkv2, datt, c.R, c.qkv, c.att, B, T, C, NH, NULL, 0);
     check_accumulated(name, dqkv, dqkv2, nqkv);
 
-    float *out3 = falloc(nout), *att3 = falloc(natt);
-    ops->attention_fwd(s3, out3, att3, c.qkv, B, T, C, NH);
-    snprintf(name, sizeof name, "attention_fwd out B%d T%d C%d NH%d", B, T, C, NH);
-    check_same_bits(name, c.out, out3, nout * sizeof(float));
-    snprintf(name, sizeof name, "attention_fwd att B%d T%d C%d NH%d", B, T, C, NH);
-    check_same_bits(name, c.att, att3, natt * sizeof(float));
+    check_attention_fwd_threads("attention_fwd", "att", ops->attention_fwd, s3, c.qkv, c.out, c.att, natt, B, T, C, NH);
     fill(dqkv2, nqkv, 0);
     fill(datt, ndatt, NAN);
     ops->attention_bwd(s3, dqkv2, datt, c.R, c.qkv, c.att, B, T, C, NH, NULL, 0);
     snprintf(name, sizeof name, "attention_bwd B%d T%d C%d NH%d", B, T, C, NH);
     check_same_bits(name, dqkv, dqkv2, nqkv * sizeof(float));
 
-    free(out3), free(att3), free(dqkv), free(dqkv2), free(datt), free(ratt), free(rout);
+    free(dqkv), free(dqkv2), free(datt), free(ratt), free(rout);
     free(c.out), free(c.att), free(c.qkv), free(c.R);
 }
 
@@ -587,18 +600,14 @@ static void test_attention_fused(const zt_ops *ops, zt_stream *s, zt_stream *s3,
     check_fwd(name, dqkv, dm, nqkv);
 
     /* 1 thread vs 3: the same bits. */
-    float *out3 = falloc(nout), *lse3 = falloc(nlse);
-    ops->attention_fused_fwd(s3, out3, lse3, c.qkv, B, T, C, NH);
-    snprintf(name, sizeof name, "attention_fused_fwd out B%d T%d C%d NH%d", B, T, C, NH);
-    check_same_bits(name, c.out, out3, nout * sizeof(float));
-    snprintf(name, sizeof name, "attention_fused_fwd lse B%d T%d C%d NH%d", B, T, C, NH);
-    check_same_bits(name, c.att, lse3, nlse * sizeof(float));
+    check_attention_fwd_threads("attention_fused_fwd", "lse", ops->attention_fused_fwd, s3, c.qkv, c.out, c.att, nlse,
+                                B, T, C, NH);
     fill(dqkv2, nqkv, 0);
     ops->attention_fused_bwd(s3, dqkv2, datt, c.R, c.qkv, c.out, c.att, B, T, C, NH);
     snprintf(name, sizeof name, "attention_fused_bwd B%d T%d C%d NH%d", B, T, C, NH);
     check_same_bits(name, dqkv, dqkv2, nqkv * sizeof(float));
 
-    free(out3), free(lse3), free(out_m), free(att_m), free(dqkv_m), free(dm), free(rD), free(row);
+    free(out_m), free(att_m), free(dqkv_m), free(dm), free(rD), free(row);
     free(dqkv), free(dqkv2), free(datt), free(rlse), free(rout);
     free(c.out), free(c.att), free(c.qkv), free(c.R);
 }

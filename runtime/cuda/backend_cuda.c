@@ -86,10 +86,11 @@ cublasHandle_t zt_cuda_cublas_acquire(zt_stream *s, cudaStream_t stream) {
     zt_cuda_impl *im = zt_cuda_impl_of(s);
     pthread_mutex_lock(&im->lock);
     if (!im->cublas_bound || im->cublas_stream != stream) {
-        /* cublasSetStream resets the handle's workspace to cuBLAS's own
-         * pool (memory nobody accounts for, per stream): it gets the
-         * backend's workspace back, which gemm_cublas orders across streams
-         * as the cuBLASLt calls do. */
+        /* The handle (the fallback for GEMMs cuBLASLt cannot run) uses the
+         * backend's GEMM workspace, which gemm_cublas orders across streams
+         * as the cuBLASLt calls do: no second pool, and results that do not
+         * depend on the stream it last ran on. cublasSetStream resets the
+         * workspace to cuBLAS's own pool, so it is set again each time. */
         cublasStatus_t st = cublasSetStream(im->cublas, stream);
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasSetWorkspace(im->cublas, im->lt_workspace, ZT_CUDA_LT_WORKSPACE_BYTES);
@@ -365,9 +366,7 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
     CUDA_CHECK_GOTO(cudaSetDevice(im->device));
     CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
     CUDA_CHECK_GOTO(cudaMalloc((void **)&im->sumsq_scratch, (ZT_CUDA_SUMSQ_BLOCKS + 1) * sizeof(double)));
-    CUBLAS_CHECK(cublasCreate(&im->cublas));
-    CUBLAS_CHECK(cublasSetStream(im->cublas, im->stream));
-    im->cublas_stream = im->stream;
+    CUBLAS_CHECK(cublasCreate(&im->cublas)); /* bound to a stream and the workspace at its first use */
     /* fp32 GEMMs in fp32: no TF32 (NVIDIA_TF32_OVERRIDE=1 in the environment
      * would still force it), and no atomics, for run-to-run reproducibility. */
     CUBLAS_CHECK(cublasSetMathMode(im->cublas, CUBLAS_DEFAULT_MATH));
@@ -388,11 +387,6 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
     }
     CUDA_CHECK_GOTO(cudaMalloc(&im->lt_workspace, ZT_CUDA_LT_WORKSPACE_BYTES));
     CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&im->lt_ws_event, cudaEventDisableTiming));
-    /* The cuBLAS handle (the fallback for GEMMs cuBLASLt cannot run) uses the
-     * same workspace, not a pool of its own per stream: no second pool, and
-     * its results do not depend on which stream it last ran on. */
-    CUBLAS_CHECK(cublasSetWorkspace(im->cublas, im->lt_workspace, ZT_CUDA_LT_WORKSPACE_BYTES));
-    im->cublas_bound = 1;
 
     be->device = ZT_DEVICE_CUDA;
     be->name = "cuda";

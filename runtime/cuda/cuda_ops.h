@@ -76,7 +76,7 @@ typedef struct {
     cudaStream_t stream;     /* the default compute stream (non-blocking) */
     cublasHandle_t cublas;   /* one handle; calls serialize on `lock` */
     cudaStream_t cublas_stream; /* stream currently bound to `cublas` */
-    int cublas_bound;           /* 0 until `cublas` has that stream and the workspace */
+    int cublas_bound;           /* 0 until `cublas` has that stream and the workspace (first use) */
     /* ZT_CUDA_SUMSQ_BLOCKS partial sums, then one result slot. Shared by all
      * streams: sum_squares calls on different streams must be ordered by the
      * caller (the runtime issues them on the compute stream). */

@@ -194,6 +194,14 @@ __device__ __forceinline__ fa_geom fa_geom_of(int T, int C, int NH, int heavy_fi
     return g;
 }
 
+/* A kernel's shared memory: its row tiles ([FA_TILE][ld] each, tile i at
+ * fa_row_tile(sm, ld, i)), then the score tile ([FA_TILE][FA_SLD], at
+ * fa_row_tile(sm, ld, row_tiles)), then up to 3 per-row vectors. */
+#define FA_FWD_ROW_TILES 4 /* Q, K, V, O */
+#define FA_DQ_ROW_TILES 5  /* Q, dO, K, V, dQ */
+#define FA_DKV_ROW_TILES 6 /* K, V, Q, dO, dK, dV */
+__device__ __forceinline__ float *fa_row_tile(float *sm, int ld, int i) { return sm + i * FA_TILE * ld; }
+
 static size_t fa_smem_bytes(int C, int NH, int row_tiles) {
     int hp = ((C / NH) + 3) & ~3;
     return ((size_t)row_tiles * FA_TILE * (hp + 1) + (size_t)FA_TILE * FA_SLD + 3 * FA_TILE) * sizeof(float);
@@ -207,8 +215,9 @@ __global__ static void attention_fused_fwd_kernel(float *out,       /* [B,T,C] *
     extern __shared__ float sm[];
     fa_geom g = fa_geom_of(T, C, NH, 1);
     int ld = g.ld, hp = g.hp, q0 = g.tile * FA_TILE;
-    float *Qs = sm, *Ks = Qs + FA_TILE * ld, *Vs = Ks + FA_TILE * ld, *Os = Vs + FA_TILE * ld; /* [FA_TILE][ld] */
-    float *sc = Os + FA_TILE * ld;                                                              /* [FA_TILE][FA_SLD] */
+    float *Qs = fa_row_tile(sm, ld, 0), *Ks = fa_row_tile(sm, ld, 1); /* [FA_TILE][ld] */
+    float *Vs = fa_row_tile(sm, ld, 2), *Os = fa_row_tile(sm, ld, 3); /* [FA_TILE][ld] */
+    float *sc = fa_row_tile(sm, ld, FA_FWD_ROW_TILES);                  /* [FA_TILE][FA_SLD] */
     float *m_s = sc + FA_TILE * FA_SLD, *l_s = m_s + FA_TILE, *alpha_s = l_s + FA_TILE;       /* [FA_TILE] */
     const float *base = qkv + g.row0 * g.C3 + g.hoff;
 
@@ -296,9 +305,9 @@ __global__ static void attention_fused_bwd_dq_kernel(float *dqkv,       /* [B,T,
     extern __shared__ float sm[];
     fa_geom g = fa_geom_of(T, C, NH, 1);
     int ld = g.ld, hp = g.hp, q0 = g.tile * FA_TILE;
-    float *Qs = sm, *dOs = Qs + FA_TILE * ld, *Ks = dOs + FA_TILE * ld, *Vs = Ks + FA_TILE * ld; /* [FA_TILE][ld] */
-    float *dQs = Vs + FA_TILE * ld;                                                               /* [FA_TILE][ld] */
-    float *sc = dQs + FA_TILE * ld;                               /* [FA_TILE][FA_SLD] */
+    float *Qs = fa_row_tile(sm, ld, 0), *dOs = fa_row_tile(sm, ld, 1), *Ks = fa_row_tile(sm, ld, 2); /* [FA_TILE][ld] */
+    float *Vs = fa_row_tile(sm, ld, 3), *dQs = fa_row_tile(sm, ld, 4);                               /* [FA_TILE][ld] */
+    float *sc = fa_row_tile(sm, ld, FA_DQ_ROW_TILES);             /* [FA_TILE][FA_SLD] */
     float *lse_s = sc + FA_TILE * FA_SLD, *D_s = lse_s + FA_TILE; /* [FA_TILE] */
     const float *base = qkv + g.row0 * g.C3 + g.hoff;
     float *dq = dqkv + g.row0 * g.C3 + g.hoff;
@@ -334,9 +343,9 @@ __global__ static void attention_fused_bwd_dkv_kernel(float *dqkv,       /* [B,T
     extern __shared__ float sm[];
     fa_geom g = fa_geom_of(T, C, NH, 0); /* key tile 0 meets every query tile: first */
     int ld = g.ld, hp = g.hp, k0 = g.tile * FA_TILE;
-    float *Ks = sm, *Vs = Ks + FA_TILE * ld, *Qs = Vs + FA_TILE * ld, *dOs = Qs + FA_TILE * ld; /* [FA_TILE][ld] */
-    float *dKs = dOs + FA_TILE * ld, *dVs = dKs + FA_TILE * ld;                                   /* [FA_TILE][ld] */
-    float *sc = dVs + FA_TILE * ld;                               /* [FA_TILE][FA_SLD] */
+    float *Ks = fa_row_tile(sm, ld, 0), *Vs = fa_row_tile(sm, ld, 1), *Qs = fa_row_tile(sm, ld, 2); /* [FA_TILE][ld] */
+    float *dOs = fa_row_tile(sm, ld, 3), *dKs = fa_row_tile(sm, ld, 4), *dVs = fa_row_tile(sm, ld, 5);
+    float *sc = fa_row_tile(sm, ld, FA_DKV_ROW_TILES);            /* [FA_TILE][FA_SLD] */
     float *lse_s = sc + FA_TILE * FA_SLD, *D_s = lse_s + FA_TILE; /* [FA_TILE] */
     const float *base = qkv + g.row0 * g.C3 + g.hoff;
     float *dk = dqkv + g.row0 * g.C3 + g.hoff + C, *dv = dk + C;
@@ -381,7 +390,7 @@ extern "C" void zt_cuda_attention_fused_fwd(zt_stream *s, float *out, float *lse
     if (blocks == 0 || C <= 0 || fa_grid_too_large(s, blocks, "attention_fused_fwd")) return;
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
-    size_t smem = fa_smem_bytes(C, NH, 4);
+    size_t smem = fa_smem_bytes(C, NH, FA_FWD_ROW_TILES);
     if (ZT_ALLOW_SMEM(s, attention_fused_fwd_kernel, smem)) return;
     attention_fused_fwd_kernel<<<(unsigned int)blocks, FA_THREADS, smem, st>>>(out, lse, qkv, T, C, NH, scale);
     ZT_CUDA_LAUNCHED(s, "attention_fused_fwd");
@@ -394,7 +403,7 @@ extern "C" void zt_cuda_attention_fused_bwd(zt_stream *s, float *dqkv, float *da
     if (blocks == 0 || C <= 0 || fa_grid_too_large(s, blocks, "attention_fused_bwd")) return;
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
-    size_t smem_q = fa_smem_bytes(C, NH, 5), smem_kv = fa_smem_bytes(C, NH, 6);
+    size_t smem_q = fa_smem_bytes(C, NH, FA_DQ_ROW_TILES), smem_kv = fa_smem_bytes(C, NH, FA_DKV_ROW_TILES);
     if (ZT_ALLOW_SMEM(s, attention_fused_bwd_dq_kernel, smem_q)) return;
     attention_fused_bwd_dq_kernel<<<(unsigned int)blocks, FA_THREADS, smem_q, st>>>(dqkv, datt, dout, qkv, out, lse,
                                                                                    T, C, NH, scale);

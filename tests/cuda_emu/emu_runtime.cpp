@@ -260,12 +260,14 @@ void zt_emu_device_fault(const char *what) {
     }
 }
 
-size_t zt_emu_dynamic_smem_optin(const void *func) {
-    emulator &e = emu();
-    std::lock_guard<std::mutex> lk(e.mu);
-    auto it = e.max_dynamic_smem.find(func);
-    return it == e.max_dynamic_smem.end() ? 0 : it->second;
+/* A per-kernel value (emulator maps keyed by the kernel), 0 if none. */
+static size_t kernel_value(const std::map<const void *, size_t> &values, const void *func) {
+    std::lock_guard<std::mutex> lk(emu().mu);
+    auto it = values.find(func);
+    return it == values.end() ? 0 : it->second;
 }
+
+size_t zt_emu_dynamic_smem_optin(const void *func) { return kernel_value(emu().max_dynamic_smem, func); }
 
 void zt_emu_note_static_smem(const void *func, size_t bytes) {
     emulator &e = emu();
@@ -274,12 +276,6 @@ void zt_emu_note_static_smem(const void *func, size_t bytes) {
     if (bytes > known) known = bytes;
 }
 
-static size_t static_smem_of(const void *func) {
-    emulator &e = emu();
-    std::lock_guard<std::mutex> lk(e.mu);
-    auto it = e.static_smem.find(func);
-    return it == e.static_smem.end() ? 0 : it->second;
-}
 
 /* The launch-time limit on dynamic shared memory is the opt-in, or 48 KiB
  * without one; 48 KiB minus the static size on a GPU, but the emulator may
@@ -375,7 +371,7 @@ cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *f
     if (!func) return set_error(cudaErrorInvalidDeviceFunction);
     memset(attr, 0, sizeof *attr);
     attr->maxThreadsPerBlock = 1024;
-    attr->sharedSizeBytes = static_smem_of(func);
+    attr->sharedSizeBytes = kernel_value(emu().static_smem, func);
     size_t optin = zt_emu_dynamic_smem_optin(func);
     attr->maxDynamicSharedSizeBytes = (int)(optin ? optin : zt_emu_smem_default_max - attr->sharedSizeBytes);
     return cudaSuccess;
