@@ -427,11 +427,45 @@ static void check_attention_fwd_threads(const char *op, const char *second_name,
     free(out3), free(second3);
 }
 
+/* Causal attention in double precision from qkv [B,T,3C]: rout [B,T,C], and
+ * where not NULL the probabilities ratt [B,NH,T,T] (zeros above the
+ * diagonal) and rlse [B,NH,T] (each row's log-sum-exp of scaled scores). */
+static void attention_reference(const float *qkv, int B, int T, int C, int NH, double *rout, double *ratt,
+                                double *rlse) {
+    int hs = C / NH;
+    double *p = xmalloc((size_t)T * sizeof(double)); /* [T] one row's scores, then probabilities */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs; /* [hs] */
+                size_t row = ((size_t)b * NH + h) * T + t;
+                double mx = -INFINITY, sum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + (size_t)h * hs; /* [hs] */
+                    double d = 0.0;
+                    for (int i = 0; i < hs; i++) d += (double)q[i] * (double)k[i];
+                    p[t2] = d / sqrt((double)hs);
+                    mx = fmax(mx, p[t2]);
+                }
+                for (int t2 = 0; t2 <= t; t2++) sum += (p[t2] = exp(p[t2] - mx));
+                for (int t2 = 0; t2 <= t; t2++) p[t2] /= sum;
+                if (rlse) rlse[row] = mx + log(sum);
+                if (ratt)
+                    for (int t2 = 0; t2 < T; t2++) ratt[row * T + t2] = t2 <= t ? p[t2] : 0.0;
+                for (int i = 0; i < hs; i++) {
+                    double o = 0.0;
+                    for (int t2 = 0; t2 <= t; t2++)
+                        o += p[t2] * (double)qkv[((size_t)b * T + t2) * 3 * C + 2 * (size_t)C + (size_t)h * hs + i];
+                    rout[((size_t)b * T + t) * C + (size_t)h * hs + i] = o;
+                }
+            }
+    free(p);
+}
+
 static void test_attention(const zt_ops *ops, zt_stream *s, zt_stream *s3, int B, int T, int C, int NH) {
     att_ctx c = {.ops = ops, .s = s, .B = B, .T = T, .C = C, .NH = NH};
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     size_t ndatt = (size_t)B * NH * T;
-    int hs = C / NH;
     c.out = falloc(nout), c.att = falloc(natt), c.qkv = falloc(nqkv), c.R = falloc(nout);
     fill_uniform(c.qkv, nqkv, -1.5f, 1.5f);
     fill_uniform(c.R, nout, -1, 1);
@@ -443,40 +477,20 @@ static void test_attention(const zt_ops *ops, zt_stream *s, zt_stream *s3, int B
     /* Probabilities: causal zeros, rows sum to 1, and both tensors against a
      * double-precision reference. */
     double *ratt = xmalloc(natt * sizeof(double)), *rout = xmalloc(nout * sizeof(double));
+    attention_reference(c.qkv, B, T, C, NH, rout, ratt, NULL);
     int causal_ok = 1;
     double worst_rowsum = 0.0;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                const float *q = c.qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
-                double *ra = ratt + (((size_t)b * NH + h) * T + t) * T;
-                const float *a = c.att + (((size_t)b * NH + h) * T + t) * T;
-                double mx = -INFINITY, sum = 0.0, rowsum = 0.0;
-                for (int t2 = 0; t2 < T; t2++) {
-                    if (t2 > t) {
-                        ra[t2] = 0.0;
-                        if (a[t2] != 0.0f) causal_ok = 0;
-                        continue;
-                    }
-                    const float *k = c.qkv + ((size_t)b * T + t2) * 3 * C + C + (size_t)h * hs;
-                    double d = 0.0;
-                    for (int i = 0; i < hs; i++) d += (double)q[i] * (double)k[i];
-                    ra[t2] = d / sqrt((double)hs);
-                    mx = fmax(mx, ra[t2]);
-                }
-                for (int t2 = 0; t2 <= t; t2++) sum += (ra[t2] = exp(ra[t2] - mx));
-                for (int t2 = 0; t2 <= t; t2++) ra[t2] /= sum;
-                for (int t2 = 0; t2 < T; t2++) rowsum += a[t2];
-                worst_rowsum = fmax(worst_rowsum, fabs(rowsum - 1.0));
-                if (!(fabs(rowsum - 1.0) <= 1e-6)) worst_rowsum = fmax(worst_rowsum, 1.0); /* NaN */
-                for (int i = 0; i < hs; i++) {
-                    double o = 0.0;
-                    for (int t2 = 0; t2 <= t; t2++)
-                        o += ra[t2] * (double)c.qkv[((size_t)b * T + t2) * 3 * C + 2 * (size_t)C +
-                                                    (size_t)h * hs + i];
-                    rout[((size_t)b * T + t) * C + (size_t)h * hs + i] = o;
-                }
-            }
+    for (size_t r = 0; r < (size_t)B * NH * T; r++) {
+        int t = (int)(r % (size_t)T);
+        const float *a = c.att + r * T; /* [T] */
+        double rowsum = 0.0;
+        for (int t2 = 0; t2 < T; t2++) {
+            if (t2 > t && a[t2] != 0.0f) causal_ok = 0;
+            rowsum += a[t2];
+        }
+        worst_rowsum = fmax(worst_rowsum, fabs(rowsum - 1.0));
+        if (!(fabs(rowsum - 1.0) <= 1e-6)) worst_rowsum = fmax(worst_rowsum, 1.0); /* NaN */
+    }
     snprintf(name, sizeof name, "attention B=%d T=%d C=%d NH=%d", B, T, C, NH);
     CHECK(causal_ok, "%s: att[t, t2 > t] is not exactly 0", name);
     CHECK(worst_rowsum <= 1e-6, "%s: an att row does not sum to 1 (|sum-1| = %.3g)", name, worst_rowsum);
@@ -535,29 +549,7 @@ static void test_attention_fused(const zt_ops *ops, zt_stream *s, zt_stream *s3,
     fill(c.out, nout, NAN), fill(c.att, nlse, NAN);
     att_fused_obj(&c);
     double *rlse = xmalloc(nlse * sizeof(double)), *rout = xmalloc(nout * sizeof(double));
-    double *row = xmalloc((size_t)T * sizeof(double));
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                const float *q = c.qkv + ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
-                double mx = -INFINITY, sum = 0.0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = c.qkv + ((size_t)b * T + t2) * 3 * C + C + (size_t)h * hs;
-                    double d = 0.0;
-                    for (int i = 0; i < hs; i++) d += (double)q[i] * (double)k[i];
-                    row[t2] = d / sqrt((double)hs);
-                    mx = fmax(mx, row[t2]);
-                }
-                for (int t2 = 0; t2 <= t; t2++) sum += exp(row[t2] - mx);
-                rlse[((size_t)b * NH + h) * T + t] = mx + log(sum);
-                for (int i = 0; i < hs; i++) {
-                    double o = 0.0;
-                    for (int t2 = 0; t2 <= t; t2++)
-                        o += exp(row[t2] - mx) / sum *
-                             (double)c.qkv[((size_t)b * T + t2) * 3 * C + 2 * (size_t)C + (size_t)h * hs + i];
-                    rout[((size_t)b * T + t) * C + (size_t)h * hs + i] = o;
-                }
-            }
+    attention_reference(c.qkv, B, T, C, NH, rout, NULL, rlse);
     snprintf(name, sizeof name, "attention_fused B=%d T=%d C=%d NH=%d out", B, T, C, NH);
     check_fwd(name, c.out, rout, nout);
     snprintf(name, sizeof name, "attention_fused B=%d T=%d C=%d NH=%d lse", B, T, C, NH);
@@ -607,7 +599,7 @@ static void test_attention_fused(const zt_ops *ops, zt_stream *s, zt_stream *s3,
     snprintf(name, sizeof name, "attention_fused_bwd B%d T%d C%d NH%d", B, T, C, NH);
     check_same_bits(name, dqkv, dqkv2, nqkv * sizeof(float));
 
-    free(out_m), free(att_m), free(dqkv_m), free(dm), free(rD), free(row);
+    free(out_m), free(att_m), free(dqkv_m), free(dm), free(rD);
     free(dqkv), free(dqkv2), free(datt), free(rlse), free(rout);
     free(c.out), free(c.att), free(c.qkv), free(c.R);
 }
