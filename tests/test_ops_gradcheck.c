@@ -403,6 +403,19 @@ typedef struct {
     int B, T, C, NH;
 } att_ctx;
 
+/* Random qkv [B,T,3C] and R [B,T,C]; out [B,T,C] and att (natt floats: the
+ * probabilities [B,NH,T,T], or the lse [B,NH,T]) poisoned with NaN. */
+static att_ctx att_ctx_new(const zt_ops *ops, zt_stream *s, int B, int T, int C, int NH, size_t natt) {
+    att_ctx c = {.ops = ops, .s = s, .B = B, .T = T, .C = C, .NH = NH};
+    size_t nout = (size_t)B * T * C;
+    c.out = falloc(nout), c.att = falloc(natt), c.qkv = falloc(3 * nout), c.R = falloc(nout);
+    fill_uniform(c.qkv, 3 * nout, -1.5f, 1.5f);
+    fill_uniform(c.R, nout, -1, 1);
+    fill(c.out, nout, NAN), fill(c.att, natt, NAN);
+    return c;
+}
+static void att_ctx_free(att_ctx *c) { free(c->out), free(c->att), free(c->qkv), free(c->R); }
+
 static double att_obj(void *p) {
     att_ctx *c = p;
     c->ops->attention_fwd(c->s, c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
@@ -463,15 +476,10 @@ static void attention_reference(const float *qkv, int B, int T, int C, int NH, d
 }
 
 static void test_attention(const zt_ops *ops, zt_stream *s, zt_stream *s3, int B, int T, int C, int NH) {
-    att_ctx c = {.ops = ops, .s = s, .B = B, .T = T, .C = C, .NH = NH};
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     size_t ndatt = (size_t)B * NH * T;
-    c.out = falloc(nout), c.att = falloc(natt), c.qkv = falloc(nqkv), c.R = falloc(nout);
-    fill_uniform(c.qkv, nqkv, -1.5f, 1.5f);
-    fill_uniform(c.R, nout, -1, 1);
+    att_ctx c = att_ctx_new(ops, s, B, T, C, NH, natt);
     char name[96];
-
-    fill(c.out, nout, NAN), fill(c.att, natt, NAN);
     att_obj(&c);
 
     /* Probabilities: causal zeros, rows sum to 1, and both tensors against a
@@ -522,7 +530,7 @@ static void test_attention(const zt_ops *ops, zt_stream *s, zt_stream *s3, int B
     check_same_bits(name, dqkv, dqkv2, nqkv * sizeof(float));
 
     free(dqkv), free(dqkv2), free(datt), free(ratt), free(rout);
-    free(c.out), free(c.att), free(c.qkv), free(c.R);
+    att_ctx_free(&c);
 }
 
 /* ---- fused (memory-efficient) attention ---------------------------------- */
@@ -537,16 +545,11 @@ static double att_fused_obj(void *p) {
  * by central differences, against the materialized backward, accumulating;
  * both independent of the thread count; D (in datt) = dout . out per head. */
 static void test_attention_fused(const zt_ops *ops, zt_stream *s, zt_stream *s3, int B, int T, int C, int NH) {
-    att_ctx c = {.ops = ops, .s = s, .B = B, .T = T, .C = C, .NH = NH};
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     size_t natt = (size_t)B * NH * T * T;
     int hs = C / NH;
-    c.out = falloc(nout), c.att = falloc(nlse), c.qkv = falloc(nqkv), c.R = falloc(nout);
-    fill_uniform(c.qkv, nqkv, -1.5f, 1.5f);
-    fill_uniform(c.R, nout, -1, 1);
+    att_ctx c = att_ctx_new(ops, s, B, T, C, NH, nlse);
     char name[96];
-
-    fill(c.out, nout, NAN), fill(c.att, nlse, NAN);
     att_fused_obj(&c);
     double *rlse = xmalloc(nlse * sizeof(double)), *rout = xmalloc(nout * sizeof(double));
     attention_reference(c.qkv, B, T, C, NH, rout, NULL, rlse);
@@ -601,7 +604,7 @@ static void test_attention_fused(const zt_ops *ops, zt_stream *s, zt_stream *s3,
 
     free(out_m), free(att_m), free(dqkv_m), free(dm), free(rD);
     free(dqkv), free(dqkv2), free(datt), free(rlse), free(rout);
-    free(c.out), free(c.att), free(c.qkv), free(c.R);
+    att_ctx_free(&c);
 }
 
 /* ---- gelu and residual -------------------------------------------------- */
