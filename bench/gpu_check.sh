@@ -139,7 +139,15 @@ else
 fi
 
 stamp "3. stages at np=1 and np=2 (shared GPU)"
+# Two ranks on one GPU need its Default compute mode: an exclusive mode
+# admits one process (zt-train would stop at start-up, naming the rank).
+mode=Default
+[ "$emu" = 1 ] || mode=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | head -1)
 for np in 1 2; do
+  if [ "$np" = 2 ] && [ "$mode" != Default ]; then
+    result "stages 0-3 at np=2" INFO "skipped: the GPU's compute mode is '$mode', not Default"
+    continue
+  fi
   for s in 0 1 2 3; do
     timeout 120 $run -np $np $zt --device cuda --stage $s --steps $steps_stages --quiet --log-dir "$out/stages-np$np-s$s" 2>>"$out/stages.log"
   done

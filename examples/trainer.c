@@ -151,6 +151,10 @@ static void print_rank_table(const zt_ctx *ctx, int N, const size_t *table, cons
     zt_imbalance im = zt_imbalance_compute(peaks, cats, N);
     printf("imbalance: max/mean %.4f, max-min %.3f MiB, highest rank %d, driven by %s\n", im.peak_max_over_mean,
            (double)im.peak_max_minus_min_bytes / 1048576.0, im.max_rank, zt_category_name(im.top_category));
+    /* cudaMemGetInfo sees the whole GPU: ranks that share one see each other */
+    if (driver)
+        printf("driver used: cudaMemGetInfo's total - free on the rank's GPU, including the CUDA context, library "
+               "workspaces and every process sharing that GPU\n");
     fflush(stdout);
     free(peaks);
     free(cats);

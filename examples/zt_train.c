@@ -43,6 +43,28 @@ static void report_oom(const zt_ctx *ctx, const zt_train_config *cfg) {
     fclose(f);
 }
 
+/* Start-up (the communicator, then the device) can fail on some ranks only:
+ * a GPU in exclusive-process mode admits one process, one rank's device is
+ * already full. The ranks agree here, so that those that started do not wait
+ * forever in their next collective for one that has left. Each failing rank
+ * reports its own error, or rank 0 alone when every rank failed (the same
+ * message, once). Returns the job's exit code: 0 when every rank started. */
+static int agree_on_startup(zt_status st, const zt_error *err, const char *prog, int rank, int world) {
+    int failed = st != ZT_OK, nfailed = 0, code = exit_code_for(st), worst = 0;
+    MPI_Allreduce(&failed, &nfailed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (failed && nfailed == world && rank == 0) {
+        report_error(err, prog);
+    } else if (failed && nfailed < world) {
+        char prefixed[64];
+        snprintf(prefixed, sizeof prefixed, "%s [rank %d]", prog, rank);
+        report_error(err, prefixed);
+    }
+    if (nfailed > 0 && nfailed < world && rank == 0)
+        fprintf(stderr, "%s: %d of %d rank(s) failed to start; all of them stop\n", prog, nfailed, world);
+    return worst;
+}
+
 /* Ends the whole job: with several ranks, the others may be blocked in a
  * collective, so MPI_Abort takes them down too (within seconds, no hang). */
 static int finish(int code, int world) {
@@ -113,11 +135,11 @@ int main(int argc, char **argv) {
             if (cst == ZT_OK) snprintf(staging_note, sizeof staging_note, "NCCL not used (%s); using MPI with host staging", why);
         }
     }
-    if (cst != ZT_OK) {
-        if (rank == 0) report_error(&err, prog);
+    int start_code = agree_on_startup(cst, &err, prog, rank, world);
+    if (start_code != 0) {
         zt_comm_destroy(&comm);
-        MPI_Finalize(); /* every rank fails the same way here */
-        return exit_code_for(cst);
+        MPI_Finalize();
+        return start_code;
     }
     int threads = cfg.threads;
     if (threads == 0) { /* cores / ranks on this node, so ranks do not oversubscribe it */
@@ -130,12 +152,12 @@ int main(int argc, char **argv) {
     zt_status st = zt_ctx_init_on(&ctx, device, comm.local_rank, threads, cfg.mem_limit, rank, world, cfg.quiet);
     /* bf16 storage on a GPU: its GEMMs run on the bf16 tensor cores too. */
     if (st == ZT_OK && device == ZT_DEVICE_CUDA && strcmp(cfg.dtype, "bf16") == 0) ctx.be->matmul_bf16 = 1;
-    if (st != ZT_OK) {
-        if (rank == 0) report_error(&ctx.err, prog);
+    start_code = agree_on_startup(st, &ctx.err, prog, rank, world);
+    if (start_code != 0) {
         zt_ctx_destroy(&ctx);
         zt_comm_destroy(&comm);
-        MPI_Finalize(); /* every rank fails the same way here */
-        return exit_code_for(st);
+        MPI_Finalize();
+        return start_code;
     }
     /* Tests: ZT_TEST_OOM_PHASE=init|forward|backward|optimizer makes rank
      * ZT_TEST_OOM_RANK (default 0) refuse its first allocation in that phase. */

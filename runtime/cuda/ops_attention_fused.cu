@@ -249,6 +249,10 @@ __global__ static void attention_fused_fwd_kernel(float *out,       /* [B,T,C] *
             float p = s == -INFINITY ? 0.0f : expf(s - m_new);
             sc[r * FA_SLD + lane] = p;
             float psum = zt_warp_sum(p);
+            /* Every lane has read m_s[r] above; lane 0 overwrites it below.
+             * Shuffles do not order shared-memory accesses, a warp barrier
+             * does (without it, racecheck reports a hazard). */
+            __syncwarp();
             if (lane == 0) {
                 float alpha = m_new == -INFINITY ? 1.0f : expf(m_old - m_new);
                 l_s[r] = l_s[r] * alpha + psum;

@@ -92,6 +92,10 @@ template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int la
     return zt_emu_shfl_t(mask, v, ZT_EMU_SHFL_XOR, lane_mask, width);
 }
 
+/* A warp barrier: like a shuffle, it completes once every lane in the mask
+ * has arrived (the emulator already orders memory at that point). */
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)zt_emu_shfl(mask, 0, ZT_EMU_SHFL_IDX, 0, 32); }
+
 /* ---- intrinsics (round-to-nearest forms are plain IEEE operations; the
  * emulator builds with -ffp-contract=off, so nothing is fused) ----------- */
 static inline float __fadd_rn(float a, float b) { return a + b; }

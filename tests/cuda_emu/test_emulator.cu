@@ -2,8 +2,8 @@
  * where zerotrain's kernels depend on it, and that it reports what a GPU
  * would not survive.
  *   - thread and block indices, grid-stride loops, 2-D blocks;
- *   - warp shuffles (xor, down, up, idx) and block reductions through
- *     __shared__ memory and __syncthreads;
+ *   - warp shuffles (xor, down, up, idx), __syncwarp, and block
+ *     reductions through __shared__ memory and __syncthreads;
  *   - a missing __syncthreads shows (threads run in both orders);
  *   - dynamic shared memory, and the 48 KiB limit without
  *     cudaFuncSetAttribute;
@@ -61,6 +61,17 @@ __global__ static void shuffle_kernel(int *xor_sum, int *down, int *up, int *idx
     down[threadIdx.x] = __shfl_down_sync(0xffffffffu, lane, 3);
     up[threadIdx.x] = __shfl_up_sync(0xffffffffu, lane, 5);
     idx[threadIdx.x] = __shfl_sync(0xffffffffu, lane * 2, 31 - lane);
+}
+
+/* Each lane stores its id in shared memory and, after a warp barrier, reads
+ * its neighbour's: without the barrier, the lanes that run first would read
+ * slots not yet written (NaN bytes in the emulator). */
+__global__ static void syncwarp_kernel(int *out) {
+    __shared__ int slot[64];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    slot[threadIdx.x] = (int)threadIdx.x;
+    __syncwarp();
+    out[threadIdx.x] = slot[w * 32 + (lane + 1) % 32];
 }
 
 /* Block sum of 0..n-1 through shared memory: a tree with barriers */
@@ -288,6 +299,12 @@ int main(int argc, char **argv) {
         CHECK(h[128 + t] == (lane >= 5 ? lane - 5 : lane), "shfl_up lane %d: %d", t, h[128 + t]);
         CHECK(h[192 + t] == 2 * (31 - lane), "shfl idx lane %d: %d", t, h[192 + t]);
     }
+
+    /* a warp barrier orders the lanes' shared-memory stores before the loads */
+    syncwarp_kernel<<<1, 64>>>(d);
+    CHECK(cudaMemcpy(h, d, 64 * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+    for (int t = 0; t < 64; t++)
+        CHECK(h[t] == (t & ~31) + ((t & 31) + 1) % 32, "syncwarp lane %d read %d", t, h[t]);
 
     /* shared memory and barriers */
     long long *sums = (long long *)d;

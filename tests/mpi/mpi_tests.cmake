@@ -16,7 +16,8 @@ set_tests_properties(mpi_planner_matches PROPERTIES LABELS "mpi;slow")
 # The CUDA backend under mpirun, on the CPU emulator (ZT_CUDA=EMU builds).
 if(ZT_CUDA_EMU)
   foreach(zt_mpi_case cuda_emu_stages cuda_emu_overlap cuda_emu_resume cuda_emu_gpt2_block cuda_emu_oom
-                      cuda_emu_attention_fused cuda_emu_nccl_fails)
+                      cuda_emu_attention_fused cuda_emu_nccl_fails
+                      cuda_emu_startup_fails_one_rank)
     add_test(NAME mpi_${zt_mpi_case}
              COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_mpi_test.py ${zt_mpi_case}
                      $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)

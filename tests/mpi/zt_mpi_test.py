@@ -649,6 +649,41 @@ def case_cuda_emu_oom(ctx):
     print(f"ok: cuda device full: exit {p.returncode} after {dt:.1f} s, the driver's refusal reported")
 
 
+def case_cuda_emu_startup_fails_one_rank(ctx):
+    """One rank cannot start its device (as when a GPU in exclusive-process
+    mode admits only the first process): that rank gets 16 MiB of emulated
+    device memory, too little for cuBLASLt's 32 MiB workspace. Over NCCL and
+    over host staging, at np 2 and 3, the whole job stops within 60 s with the
+    out-of-memory exit code; the failing rank names itself and rank 0 says how
+    many ranks failed. When every rank fails, rank 0 alone reports it."""
+    def run(np_, devices, failing, name):
+        wrapper = os.path.join(ctx["work"], f"{name}.sh")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\n"
+                    f'case " {" ".join(map(str, failing))} " in *" ${{OMPI_COMM_WORLD_RANK}} "*) '
+                    "export ZT_EMU_MEM_MB=16 ;; esac\n"
+                    'exec "$@"\n')
+        os.chmod(wrapper, 0o755)
+        env = dict(os.environ, ZT_EMU_DEVICES=str(devices))
+        t0 = time.time()
+        cmd = [ctx["zt_run"], "-np", str(np_), wrapper, ctx["zt"]] + MODEL + [
+            "--device", "cuda", "--steps", "2", "--log-dir", os.path.join(ctx["work"], name)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        dt = time.time() - t0
+        assert p.returncode == 3 and dt < 60, (name, p.returncode, dt, p.stderr[-2000:])
+        return p.stderr
+
+    for np_, devices, bad in ((2, 2, 1), (2, 1, 1), (3, 3, 0), (3, 1, 2)):
+        err = run(np_, devices, [bad], f"one-{np_}-{devices}-{bad}")
+        assert f"zt-train [rank {bad}]: error: CUDA: cudaMalloc" in err, err[-2000:]
+        assert f"1 of {np_} rank(s) failed to start" in err, err[-2000:]
+        assert err.count(": error:") == 1, err[-2000:]
+    err = run(2, 1, [0, 1], "all")
+    assert err.count(": error:") == 1 and "zt-train: error: CUDA: cudaMalloc" in err, err[-2000:]
+    assert "failed to start" not in err, err[-2000:]
+    print("ok: one rank's device refused at np 2 and 3 (NCCL and host staging): every rank stops, the rank is named")
+
+
 CASES = {n[5:]: f for n, f in globals().items() if n.startswith("case_")}
 
 if __name__ == "__main__":
