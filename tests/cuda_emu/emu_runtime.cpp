@@ -276,7 +276,6 @@ void zt_emu_note_static_smem(const void *func, size_t bytes) {
     if (bytes > known) known = bytes;
 }
 
-
 /* The launch-time limit on dynamic shared memory is the opt-in, or 48 KiB
  * without one; 48 KiB minus the static size on a GPU, but the emulator may
  * not know that size yet and checks the sum as blocks run. */

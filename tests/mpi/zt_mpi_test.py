@@ -666,11 +666,12 @@ def case_cuda_emu_startup_fails_one_rank(ctx):
         os.chmod(wrapper, 0o755)
         env = dict(os.environ, ZT_EMU_DEVICES=str(devices))
         t0 = time.time()
-        cmd = [ctx["zt_run"], "-np", str(np_), wrapper, ctx["zt"]] + MODEL + [
-            "--device", "cuda", "--steps", "2", "--log-dir", os.path.join(ctx["work"], name)]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        # the wrapper is the program mpirun starts; it execs zt-train
+        p = launch(ctx["zt_run"], wrapper, np_, [ctx["zt"]] + MODEL + [
+            "--device", "cuda", "--steps", "2", "--log-dir", os.path.join(ctx["work"], name)],
+            expect_rc=3, timeout=120, env=env)
         dt = time.time() - t0
-        assert p.returncode == 3 and dt < 60, (name, p.returncode, dt, p.stderr[-2000:])
+        assert dt < 60, (name, dt, p.stderr[-2000:])
         return p.stderr
 
     for np_, devices, bad in ((2, 2, 1), (2, 1, 1), (3, 3, 0), (3, 1, 2)):
