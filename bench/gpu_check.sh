@@ -5,7 +5,8 @@
 #   1. every CUDA kernel against the CPU reference (tests/test_cuda_ops);
 #   2. 200 steps on the GPU in bf16 vs the CPU in fp32: loss curves within 2%;
 #   3. stages 0-3 against each other at np=1, and at np=2 sharing the GPU
-#      (MPI with host staging, since NCCL refuses two ranks on one GPU);
+#      (MPI with host staging, since NCCL refuses two ranks on one GPU), and
+#      the host-staging communicator's own test (tests/test_staged_pool.c);
 #      offload (copy streams, CPU Adam) at stages 2 and 3 against no offload;
 #   3c. per-kernel times at one GPT-2-small block's shapes (kernels_time.md);
 #   4. a GPT-2-small-sized run (12 layers, d_model 768, 12 heads, seq 1024) at
@@ -162,6 +163,14 @@ same = all(r["losses"] == runs[0]["losses"] and r["params_digest"] == runs[0]["p
 print(f"| stages 0-3 bitwise at np={np_} (fp32) | {'PASS' if same else 'FAIL'} | digest {runs[0]['params_digest'][:12]} |")
 sys.exit(0 if same else 1)
 PY
+  if [ "$np" = 2 ]; then
+    # The host-staging communicator on its own: values, and pinned buffers reused from step 2 on.
+    if timeout 60 $run -np 2 $bdir/tests/test_staged_pool > "$out/staged_pool.log" 2>&1; then
+      result "host staging: values and pinned pool (np=2)" PASS "$(grep -m1 'pinned allocations' "$out/staged_pool.log")"
+    else
+      result "host staging: values and pinned pool (np=2)" FAIL "$(grep -m2 -E 'FAIL|rror' "$out/staged_pool.log" | tr '\n|' '  ')"
+    fi
+  fi
 done
 
 stamp "3b. offload on the GPU (copy streams, pinned buffers, CPU Adam)"

@@ -143,7 +143,8 @@ zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
 #endif
 
 #ifndef ZT_HAVE_CUDA_COMM
-zt_status zt_comm_create_staged(zt_comm *c, zt_error *err) {
+zt_status zt_comm_create_staged(zt_comm *c, size_t pool_floor_bytes, zt_error *err) {
+    (void)pool_floor_bytes;
     memset(c, 0, sizeof *c);
     return ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
                    "--device cuda: this build has no CUDA support (build where nvcc is found, or with ZT_CUDA=ON); "

@@ -10,9 +10,6 @@
 #include "zt_comm.h"
 
 #define STAGED_POOL 16
-/* Pinned memory kept between collectives is outside the memory reports:
- * bounded, so a run's host footprint stays near what its collectives use. */
-#define STAGED_POOL_MAX_BYTES ((size_t)512 << 20)
 
 typedef struct {
     zt_comm host; /* the MPI communicator doing the work */
@@ -24,6 +21,18 @@ typedef struct {
         size_t bytes;
     } pool[STAGED_POOL];
     int npool;
+    /* Pinned memory kept between collectives is outside the memory reports,
+     * so it is bounded: a finished collective's buffer is pooled only while
+     * pooled and in-flight staging together stay within the most the
+     * collectives have had in flight at once, or the floor if more. A
+     * fixed 512 MiB cap churned: at GPT-2-small size (vocabulary 50257,
+     * d_model 768) in bf16 over 2 ranks, the embedding's reduce-scatter needs
+     * 386 MB of staging besides the rest, and it was freed and pinned again
+     * every step (cudaFreeHost also synchronizes the device). */
+    size_t floor_bytes;
+    size_t pooled_bytes;        /* sum of pool[].bytes */
+    size_t inflight_bytes;      /* staging held by unfinished collectives */
+    size_t peak_inflight_bytes; /* the most inflight_bytes has been */
 } staged_impl;
 
 /* What a handle needs at completion: the MPI handle and where results go. */
@@ -45,9 +54,17 @@ typedef struct {
 
 static staged_impl *impl_of(zt_comm *c) { return c->impl; }
 
+/* Keeps the communicator's zt_staging_stats current. */
+static void publish(zt_comm *c) {
+    staged_impl *m = impl_of(c);
+    c->staging.pinned_bytes = m->inflight_bytes + m->pooled_bytes;
+    if (c->staging.pinned_bytes > c->staging.pinned_peak_bytes) c->staging.pinned_peak_bytes = c->staging.pinned_bytes;
+}
+
 /* A request with at least `bytes` of pinned staging: the smallest pooled
  * buffer that fits, else a new one. */
-static zt_status new_req(staged_impl *m, size_t bytes, staged_req **out, zt_error *err) {
+static zt_status new_req(zt_comm *c, size_t bytes, staged_req **out, zt_error *err) {
+    staged_impl *m = impl_of(c);
     staged_req *r = calloc(1, sizeof *r);
     if (!r) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate a request");
     if (!bytes) bytes = 1;
@@ -57,6 +74,7 @@ static zt_status new_req(staged_impl *m, size_t bytes, staged_req **out, zt_erro
     if (best >= 0) {
         r->owned = m->pool[best].buf;
         r->owned_bytes = m->pool[best].bytes;
+        m->pooled_bytes -= r->owned_bytes;
         m->pool[best] = m->pool[--m->npool];
     } else if (cudaMallocHost((void **)&r->owned, bytes) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -64,34 +82,50 @@ static zt_status new_req(staged_impl *m, size_t bytes, staged_req **out, zt_erro
         return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate %zu bytes of pinned staging", bytes);
     } else {
         r->owned_bytes = bytes;
+        c->staging.pinned_allocs++;
     }
+    m->inflight_bytes += r->owned_bytes;
+    if (m->inflight_bytes > m->peak_inflight_bytes) m->peak_inflight_bytes = m->inflight_bytes;
+    publish(c);
     *out = r;
     return ZT_OK;
 }
 
-/* Returns r's staging to the pool (evicting the smallest buffer when full). */
-static void free_req(staged_impl *m, staged_req *r) {
+static void drop_pooled(staged_impl *m, int i) {
+    cudaFreeHost(m->pool[i].buf);
+    m->pooled_bytes -= m->pool[i].bytes;
+    m->pool[i] = m->pool[--m->npool];
+}
+
+/* Returns r's staging to the pool, evicting smaller buffers to make room
+ * (a slot, or bytes under the bound above); frees it if it still does not
+ * fit. */
+static void free_req(zt_comm *c, staged_req *r) {
     if (!r) return;
+    staged_impl *m = impl_of(c);
     char *buf = r->owned;
     size_t bytes = r->owned_bytes;
-    if (m->npool == STAGED_POOL) {
-        int smallest = 0;
-        for (int i = 1; i < m->npool; i++)
-            if (m->pool[i].bytes < m->pool[smallest].bytes) smallest = i;
-        if (m->pool[smallest].bytes < bytes) {
-            cudaFreeHost(m->pool[smallest].buf);
-            m->pool[smallest] = m->pool[--m->npool];
-        }
+    m->inflight_bytes -= bytes;
+    size_t bound = m->peak_inflight_bytes > m->floor_bytes ? m->peak_inflight_bytes : m->floor_bytes;
+    for (;;) {
+        int full = m->npool == STAGED_POOL;
+        int over = m->inflight_bytes + m->pooled_bytes + bytes > bound;
+        if (!full && !over) break;
+        int smallest = -1;
+        for (int i = 0; i < m->npool; i++)
+            if (smallest < 0 || m->pool[i].bytes < m->pool[smallest].bytes) smallest = i;
+        if (smallest < 0 || m->pool[smallest].bytes >= bytes) break; /* keep what is pooled */
+        drop_pooled(m, smallest);
     }
-    size_t pooled = 0;
-    for (int i = 0; i < m->npool; i++) pooled += m->pool[i].bytes;
-    if (m->npool < STAGED_POOL && pooled + bytes <= STAGED_POOL_MAX_BYTES) {
+    if (m->npool < STAGED_POOL && m->inflight_bytes + m->pooled_bytes + bytes <= bound) {
         m->pool[m->npool].buf = buf;
         m->pool[m->npool].bytes = bytes;
         m->npool++;
+        m->pooled_bytes += bytes;
     } else {
         cudaFreeHost(buf);
     }
+    publish(c);
     free(r);
 }
 
@@ -108,17 +142,17 @@ static zt_status staged_all_gather_start(zt_comm *c, const void *send, void *rec
     ZT_TRY(wait_ready(ready, err));
     size_t total = bytes_per_rank * (size_t)c->world_size;
     staged_req *r = NULL;
-    ZT_TRY(new_req(m, total, &r, err));
+    ZT_TRY(new_req(c, total, &r, err));
     const void *src = send ? send : (const char *)recv + (size_t)c->rank * bytes_per_rank;
     cudaError_t rc = cudaMemcpy(r->owned + (size_t)c->rank * bytes_per_rank, src, bytes_per_rank, cudaMemcpyDefault);
     if (rc != cudaSuccess) {
-        free_req(m, r);
+        free_req(c, r);
         return ZT_FAIL(err, ZT_ERR_COMM, "staging copy failed: %s", cudaGetErrorString(rc));
     }
     r->mpi.kind = ZT_COLL_ALL_GATHER;
     zt_status st = m->host.ops->all_gather_start(&m->host, NULL, r->owned, bytes_per_rank, NULL, &r->mpi, err);
     if (st != ZT_OK) {
-        free_req(m, r);
+        free_req(c, r);
         return st;
     }
     r->device_out = recv;
@@ -135,11 +169,11 @@ static zt_status staged_reduce_scatter_start(zt_comm *c, const float *send, floa
     ZT_TRY(wait_ready(ready, err));
     size_t N = (size_t)c->world_size, bytes = count * sizeof(float);
     staged_req *r = NULL;
-    ZT_TRY(new_req(m, bytes * (2 * N + 1), &r, err)); /* send | received chunks | sum */
+    ZT_TRY(new_req(c, bytes * (2 * N + 1), &r, err)); /* send | received chunks | sum */
     float *hsend = (float *)r->owned, *hrecv = hsend + N * count, *hout = hrecv + N * count;
     cudaError_t rc = cudaMemcpy(hsend, send, bytes * N, cudaMemcpyDefault);
     if (rc != cudaSuccess) {
-        free_req(m, r);
+        free_req(c, r);
         return ZT_FAIL(err, ZT_ERR_COMM, "staging copy failed: %s", cudaGetErrorString(rc));
     }
     r->mpi.kind = ZT_COLL_REDUCE_SCATTER;
@@ -148,7 +182,7 @@ static zt_status staged_reduce_scatter_start(zt_comm *c, const float *send, floa
     r->mpi.count = count;
     zt_status st = m->host.ops->reduce_scatter_start(&m->host, hsend, hrecv, hout, count, NULL, &r->mpi, err);
     if (st != ZT_OK) {
-        free_req(m, r);
+        free_req(c, r);
         return st;
     }
     r->device_out = out;
@@ -167,7 +201,7 @@ static zt_status staged_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
         cudaError_t rc = cudaMemcpy(r->device_out, r->host_out, r->out_bytes, cudaMemcpyDefault);
         if (rc != cudaSuccess) st = ZT_FAIL(err, ZT_ERR_COMM, "staging copy back failed: %s", cudaGetErrorString(rc));
     }
-    free_req(m, r);
+    free_req(c, r);
     return st;
 }
 
@@ -196,7 +230,7 @@ static zt_status staged_barrier(zt_comm *c, zt_error *err) {
 static void staged_destroy(zt_comm *c) {
     staged_impl *m = c->impl;
     if (!m) return;
-    for (int i = 0; i < m->npool; i++) cudaFreeHost(m->pool[i].buf);
+    while (m->npool) drop_pooled(m, 0);
     zt_comm_destroy(&m->host);
     free(m);
     c->impl = NULL;
@@ -217,10 +251,11 @@ static const zt_comm_ops staged_ops = {
     .destroy = staged_destroy,
 };
 
-zt_status zt_comm_create_staged(zt_comm *c, zt_error *err) {
+zt_status zt_comm_create_staged(zt_comm *c, size_t pool_floor_bytes, zt_error *err) {
     memset(c, 0, sizeof *c);
     staged_impl *m = calloc(1, sizeof *m);
     if (!m) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate");
+    m->floor_bytes = pool_floor_bytes ? pool_floor_bytes : ZT_STAGED_POOL_FLOOR_DEFAULT;
     c->impl = m;
     c->ops = &staged_ops;
     ZT_TRY(zt_comm_create_mpi(&m->host, err));

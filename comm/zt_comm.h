@@ -75,10 +75,19 @@ typedef struct {
     void (*destroy)(struct zt_comm *c);
 } zt_comm_ops;
 
+/* Pinned host memory of the host-staging communicator (zero elsewhere):
+ * outside the memory reports, so counted here. */
+typedef struct {
+    unsigned long long pinned_allocs; /* cudaMallocHost calls so far */
+    size_t pinned_bytes;              /* held now: in flight and pooled */
+    size_t pinned_peak_bytes;         /* the most pinned_bytes has been */
+} zt_staging_stats;
+
 typedef struct zt_comm {
     int rank, world_size;
     int local_rank, local_size; /* within this node */
     zt_coll_stats stats[ZT_COLL_KINDS];
+    zt_staging_stats staging;
     const zt_comm_ops *ops;
     void *impl;
     zt_trace *trace; /* collectives appear on the timeline when set */
@@ -91,8 +100,13 @@ zt_status zt_comm_create_mpi(zt_comm *c, zt_error *err);
  * when the build has no CUDA. */
 zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err);
 /* MPI over device buffers with pinned host staging (ranks sharing a GPU).
- * Refused when the build has no CUDA. */
-zt_status zt_comm_create_staged(zt_comm *c, zt_error *err);
+ * A finished collective's staging buffer is kept for the next ones when
+ * pooled and in-flight staging together then stay within the most the
+ * collectives have had in flight at once, or pool_floor_bytes if that is
+ * more (0: ZT_STAGED_POOL_FLOOR_DEFAULT). Refused when the build has no
+ * CUDA. */
+#define ZT_STAGED_POOL_FLOOR_DEFAULT ((size_t)512 << 20)
+zt_status zt_comm_create_staged(zt_comm *c, size_t pool_floor_bytes, zt_error *err);
 void zt_comm_destroy(zt_comm *c);
 /* Lets every collective in flight on h progress (MPI only advances
  * nonblocking collectives inside MPI calls); never blocks. */

@@ -64,6 +64,17 @@ static void kill_in_save(void *arg, int rank, int step) {
     }
 }
 
+/* Host staging's pinned memory (outside the memory reports): allocations
+ * this step, bytes held now, peak. NULL for the other communicators. */
+static json_t *staging_json(const zt_comm *comm, unsigned long long allocs_before) {
+    if (comm->staging.pinned_peak_bytes == 0) return NULL;
+    json_t *o = json_object();
+    json_object_set_new(o, "pinned_allocs", json_integer((json_int_t)(comm->staging.pinned_allocs - allocs_before)));
+    json_object_set_new(o, "pinned_bytes", json_integer((json_int_t)comm->staging.pinned_bytes));
+    json_object_set_new(o, "pinned_peak_bytes", json_integer((json_int_t)comm->staging.pinned_peak_bytes));
+    return o;
+}
+
 /* This step's collectives: the difference of the counters since `before`. */
 static json_t *comm_json(const zt_comm *comm, const zt_coll_stats *before) {
     json_t *o = json_object();
@@ -243,6 +254,7 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         t->gpt.recompute_time_s = 0.0;
         zt_coll_stats comm_before[ZT_COLL_KINDS];
         memcpy(comm_before, comm->stats, sizeof comm_before);
+        unsigned long long staging_allocs_before = comm->staging.pinned_allocs;
         double xfer_before[4] = {t->eng.d2h_bytes, t->eng.d2h_time_s, t->eng.h2d_bytes, t->eng.h2d_time_s};
         ZT_TRY(zt_engine_zero_grads(&t->eng));
         double loss_sum = 0.0;
@@ -307,6 +319,8 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
             json_object_set_new(o, "seq_len", json_integer(Tstep));
             json_object_set_new(o, "memory", zt_mem_step_json(&ctx->device_mem, &ctx->host_mem, driver_used, driver_total));
             json_object_set_new(o, "comm", comm_json(comm, comm_before));
+            json_t *staging = staging_json(comm, staging_allocs_before);
+            if (staging) json_object_set_new(o, "host_staging", staging);
             json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)t->eng.gathered_inflight_peak));
             if (t->eng.cfg.offload) {
                 double d2h = t->eng.d2h_bytes - xfer_before[0], d2h_s = t->eng.d2h_time_s - xfer_before[1];

@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
             snprintf(why, sizeof why, "%s", err.msg);
             zt_comm_destroy(&comm);
             zt_error_clear(&err);
-            cst = zt_comm_create_staged(&comm, &err);
+            cst = zt_comm_create_staged(&comm, 0, &err);
             if (cst == ZT_OK) snprintf(staging_note, sizeof staging_note, "NCCL not used (%s); using MPI with host staging", why);
         }
     }

@@ -33,3 +33,13 @@ if(NOT ZT_CUDA_EMU)
                                      ${CMAKE_CURRENT_BINARY_DIR}/gpu_kit_test)
   set_tests_properties(gpu_kit PROPERTIES LABELS "slow" SKIP_RETURN_CODE 77 TIMEOUT 300 RUN_SERIAL TRUE)
 endif()
+
+# The host-staging communicator's values and its pool of pinned buffers, under
+# mpirun at np 2 and 3 (tests/test_staged_pool.c; skipped without a device).
+add_executable(test_staged_pool ${CMAKE_CURRENT_LIST_DIR}/test_staged_pool.c)
+target_link_libraries(test_staged_pool PRIVATE zt_comm ${ZT_CUDART})
+foreach(zt_np 2 3)
+  add_test(NAME mpi_staged_pool_np${zt_np}
+           COMMAND ${PROJECT_SOURCE_DIR}/launch/zt-run -np ${zt_np} $<TARGET_FILE:test_staged_pool>)
+  set_tests_properties(mpi_staged_pool_np${zt_np} PROPERTIES LABELS "mpi;cuda" SKIP_RETURN_CODE 77 TIMEOUT 120)
+endforeach()

@@ -520,6 +520,18 @@ def case_cuda_emu_stages(ctx):
                     assert got == want, (np_, via, s, rank["rank"], got, want)
             for a, b in zip(runs[0]["losses"], cpu["losses"]):
                 assert abs(a - b) <= 1e-4 * abs(b), (np_, via, a, b)
+            # Host staging reports its pinned memory, and pins nothing after the first step.
+            for s in range(4):
+                for rank in range(np_):
+                    with open(os.path.join(ctx["work"], f"cu-np{np_}-{via}-s{s}", f"rank{rank}.jsonl")) as f:
+                        steps = [json.loads(line) for line in f]
+                    staging = [st.get("host_staging") for st in steps]
+                    if via == "nccl":
+                        assert staging == [None] * len(steps), (np_, s, rank, staging)
+                        continue
+                    assert staging[0]["pinned_allocs"] > 0 and staging[0]["pinned_bytes"] > 0, (s, rank, staging[0])
+                    assert all(x["pinned_allocs"] == 0 for x in staging[1:]), (s, rank, staging)
+                    assert all(x["pinned_bytes"] <= x["pinned_peak_bytes"] for x in staging), (s, rank, staging)
             print(f"ok: cuda np={np_} via {via}: stages 0-3 bitwise identical, closed-form bytes, "
                   f"losses match the CPU (last {runs[0]['losses'][-1]:.6f} vs {cpu['losses'][-1]:.6f})")
 

@@ -1,0 +1,163 @@
+/* The host-staging communicator (comm/comm_staged.c) under mpirun: the
+ * values of its all-gathers and reduce-scatters, and its pool of pinned
+ * staging buffers. Every step repeats the collectives of a sharded step, two
+ * of them in flight at once, and needs more staging than the pool's floor
+ * (1 MiB here, so the test stays small). From the third step on no new
+ * pinned buffer may be allocated (a pool capped at its floor freed and
+ * pinned the largest again every step), and what stays pinned is at most
+ * what one step's collectives ask for together.
+ *   launch/zt-run -np 3 build-emu/tests/test_staged_pool
+ * Exit code 77 (skipped) without a CUDA device. */
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "zt_comm.h"
+
+#define STEPS 6
+#define FLOOR_BYTES ((size_t)1 << 20)
+
+/* Values every rank can compute for every rank: exact in fp32. */
+static float rs_value(int rank, size_t i) { return (float)((int)(i % 1021) - 510) * 0.25f + (float)rank; }
+static unsigned char ag_byte(int rank, size_t i) { return (unsigned char)(rank * 37 + i * 11 + 5); }
+
+typedef struct {
+    size_t bytes_per_rank;
+    void *recv; /* device [N * bytes_per_rank] */
+    zt_comm_handle h;
+} ag_call;
+
+typedef struct {
+    size_t count;
+    float *send, *staging, *out; /* device [N * count], [N * count], [count] */
+    zt_comm_handle h;
+} rs_call;
+
+static int dev_alloc(void **p, size_t bytes) { return cudaMalloc(p, bytes) == cudaSuccess; }
+
+static void ag_start(zt_comm *c, ag_call *a, zt_error *err) {
+    size_t n = a->bytes_per_rank;
+    unsigned char *mine = xmalloc(n);
+    for (size_t i = 0; i < n; i++) mine[i] = ag_byte(c->rank, i);
+    CHECK(cudaMemset(a->recv, 0, n * (size_t)c->world_size) == cudaSuccess, "cudaMemset");
+    CHECK(cudaMemcpy((char *)a->recv + (size_t)c->rank * n, mine, n, cudaMemcpyHostToDevice) == cudaSuccess,
+          "cudaMemcpy");
+    free(mine);
+    CHECK(zt_comm_all_gather_start(c, NULL, a->recv, n, NULL, &a->h, err) == ZT_OK, "all_gather_start: %s",
+          err->msg);
+}
+
+static void ag_finish(zt_comm *c, ag_call *a, zt_error *err) {
+    size_t n = a->bytes_per_rank, total = n * (size_t)c->world_size;
+    CHECK(zt_comm_wait(c, &a->h, err) == ZT_OK, "wait (all-gather): %s", err->msg);
+    unsigned char *got = xmalloc(total);
+    CHECK(cudaMemcpy(got, a->recv, total, cudaMemcpyDeviceToHost) == cudaSuccess, "cudaMemcpy");
+    size_t bad = 0;
+    for (int r = 0; r < c->world_size; r++)
+        for (size_t i = 0; i < n; i++) bad += got[(size_t)r * n + i] != ag_byte(r, i);
+    CHECK(bad == 0, "all-gather of %zu bytes per rank: %zu wrong bytes", n, bad);
+    free(got);
+}
+
+static void rs_start(zt_comm *c, rs_call *q, zt_error *err) {
+    size_t N = (size_t)c->world_size, total = N * q->count;
+    float *send = xmalloc(total * sizeof *send);
+    /* Chunk r goes to rank r; every rank sends rs_value(its rank, global index). */
+    for (size_t i = 0; i < total; i++) send[i] = rs_value(c->rank, i);
+    CHECK(cudaMemcpy(q->send, send, total * sizeof *send, cudaMemcpyHostToDevice) == cudaSuccess, "cudaMemcpy");
+    free(send);
+    CHECK(zt_comm_reduce_scatter_start(c, q->send, q->staging, q->out, q->count, NULL, &q->h, err) == ZT_OK,
+          "reduce_scatter_start: %s", err->msg);
+}
+
+static void rs_finish(zt_comm *c, rs_call *q, zt_error *err) {
+    CHECK(zt_comm_wait(c, &q->h, err) == ZT_OK, "wait (reduce-scatter): %s", err->msg);
+    float *got = xmalloc(q->count * sizeof *got);
+    CHECK(cudaMemcpy(got, q->out, q->count * sizeof *got, cudaMemcpyDeviceToHost) == cudaSuccess, "cudaMemcpy");
+    size_t bad = 0;
+    for (size_t i = 0; i < q->count; i++) {
+        size_t g = (size_t)c->rank * q->count + i;
+        float want = 0.0f;
+        for (int r = 0; r < c->world_size; r++) want += rs_value(r, g); /* rank order */
+        bad += memcmp(&got[i], &want, sizeof want) != 0;
+    }
+    CHECK(bad == 0, "reduce-scatter of %zu floats per rank: %zu wrong values", q->count, bad);
+    free(got);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIP: no CUDA device\n");
+        MPI_Finalize();
+        return 77;
+    }
+    zt_error err = {0};
+    zt_comm c;
+    if (zt_comm_create_staged(&c, FLOOR_BYTES, &err) != ZT_OK) {
+        printf("FAIL: zt_comm_create_staged: %s\n", err.msg);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    size_t N = (size_t)c.world_size;
+    /* A step: a large unit gathered, two gradient buckets reduced at once,
+     * a small unit gathered. Staging: N x bytes per all-gather, (2N + 1) x
+     * the per-rank bytes per reduce-scatter. */
+    ag_call big = {.bytes_per_rank = 400000 + 17}, small = {.bytes_per_rank = 3000};
+    rs_call b1 = {.count = 70000}, b2 = {.count = 41000 + 3};
+    size_t step_staging = N * big.bytes_per_rank + N * small.bytes_per_rank +
+                          (2 * N + 1) * (b1.count + b2.count) * sizeof(float);
+    int ok = dev_alloc(&big.recv, N * big.bytes_per_rank) && dev_alloc(&small.recv, N * small.bytes_per_rank);
+    rs_call *buckets[2] = {&b1, &b2};
+    for (int k = 0; k < 2 && ok; k++) {
+        rs_call *q = buckets[k];
+        ok = dev_alloc((void **)&q->send, N * q->count * sizeof(float)) &&
+             dev_alloc((void **)&q->staging, N * q->count * sizeof(float)) &&
+             dev_alloc((void **)&q->out, q->count * sizeof(float));
+    }
+    CHECK(ok, "cudaMalloc of the test's buffers");
+    CHECK(step_staging > 2 * FLOOR_BYTES, "a step needs %zu bytes of staging: not above the floor", step_staging);
+    unsigned long long allocs_after[STEPS] = {0};
+    for (int step = 0; step < STEPS && ok; step++) {
+        ag_start(&c, &big, &err);
+        ag_finish(&c, &big, &err);
+        rs_start(&c, &b1, &err);
+        rs_start(&c, &b2, &err);
+        /* Completed out of order, as buckets may be. */
+        rs_finish(&c, &b2, &err);
+        rs_finish(&c, &b1, &err);
+        ag_start(&c, &small, &err);
+        ag_finish(&c, &small, &err);
+        allocs_after[step] = c.staging.pinned_allocs;
+        CHECK(c.staging.pinned_bytes <= step_staging, "step %d: %zu bytes pinned, more than a step's %zu", step + 1,
+              c.staging.pinned_bytes, step_staging);
+        CHECK(c.staging.pinned_peak_bytes <= step_staging + N * big.bytes_per_rank,
+              "step %d: peak %zu bytes pinned, more than a step's %zu plus one gather", step + 1,
+              c.staging.pinned_peak_bytes, step_staging);
+    }
+    if (ok)
+        CHECK(allocs_after[0] >= 2, "step 1 allocated %llu pinned buffer(s), fewer than its two reduce-scatters in "
+              "flight together", allocs_after[0]);
+    for (int step = 2; step < STEPS && ok; step++)
+        CHECK(allocs_after[step] == allocs_after[1], "step %d allocated %llu new pinned buffer(s)", step + 1,
+              allocs_after[step] - allocs_after[step - 1]);
+    printf("rank %d of %d: %llu pinned allocations (after step 1: %llu), %zu bytes pinned, peak %zu\n", c.rank,
+           c.world_size, c.staging.pinned_allocs, allocs_after[0], c.staging.pinned_bytes,
+           c.staging.pinned_peak_bytes);
+    int rank = c.rank;
+    zt_comm_destroy(&c);
+    cudaFree(big.recv);
+    cudaFree(small.recv);
+    for (int k = 0; k < 2; k++) {
+        cudaFree(buckets[k]->send);
+        cudaFree(buckets[k]->staging);
+        cudaFree(buckets[k]->out);
+    }
+    int failures = g_failures, any = 0;
+    MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0 || failures) printf("%s: %ld checks, %d failures\n", any ? "FAIL" : "PASS", g_checks, failures);
+    MPI_Finalize();
+    return any ? 1 : 0;
+}
