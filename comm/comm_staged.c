@@ -97,9 +97,10 @@ static void drop_pooled(staged_impl *m, int i) {
     m->pool[i] = m->pool[--m->npool];
 }
 
-/* Returns r's staging to the pool, evicting smaller buffers to make room
- * (a slot, or bytes under the bound above); frees it if it still does not
- * fit. */
+/* Returns r's staging to the pool, evicting smaller pooled buffers (the
+ * smallest first) to make room: a slot, and bytes under the bound above.
+ * When even evicting all of them would not make room, r's buffer is freed
+ * instead and the pool is left as it is. */
 static void free_req(zt_comm *c, staged_req *r) {
     if (!r) return;
     staged_impl *m = impl_of(c);
@@ -107,23 +108,28 @@ static void free_req(zt_comm *c, staged_req *r) {
     size_t bytes = r->owned_bytes;
     m->inflight_bytes -= bytes;
     size_t bound = m->peak_inflight_bytes > m->floor_bytes ? m->peak_inflight_bytes : m->floor_bytes;
-    for (;;) {
-        int full = m->npool == STAGED_POOL;
-        int over = m->inflight_bytes + m->pooled_bytes + bytes > bound;
-        if (!full && !over) break;
-        int smallest = -1;
-        for (int i = 0; i < m->npool; i++)
-            if (smallest < 0 || m->pool[i].bytes < m->pool[smallest].bytes) smallest = i;
-        if (smallest < 0 || m->pool[smallest].bytes >= bytes) break; /* keep what is pooled */
-        drop_pooled(m, smallest);
-    }
-    if (m->npool < STAGED_POOL && m->inflight_bytes + m->pooled_bytes + bytes <= bound) {
+    size_t smaller_bytes = 0;
+    int smaller = 0;
+    for (int i = 0; i < m->npool; i++)
+        if (m->pool[i].bytes < bytes) {
+            smaller_bytes += m->pool[i].bytes;
+            smaller++;
+        }
+    int room = m->npool - smaller < STAGED_POOL &&
+               m->inflight_bytes + (m->pooled_bytes - smaller_bytes) + bytes <= bound;
+    if (!room) {
+        cudaFreeHost(buf);
+    } else {
+        while (m->npool == STAGED_POOL || m->inflight_bytes + m->pooled_bytes + bytes > bound) {
+            int smallest = 0;
+            for (int i = 1; i < m->npool; i++)
+                if (m->pool[i].bytes < m->pool[smallest].bytes) smallest = i;
+            drop_pooled(m, smallest); /* smaller than bytes: the check above */
+        }
         m->pool[m->npool].buf = buf;
         m->pool[m->npool].bytes = bytes;
         m->npool++;
         m->pooled_bytes += bytes;
-    } else {
-        cudaFreeHost(buf);
     }
     publish(c);
     free(r);
@@ -231,6 +237,7 @@ static void staged_destroy(zt_comm *c) {
     staged_impl *m = c->impl;
     if (!m) return;
     while (m->npool) drop_pooled(m, 0);
+    publish(c);
     zt_comm_destroy(&m->host);
     free(m);
     c->impl = NULL;

@@ -41,5 +41,6 @@ target_link_libraries(test_staged_pool PRIVATE zt_comm ${ZT_CUDART})
 foreach(zt_np 2 3)
   add_test(NAME mpi_staged_pool_np${zt_np}
            COMMAND ${PROJECT_SOURCE_DIR}/launch/zt-run -np ${zt_np} $<TARGET_FILE:test_staged_pool>)
-  set_tests_properties(mpi_staged_pool_np${zt_np} PROPERTIES LABELS "mpi;cuda" SKIP_RETURN_CODE 77 TIMEOUT 120)
+  set_tests_properties(mpi_staged_pool_np${zt_np} PROPERTIES LABELS "mpi;cuda" SKIP_RETURN_CODE 77 TIMEOUT 120
+                                                              RUN_SERIAL TRUE)
 endforeach()

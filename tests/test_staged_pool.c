@@ -1,11 +1,12 @@
 /* The host-staging communicator (comm/comm_staged.c) under mpirun: the
  * values of its all-gathers and reduce-scatters, and its pool of pinned
- * staging buffers. Every step repeats the collectives of a sharded step, two
- * of them in flight at once, and needs more staging than the pool's floor
- * (1 MiB here, so the test stays small). From the third step on no new
- * pinned buffer may be allocated (a pool capped at its floor freed and
- * pinned the largest again every step), and what stays pinned is at most
- * what one step's collectives ask for together.
+ * staging buffers. The steps repeat the collectives of a sharded step, two
+ * of them in flight at once, needing more staging than the pool's floor
+ * (1 MiB here, so the test stays small); then a second pattern with a larger
+ * bucket. From each pattern's third step on no new pinned buffer may be
+ * allocated (a pool capped at its floor freed and pinned the largest again
+ * every step), and what stays pinned is at most 1.25 x what the collectives
+ * in flight together ask for (a pool that kept every buffer would not be).
  *   launch/zt-run -np 3 build-emu/tests/test_staged_pool
  * Exit code 77 (skipped) without a CUDA device. */
 #include <cuda_runtime_api.h>
@@ -16,7 +17,8 @@
 #include "test_util.h"
 #include "zt_comm.h"
 
-#define STEPS 6
+#define STEPS_A 6
+#define STEPS_B 4
 #define FLOOR_BYTES ((size_t)1 << 20)
 
 /* Values every rank can compute for every rank: exact in fp32. */
@@ -36,6 +38,9 @@ typedef struct {
 } rs_call;
 
 static int dev_alloc(void **p, size_t bytes) { return cudaMalloc(p, bytes) == cudaSuccess; }
+
+/* Host staging of a reduce-scatter: send, received chunks and sum. */
+static size_t rs_staging(size_t N, size_t count) { return (2 * N + 1) * count * sizeof(float); }
 
 static void ag_start(zt_comm *c, ag_call *a, zt_error *err) {
     size_t n = a->bytes_per_rank;
@@ -102,55 +107,65 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     size_t N = (size_t)c.world_size;
-    /* A step: a large unit gathered, two gradient buckets reduced at once,
-     * a small unit gathered. Staging: N x bytes per all-gather, (2N + 1) x
-     * the per-rank bytes per reduce-scatter. */
+    /* Phase A, steps 1-6: a large unit gathered, two gradient buckets
+     * reduced at once, a small unit gathered. Phase B, steps 7-10: the
+     * small gather and one larger bucket alone. */
     ag_call big = {.bytes_per_rank = 400000 + 17}, small = {.bytes_per_rank = 3000};
-    rs_call b1 = {.count = 70000}, b2 = {.count = 41000 + 3};
-    size_t step_staging = N * big.bytes_per_rank + N * small.bytes_per_rank +
-                          (2 * N + 1) * (b1.count + b2.count) * sizeof(float);
+    rs_call b1 = {.count = 70000}, b2 = {.count = 41000 + 3}, b3 = {.count = 150000};
+    /* The most staging requested at once, per phase. */
+    size_t need_a = rs_staging(N, b1.count) + rs_staging(N, b2.count);
+    if (N * big.bytes_per_rank > need_a) need_a = N * big.bytes_per_rank;
+    size_t need_b = rs_staging(N, b3.count);
     int ok = dev_alloc(&big.recv, N * big.bytes_per_rank) && dev_alloc(&small.recv, N * small.bytes_per_rank);
-    rs_call *buckets[2] = {&b1, &b2};
-    for (int k = 0; k < 2 && ok; k++) {
+    rs_call *buckets[3] = {&b1, &b2, &b3};
+    for (int k = 0; k < 3 && ok; k++) {
         rs_call *q = buckets[k];
         ok = dev_alloc((void **)&q->send, N * q->count * sizeof(float)) &&
              dev_alloc((void **)&q->staging, N * q->count * sizeof(float)) &&
              dev_alloc((void **)&q->out, q->count * sizeof(float));
     }
     CHECK(ok, "cudaMalloc of the test's buffers");
-    CHECK(step_staging > 2 * FLOOR_BYTES, "a step needs %zu bytes of staging: not above the floor", step_staging);
-    unsigned long long allocs_after[STEPS] = {0};
-    for (int step = 0; step < STEPS && ok; step++) {
-        ag_start(&c, &big, &err);
-        ag_finish(&c, &big, &err);
-        rs_start(&c, &b1, &err);
-        rs_start(&c, &b2, &err);
-        /* Completed out of order, as buckets may be. */
-        rs_finish(&c, &b2, &err);
-        rs_finish(&c, &b1, &err);
-        ag_start(&c, &small, &err);
-        ag_finish(&c, &small, &err);
+    CHECK(need_a > 2 * FLOOR_BYTES && need_b > need_a, "sizes: phase A needs %zu bytes, B %zu", need_a, need_b);
+    unsigned long long allocs_after[STEPS_A + STEPS_B] = {0};
+    for (int step = 0; step < STEPS_A + STEPS_B && ok; step++) {
+        size_t need = need_a;
+        if (step < STEPS_A) {
+            ag_start(&c, &big, &err);
+            ag_finish(&c, &big, &err);
+            rs_start(&c, &b1, &err);
+            rs_start(&c, &b2, &err);
+            /* Completed out of order, as buckets may be. */
+            rs_finish(&c, &b2, &err);
+            rs_finish(&c, &b1, &err);
+            ag_start(&c, &small, &err);
+            ag_finish(&c, &small, &err);
+        } else {
+            need = need_b;
+            ag_start(&c, &small, &err);
+            ag_finish(&c, &small, &err);
+            rs_start(&c, &b3, &err);
+            rs_finish(&c, &b3, &err);
+        }
         allocs_after[step] = c.staging.pinned_allocs;
-        CHECK(c.staging.pinned_bytes <= step_staging, "step %d: %zu bytes pinned, more than a step's %zu", step + 1,
-              c.staging.pinned_bytes, step_staging);
-        CHECK(c.staging.pinned_peak_bytes <= step_staging + N * big.bytes_per_rank,
-              "step %d: peak %zu bytes pinned, more than a step's %zu plus one gather", step + 1,
-              c.staging.pinned_peak_bytes, step_staging);
+        /* Pooling hands a request any buffer at least its size, so the
+         * pool can hold somewhat more than the requests need; keeping every
+         * buffer would hold about 1.7x at the end of phase B. */
+        CHECK(c.staging.pinned_bytes <= need + need / 4, "step %d: %zu bytes stay pinned, over 1.25 x the %zu "
+              "that the collectives in flight together need", step + 1, c.staging.pinned_bytes, need);
     }
-    if (ok)
-        CHECK(allocs_after[0] >= 2, "step 1 allocated %llu pinned buffer(s), fewer than its two reduce-scatters in "
-              "flight together", allocs_after[0]);
-    for (int step = 2; step < STEPS && ok; step++)
-        CHECK(allocs_after[step] == allocs_after[1], "step %d allocated %llu new pinned buffer(s)", step + 1,
-              allocs_after[step] - allocs_after[step - 1]);
-    printf("rank %d of %d: %llu pinned allocations (after step 1: %llu), %zu bytes pinned, peak %zu\n", c.rank,
-           c.world_size, c.staging.pinned_allocs, allocs_after[0], c.staging.pinned_bytes,
+    /* Each phase pins what it needs in its first two steps, then nothing. */
+    for (int step = 2; step < STEPS_A + STEPS_B && ok; step++)
+        if (step != STEPS_A && step != STEPS_A + 1)
+            CHECK(allocs_after[step] == allocs_after[step - 1], "step %d pinned %llu new buffer(s)", step + 1,
+                  allocs_after[step] - allocs_after[step - 1]);
+    printf("rank %d of %d: %llu pinned allocations (after step %d: %llu), %zu bytes pinned, peak %zu\n", c.rank,
+           c.world_size, c.staging.pinned_allocs, STEPS_A, allocs_after[STEPS_A - 1], c.staging.pinned_bytes,
            c.staging.pinned_peak_bytes);
     int rank = c.rank;
     zt_comm_destroy(&c);
     cudaFree(big.recv);
     cudaFree(small.recv);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         cudaFree(buckets[k]->send);
         cudaFree(buckets[k]->staging);
         cudaFree(buckets[k]->out);
