@@ -164,7 +164,7 @@ print(f"| stages 0-3 bitwise at np={np_} (fp32) | {'PASS' if same else 'FAIL'} |
 sys.exit(0 if same else 1)
 PY
   if [ "$np" = 2 ]; then
-    # The host-staging communicator on its own: values, and pinned buffers reused from step 2 on.
+    # The host-staging communicator on its own: its values, and a pool that neither re-pins nor hoards.
     if timeout 60 $run -np 2 $bdir/tests/test_staged_pool > "$out/staged_pool.log" 2>&1; then
       result "host staging: values and pinned pool (np=2)" PASS "$(grep -m1 'pinned allocations' "$out/staged_pool.log")"
     else
