@@ -30,7 +30,6 @@ typedef struct {
      * 386 MB of staging besides the rest, and it was freed and pinned again
      * every step (cudaFreeHost also synchronizes the device). */
     size_t floor_bytes;
-    size_t pooled_bytes;        /* sum of pool[].bytes */
     size_t inflight_bytes;      /* staging held by unfinished collectives */
     size_t peak_inflight_bytes; /* the most inflight_bytes has been */
 } staged_impl;
@@ -54,10 +53,16 @@ typedef struct {
 
 static staged_impl *impl_of(zt_comm *c) { return c->impl; }
 
+static size_t pooled_bytes(const staged_impl *m) {
+    size_t sum = 0;
+    for (int i = 0; i < m->npool; i++) sum += m->pool[i].bytes;
+    return sum;
+}
+
 /* Keeps the communicator's zt_staging_stats current. */
 static void publish(zt_comm *c) {
     staged_impl *m = impl_of(c);
-    c->staging.pinned_bytes = m->inflight_bytes + m->pooled_bytes;
+    c->staging.pinned_bytes = m->inflight_bytes + pooled_bytes(m);
     if (c->staging.pinned_bytes > c->staging.pinned_peak_bytes) c->staging.pinned_peak_bytes = c->staging.pinned_bytes;
 }
 
@@ -74,7 +79,6 @@ static zt_status new_req(zt_comm *c, size_t bytes, staged_req **out, zt_error *e
     if (best >= 0) {
         r->owned = m->pool[best].buf;
         r->owned_bytes = m->pool[best].bytes;
-        m->pooled_bytes -= r->owned_bytes;
         m->pool[best] = m->pool[--m->npool];
     } else if (cudaMallocHost((void **)&r->owned, bytes) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -93,7 +97,6 @@ static zt_status new_req(zt_comm *c, size_t bytes, staged_req **out, zt_error *e
 
 static void drop_pooled(staged_impl *m, int i) {
     cudaFreeHost(m->pool[i].buf);
-    m->pooled_bytes -= m->pool[i].bytes;
     m->pool[i] = m->pool[--m->npool];
 }
 
@@ -108,28 +111,29 @@ static void free_req(zt_comm *c, staged_req *r) {
     size_t bytes = r->owned_bytes;
     m->inflight_bytes -= bytes;
     size_t bound = m->peak_inflight_bytes > m->floor_bytes ? m->peak_inflight_bytes : m->floor_bytes;
-    size_t smaller_bytes = 0;
+    size_t pooled = 0, smaller_bytes = 0;
     int smaller = 0;
-    for (int i = 0; i < m->npool; i++)
+    for (int i = 0; i < m->npool; i++) {
+        pooled += m->pool[i].bytes;
         if (m->pool[i].bytes < bytes) {
             smaller_bytes += m->pool[i].bytes;
             smaller++;
         }
-    int room = m->npool - smaller < STAGED_POOL &&
-               m->inflight_bytes + (m->pooled_bytes - smaller_bytes) + bytes <= bound;
+    }
+    int room = m->npool - smaller < STAGED_POOL && m->inflight_bytes + (pooled - smaller_bytes) + bytes <= bound;
     if (!room) {
         cudaFreeHost(buf);
     } else {
-        while (m->npool == STAGED_POOL || m->inflight_bytes + m->pooled_bytes + bytes > bound) {
+        while (m->npool == STAGED_POOL || m->inflight_bytes + pooled + bytes > bound) {
             int smallest = 0;
             for (int i = 1; i < m->npool; i++)
                 if (m->pool[i].bytes < m->pool[smallest].bytes) smallest = i;
+            pooled -= m->pool[smallest].bytes;
             drop_pooled(m, smallest); /* smaller than bytes: the check above */
         }
         m->pool[m->npool].buf = buf;
         m->pool[m->npool].bytes = bytes;
         m->npool++;
-        m->pooled_bytes += bytes;
     }
     publish(c);
     free(r);
