@@ -111,15 +111,13 @@ static void free_req(zt_comm *c, staged_req *r) {
     size_t bytes = r->owned_bytes;
     m->inflight_bytes -= bytes;
     size_t bound = m->peak_inflight_bytes > m->floor_bytes ? m->peak_inflight_bytes : m->floor_bytes;
-    size_t pooled = 0, smaller_bytes = 0;
+    size_t pooled = pooled_bytes(m), smaller_bytes = 0; /* smaller: what eviction may free */
     int smaller = 0;
-    for (int i = 0; i < m->npool; i++) {
-        pooled += m->pool[i].bytes;
+    for (int i = 0; i < m->npool; i++)
         if (m->pool[i].bytes < bytes) {
             smaller_bytes += m->pool[i].bytes;
             smaller++;
         }
-    }
     int room = m->npool - smaller < STAGED_POOL && m->inflight_bytes + (pooled - smaller_bytes) + bytes <= bound;
     if (!room) {
         cudaFreeHost(buf);
