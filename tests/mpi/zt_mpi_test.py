@@ -508,8 +508,9 @@ def case_cuda_emu_stages(ctx):
         # host staging at np=2 (the GPU-sharing case); NCCL at every np
         for devices in ((4, 1) if np_ == 2 else (4,)):
             via = "nccl" if devices >= np_ else "staged"
-            runs = [train_cuda(ctx, np_, ["--steps", "5", "--stage", str(s)], f"cu-np{np_}-{via}-s{s}", devices,
-                               jitter=200) for s in range(4)]
+            names = [f"cu-np{np_}-{via}-s{s}" for s in range(4)]
+            runs = [train_cuda(ctx, np_, ["--steps", "5", "--stage", str(s)], names[s], devices, jitter=200)
+                    for s in range(4)]
             for s, r in enumerate(runs):
                 assert r["device"] == "cuda", r["device"]
                 assert r["losses"] == runs[0]["losses"], (np_, via, s, r["losses"], runs[0]["losses"])
@@ -521,9 +522,9 @@ def case_cuda_emu_stages(ctx):
             for a, b in zip(runs[0]["losses"], cpu["losses"]):
                 assert abs(a - b) <= 1e-4 * abs(b), (np_, via, a, b)
             # Host staging reports its pinned memory, and pins nothing after the first step.
-            for s in range(4):
+            for s, name in enumerate(names):
                 for rank in range(np_):
-                    with open(os.path.join(ctx["work"], f"cu-np{np_}-{via}-s{s}", f"rank{rank}.jsonl")) as f:
+                    with open(os.path.join(ctx["work"], name, f"rank{rank}.jsonl")) as f:
                         steps = [json.loads(line) for line in f]
                     staging = [st.get("host_staging") for st in steps]
                     if via == "nccl":
