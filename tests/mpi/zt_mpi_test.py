@@ -175,8 +175,14 @@ def case_data_differs_by_rank(ctx):
     print("ok: ranks read different data")
 
 
+def rank_steps(d, rank=0):
+    """One rank's per-step JSONL records from run directory d."""
+    with open(os.path.join(d, f"rank{rank}.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
 def grad_norms(d):
-    return [json.loads(l)["grad_norm"] for l in open(os.path.join(d, "rank0.jsonl"))]
+    return [x["grad_norm"] for x in rank_steps(d)]
 
 
 def case_offload_stages(ctx):
@@ -246,7 +252,7 @@ def case_recompute_cuts_activations(ctx):
     print(f"activations peak: {pa} -> {pb} bytes ({1 - pb / pa:.1%} lower)")
     assert pb <= 0.5 * pa, (pa, pb)
     assert a["losses"] == b["losses"]
-    steps = [json.loads(l) for l in open(os.path.join(ctx["work"], "act1", "rank0.jsonl"))]
+    steps = rank_steps(os.path.join(ctx["work"], "act1"))
     assert all(x["recompute_time_s"] > 0 for x in steps)
 
 
@@ -524,11 +530,9 @@ def case_cuda_emu_stages(ctx):
             # Host staging reports its pinned memory, and pins nothing after the first step.
             for s, name in enumerate(names):
                 for rank in range(np_):
-                    with open(os.path.join(ctx["work"], name, f"rank{rank}.jsonl")) as f:
-                        steps = [json.loads(line) for line in f]
-                    staging = [st.get("host_staging") for st in steps]
+                    staging = [st.get("host_staging") for st in rank_steps(os.path.join(ctx["work"], name), rank)]
                     if via == "nccl":
-                        assert staging == [None] * len(steps), (np_, s, rank, staging)
+                        assert staging == [None] * len(staging), (np_, s, rank, staging)
                         continue
                     assert staging[0]["pinned_allocs"] > 0 and staging[0]["pinned_bytes"] > 0, (s, rank, staging[0])
                     assert all(x["pinned_allocs"] == 0 for x in staging[1:]), (s, rank, staging)
