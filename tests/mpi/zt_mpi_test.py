@@ -532,7 +532,7 @@ def case_cuda_emu_stages(ctx):
                 for rank in range(np_):
                     staging = [st.get("host_staging") for st in rank_steps(os.path.join(ctx["work"], name), rank)]
                     if via == "nccl":
-                        assert staging == [None] * len(staging), (np_, s, rank, staging)
+                        assert all(x is None for x in staging), (np_, s, rank, staging)
                         continue
                     assert staging[0]["pinned_allocs"] > 0 and staging[0]["pinned_bytes"] > 0, (s, rank, staging[0])
                     assert all(x["pinned_allocs"] == 0 for x in staging[1:]), (s, rank, staging)
