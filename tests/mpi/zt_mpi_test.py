@@ -478,7 +478,8 @@ def case_export(ctx):
     count = sum(math.prod(header[k]["shape"]) for k in names)
     assert count == s["params"], (count, s["params"])
     p = subprocess.run([exporter, os.path.join(ctx["work"], "nope"), out + "2"], capture_output=True, text=True)
-    assert p.returncode == 2 and "no complete checkpoint" in p.stderr and not os.path.exists(out + "2")
+    assert p.returncode == 2 and "no complete checkpoint" in p.stderr, (p.returncode, p.stderr[-1500:])
+    assert not os.path.exists(out + "2")
     print(f"ok: zt-export wrote {len(names)} tensors, {count} parameters")
 
 
