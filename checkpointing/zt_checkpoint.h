@@ -1,20 +1,31 @@
 /* Sharded state checkpoints.
  *
  * Layout of a checkpoint directory D:
- *   D/latest                 name of the newest complete checkpoint ("step-000010")
- *   D/step-000010/manifest.json   written by rank 0 last: run info, world size,
- *                                  stage, dtype, unit layout, file sizes and XXH64s
- *   D/step-000010/rank<r>.bin     rank r's world slice of every unit: fp32 master
- *                                  values, Adam m, Adam v, compute-dtype params
- * A save is written under D/.tmp-step-N, each file fsynced and renamed, the
- * manifest last, then the directory is renamed into place and `latest`
- * replaced; older checkpoints are removed only after that. A save killed
- * midway leaves the previous checkpoint as `latest`.
+ *   D/latest                     the name of the newest checkpoint whose save
+ *                                completed ("step-000010"); only a pointer
+ *   D/step-000010/manifest.json  written by rank 0 last: run info, world size,
+ *                                stage, dtype, unit layout, each rank file's
+ *                                size, XXH64 and one XXH64 per block, and last
+ *                                its own XXH64 ("manifest_xxh64", over every
+ *                                byte before that key)
+ *   D/step-000010/rank<r>.bin    a 32-byte header, then for every unit rank
+ *                                r's world slice (S elements) as four blocks:
+ *                                fp32 master values, Adam m, Adam v, and the
+ *                                compute-dtype params
  *
- * Files hold world slices (rank r: [r S, (r+1) S) of each padded unit), which
- * every rank has at every stage, so a checkpoint depends only on the world
- * size it was saved at. Loading reassembles each unit from the slices and
- * lets the engine keep its part: any world size and stage can load it. */
+ * A save writes D/.tmp-step-N (each file written, fsynced, renamed; the
+ * manifest last), moves an existing step-N aside to step-N.replaced, renames
+ * the new directory into place and then replaces `latest`: that rename is
+ * the commit point. Only then are the aside copy and checkpoints beyond the
+ * newest `keep` removed. A save killed at any point leaves a complete
+ * checkpoint that resolves (docs/failure.md).
+ *
+ * Loading resolves D through `latest`; when `latest` is missing or names no
+ * complete checkpoint, the newest complete one is taken with a warning. Each
+ * rank reads and verifies only the blocks that hold the part it keeps (its
+ * own file when world size and stage allow), and the ranks agree on the
+ * result, so a damaged file fails every rank with one message naming it.
+ * Files hold world slices, so any world size and stage can load them. */
 #ifndef ZT_CHECKPOINT_H
 #define ZT_CHECKPOINT_H
 
@@ -23,36 +34,67 @@
 #include "zt_comm.h"
 #include "zt_engine.h"
 
-/* Called on every rank once all rank files are written and before rank 0
- * writes the manifest (tests use it to kill a save midway). */
-typedef void (*zt_ckpt_after_shards_fn)(void *arg, int rank, int step);
+#define ZT_CKPT_VERSION 2
+#define ZT_CKPT_KINDS 4 /* blocks per unit in a rank file: master, m, v, params */
+#define ZT_CKPT_MANIFEST_MAX ((size_t)64 << 20)
 
-/* run_info: caller's description (model config, seed, data...) stored in the
- * manifest under "run"; its "model" member must match on load. after_shards
- * may be NULL. Collective. */
-zt_status zt_ckpt_save(zt_engine *eng, zt_comm *comm, const char *dir, int step, const json_t *run_info,
-                       zt_ckpt_after_shards_fn after_shards, void *hook_arg, zt_error *err);
+/* Test hook: called at every point of a save where a crash may happen
+ * (before and after each file's write, fsync and rename, each directory
+ * rename and removal), with a name saying which. NULL: none. */
+typedef struct {
+    void (*at)(void *arg, int rank, int step, const char *point);
+    void *arg;
+} zt_ckpt_hooks;
 
-/* Loads the newest complete checkpoint of dir (or dir itself when it holds a
- * manifest) into eng, after checking every file's size and checksum and that
- * the manifest's run.model equals expect_model. *step gets the checkpoint's
+/* run_info: the caller's description (model config, seed, data...) stored in
+ * the manifest under "run"; its "model" member must match on load. keep: the
+ * complete checkpoints left in dir (>= 1). Collective. */
+zt_status zt_ckpt_save(zt_engine *eng, zt_comm *comm, const char *dir, int step, const json_t *run_info, int keep,
+                       const zt_ckpt_hooks *hooks, zt_error *err);
+
+/* Resolves dir to one step directory: dir itself when it holds a manifest,
+ * else the one `latest` names, else (warning[] says why `latest` was not
+ * used) the newest complete one. Fails, listing what was found and why each
+ * was refused, when none is complete. Reads manifests only. */
+zt_status zt_ckpt_resolve(const char *dir, char *step_dir, size_t cap, char *warning, size_t wcap, zt_error *err);
+
+/* Loads step_dir (zt_ckpt_resolve) into eng after checking that the
+ * manifest's run.model equals expect_model. Each rank verifies what it reads;
+ * on damage every rank fails with the same message, which names the file and
+ * the newest older checkpoint that verifies. *step gets the checkpoint's
  * step. Collective. Nothing is written. */
-zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *dir, const json_t *expect_model, int *step,
+zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *step_dir, const json_t *expect_model, int *step,
                        zt_error *err);
 
-/* Shared with zt-export: a parsed manifest and its checkpoint directory. */
+/* A parsed and checked manifest (every index and size in it is consistent,
+ * so readers may trust them) and its step directory. */
 typedef struct {
     json_t *manifest;
     char dir[1024]; /* the step directory */
-    int world_size, step;
+    int world_size, step, nunits;
     zt_dtype dtype;
+    unsigned long long manifest_hash; /* of the whole manifest file */
 } zt_ckpt_info;
-zt_status zt_ckpt_open(const char *dir, zt_ckpt_info *info, zt_error *err);
+
+/* Parses manifest text (len bytes, from path: named in messages): its own
+ * checksum, the format, and every field the readers use. */
+zt_status zt_ckpt_parse_manifest(const char *text, size_t len, const char *path, zt_ckpt_info *info, zt_error *err);
+/* zt_ckpt_resolve, then the manifest read and parsed. */
+zt_status zt_ckpt_open(const char *dir, zt_ckpt_info *info, char *warning, size_t wcap, zt_error *err);
 void zt_ckpt_close(zt_ckpt_info *info);
-/* Checks every rank file's size and XXH64 against the manifest. */
+/* Unit u's elements per rank slice, and its unpadded size. */
+size_t zt_ckpt_unit_shard(const zt_ckpt_info *info, int u);
+size_t zt_ckpt_unit_numel(const zt_ckpt_info *info, int u);
+/* Checks every block of every rank file (sizes and checksums). */
 zt_status zt_ckpt_verify(const zt_ckpt_info *info, zt_error *err);
-/* Reads unit u's fp32 master values, m or v (kind 0, 1, 2) for elements
- * [0, numel) into dst[numel], from every rank's slice. */
-zt_status zt_ckpt_read_unit(const zt_ckpt_info *info, int u, int kind, float *dst, zt_error *err);
+/* Reads elements [lo, hi) of unit u's kind (0 master, 1 m, 2 v: fp32) into
+ * dst[hi - lo], reading and verifying every block that overlaps. */
+zt_status zt_ckpt_read_range(const zt_ckpt_info *info, int u, int kind, size_t lo, size_t hi, float *dst,
+                             zt_error *err);
+
+/* Writes the checkpoint's consolidated fp32 master values (bf16: rounded) as
+ * one safetensors file, atomically: out.tmp, every write checked, fsync,
+ * rename. Nothing is left at out on failure. */
+zt_status zt_export_safetensors(const char *dir, const char *out, int bf16, zt_error *err);
 
 #endif

@@ -1,4 +1,5 @@
 /* Dispatch to the implementation, and the per-collective statistics. */
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -123,6 +124,42 @@ zt_status zt_comm_barrier(zt_comm *c, zt_error *err) {
     ZT_TRY(c->ops->barrier(c, err));
     record(c, ZT_COLL_BARRIER, 0, t0);
     return ZT_OK;
+}
+
+zt_status zt_comm_agree(zt_comm *c, zt_status st, zt_error *err) {
+    int N = c->world_size;
+    unsigned long long *codes = calloc((size_t)N, sizeof *codes);
+    if (!codes) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate the agreement");
+    zt_error mine = *err; /* the collectives below must not record over it */
+    zt_error scratch = {0};
+    zt_status cst = zt_comm_all_gather_u64(c, (unsigned long long)st, codes, &scratch);
+    int first = -1;
+    for (int r = 0; cst == ZT_OK && r < N && first < 0; r++)
+        if (codes[r] != ZT_OK) first = r;
+    zt_status code = first >= 0 ? (zt_status)codes[first] : ZT_OK;
+    free(codes);
+    if (cst != ZT_OK) {
+        if (st == ZT_OK) *err = scratch;
+        return st != ZT_OK ? st : cst;
+    }
+    if (first < 0) return ZT_OK;
+    struct {
+        char where[sizeof err->where];
+        char msg[sizeof err->msg];
+    } shared;
+    memset(&shared, 0, sizeof shared);
+    if (c->rank == first) {
+        snprintf(shared.where, sizeof shared.where, "%s", mine.where);
+        snprintf(shared.msg, sizeof shared.msg, "%s", mine.msg);
+    }
+    cst = zt_comm_broadcast(c, &shared, sizeof shared, first, &scratch);
+    if (cst != ZT_OK) {
+        if (st == ZT_OK) *err = scratch;
+        return st != ZT_OK ? st : cst;
+    }
+    zt_error_clear(err);
+    zt_error_adopt(err, code, shared.where, shared.msg);
+    return code;
 }
 
 void zt_coll_bandwidth(const zt_coll_stats *s, zt_coll_kind k, int world_size, double *algbw_gbs, double *busbw_gbs) {

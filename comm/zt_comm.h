@@ -151,6 +151,11 @@ zt_status zt_comm_all_gather_host(zt_comm *c, void *recv, size_t bytes_per_rank,
  * device (configuration, ids; never tensors). */
 zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err);
 zt_status zt_comm_barrier(zt_comm *c, zt_error *err);
+/* Every rank reports st (its own outcome of a phase every rank runs, such as
+ * verifying a checkpoint). When any failed, every rank returns the lowest
+ * failing rank's status with that rank's error in err (the others' own
+ * errors are replaced), so the job fails with one message. */
+zt_status zt_comm_agree(zt_comm *c, zt_status st, zt_error *err);
 
 /* nccl-tests' algbw (bytes / time) and busbw (algbw x (n-1)/n for all-gather
  * and reduce-scatter, 2(n-1)/n for all-reduce) in GB/s, for statistics s of

@@ -33,6 +33,13 @@ typedef struct {
 zt_status zt_data_markov_create(zt_data *d, int vocab, int order, int branch, uint64_t seed, zt_error *err);
 zt_status zt_data_file_create(zt_data *d, const char *path, zt_error *err);
 void zt_data_destroy(zt_data *d);
+/* What a data file holds, for the ranks to compare ("N bytes, xxh3 HEX"):
+ * ranks may name it by different paths but must read the same bytes. */
+zt_status zt_data_file_identity(const char *path, char *out, size_t cap, zt_error *err);
+
+/* How each rank's batches and sequence lengths follow from the agreed seed;
+ * part of what the ranks agree on, so a build that changed it is caught. */
+#define ZT_DATA_RULE "batches keyed by (seed, rank, step, micro-batch); jitter by (seed, rank, step)"
 
 /* B rows of T inputs and their next-token targets ([B,T] each). */
 void zt_data_batch(const zt_data *d, uint64_t seed, int rank, int64_t step, int micro, int B, int T,

@@ -65,7 +65,10 @@ static const opt_spec options[] = {
     {"threads", OPT_INT, F(threads), 0, 0, 1024, NULL, "threads per process (0: cores / ranks on this node)"},
     {"save-every", OPT_INT, F(save_every), 0, 0, INT_MAX, NULL, "save a sharded checkpoint every K steps (0: never)"},
     {"save-dir", OPT_STRING, S(save_dir), 0, 0, NULL, "directory for checkpoints (step-NNNNNN/ and 'latest')"},
-    {"resume", OPT_STRING, S(resume), 0, 0, NULL, "resume from the newest complete checkpoint in this directory"},
+    {"keep-checkpoints", OPT_INT, F(keep_checkpoints), 0, 1, INT_MAX, NULL,
+     "complete checkpoints kept in --save-dir (older ones go once a newer one is complete)"},
+    {"resume", OPT_STRING, S(resume), 0, 0, NULL,
+     "checkpoint directory (its 'latest', else its newest complete step) or one step-N directory"},
     {"log-dir", OPT_STRING, S(log_dir), 0, 0, NULL, "directory for rank<r>.jsonl and summary.json"},
     {"report-every", OPT_INT, F(report_every), 0, 0, INT_MAX, NULL,
      "every K steps (and at exit) rank 0 prints every rank's peaks and the imbalance (0: at exit only)"},
@@ -111,8 +114,10 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->overlap_comm = 1;
     c->trace = 1;
     c->trace_max_events = 200000;
+    c->keep_checkpoints = 2;
     c->test_exit_rank = -1;
     c->test_exit_step = -1;
+    c->test_kill_step = -1;
 }
 
 static const opt_spec *find_option(const char *name, int json_key, int *index) {
@@ -411,40 +416,72 @@ zt_status zt_train_config_validate(const zt_train_config *c, zt_error *err) {
     return ZT_OK;
 }
 
+/* Option o's value in c as text; floats with 17 digits when exact. */
+static void value_text(const zt_train_config *c, const opt_spec *o, int exact, char *v, size_t cap) {
+    const char *base = (const char *)c + o->offset;
+    switch (o->kind) {
+    case OPT_INT: case OPT_BOOL: snprintf(v, cap, "%d", *(const int *)base); break;
+    case OPT_INT64: snprintf(v, cap, "%lld", (long long)*(const int64_t *)base); break;
+    case OPT_FLOAT: { /* exact: the shortest text that reads back as the same double */
+        double x = *(const double *)base;
+        snprintf(v, cap, "%g", x);
+        for (int digits = 7; exact && digits <= 17 && strtod(v, NULL) != x; digits++) snprintf(v, cap, "%.*g", digits, x);
+        break;
+    }
+    case OPT_SIZE: snprintf(v, cap, "%zu", *(const size_t *)base); break;
+    case OPT_STRING: case OPT_CHOICE: snprintf(v, cap, "%s", base[0] ? base : "-"); break;
+    }
+}
+
 void zt_train_config_print_help(FILE *f, const char *prog) {
     zt_train_config d;
     zt_train_config_defaults(&d);
     fprintf(f, "usage: %s [--option value ...]\n\nTrains the toy GPT. Options (JSON keys in --config use '_' for '-'):\n", prog);
     for (int i = 0; i < NOPTIONS; i++) {
         const opt_spec *o = &options[i];
-        char def[96] = "";
-        const char *base = (const char *)&d + o->offset;
-        switch (o->kind) {
-        case OPT_INT: case OPT_BOOL: snprintf(def, sizeof def, "%d", *(const int *)base); break;
-        case OPT_INT64: snprintf(def, sizeof def, "%lld", (long long)*(const int64_t *)base); break;
-        case OPT_FLOAT: snprintf(def, sizeof def, "%g", *(const double *)base); break;
-        case OPT_SIZE: snprintf(def, sizeof def, "%zu", *(const size_t *)base); break;
-        case OPT_STRING: case OPT_CHOICE: snprintf(def, sizeof def, "%s", base); break;
-        }
+        char def[96];
+        value_text(&d, o, 0, def, sizeof def);
         char flag[64];
         snprintf(flag, sizeof flag, "--%s%s%s", o->name, o->choices ? " " : "", o->choices ? o->choices : "");
-        fprintf(f, "  %-28s %s%s%s%s\n", flag, o->help, def[0] ? " [default: " : "", def, def[0] ? "]" : "");
+        fprintf(f, "  %-28s %s [default: %s]\n", flag, o->help, def);
     }
+}
+
+/* Options each rank may set for itself: per-rank paths and logging choices,
+ * which shape no collective and no arithmetic. Every other option is agreed
+ * on before the first collective. */
+static const char *const per_rank_options[] = {"config", "log-dir", "quiet", "threads", "mem-limit", "trace",
+                                               "trace-max-events"};
+/* Options naming files: compared by what they refer to, not by path. */
+static const char *const identity_options[] = {"data", "resume", "save-dir"};
+
+static int listed(const char *name, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(list[i], name) == 0) return 1;
+    return 0;
+}
+
+int zt_train_config_settings(const zt_train_config *c, const char *(*identity)(void *arg, const char *option),
+                             void *arg, zt_setting *rows, int cap) {
+    int n = 0;
+    for (int i = 0; i < NOPTIONS && n < cap; i++) {
+        const opt_spec *o = &options[i];
+        if (listed(o->name, per_rank_options, sizeof per_rank_options / sizeof per_rank_options[0])) continue;
+        snprintf(rows[n].name, sizeof rows[n].name, "--%s", o->name);
+        if (listed(o->name, identity_options, sizeof identity_options / sizeof identity_options[0]))
+            snprintf(rows[n].value, sizeof rows[n].value, "%s", identity(arg, o->name));
+        else value_text(c, o, 1, rows[n].value, sizeof rows[n].value);
+        n++;
+    }
+    return n;
 }
 
 void zt_train_config_print(const zt_train_config *c, FILE *f) {
     fprintf(f, "+----------------------+------------------------------+\n");
     for (int i = 0; i < NOPTIONS; i++) {
         const opt_spec *o = &options[i];
-        const char *base = (const char *)c + o->offset;
         char v[96];
-        switch (o->kind) {
-        case OPT_INT: case OPT_BOOL: snprintf(v, sizeof v, "%d", *(const int *)base); break;
-        case OPT_INT64: snprintf(v, sizeof v, "%lld", (long long)*(const int64_t *)base); break;
-        case OPT_FLOAT: snprintf(v, sizeof v, "%g", *(const double *)base); break;
-        case OPT_SIZE: snprintf(v, sizeof v, "%zu", *(const size_t *)base); break;
-        case OPT_STRING: case OPT_CHOICE: snprintf(v, sizeof v, "%s", base[0] ? base : "-"); break;
-        }
+        value_text(c, o, 0, v, sizeof v);
         fprintf(f, "| %-20s | %-28s |\n", o->name, v);
     }
     fprintf(f, "+----------------------+------------------------------+\n");

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "zt_agree.h"
 #include "zt_error.h"
 
 typedef struct {
@@ -29,12 +30,16 @@ typedef struct {
     size_t bucket_size, mem_limit;
     char log_dir[512];
     int save_every;
-    char save_dir[512], resume[512];
+    char save_dir[512], resume[1024];
     char config[512];
+    int keep_checkpoints;
     /* Fault injection for tests (from the environment, not flags):
      * ZT_TEST_EXIT_RANK / ZT_TEST_EXIT_STEP make that rank exit abruptly. */
     int test_exit_rank, test_exit_step;
-    int test_kill_in_save; /* ZT_TEST_KILL_IN_SAVE: step whose save rank 0 dies in */
+    /* ZT_TEST_KILL_SAVE=STEP:RANK:POINT: that rank dies (SIGKILL) at the
+     * POINT-th step of that save (zt_ckpt_point); ZT_TEST_SAVE_POINTS=1
+     * prints every point a save passes. */
+    int test_kill_step, test_kill_rank, test_kill_point, test_list_points;
     /* which options were given (by flag or config file), by option index */
     unsigned char given[64];
 } zt_train_config;
@@ -47,6 +52,12 @@ zt_status zt_train_config_parse(zt_train_config *cfg, int argc, char **argv, int
 zt_status zt_train_config_validate(const zt_train_config *cfg, zt_error *err);
 int zt_train_config_given(const zt_train_config *cfg, const char *name);
 void zt_train_config_print_help(FILE *f, const char *prog);
+/* The settings every rank must share (zt_agree_settings), resolved: every
+ * option except the per-rank ones named in train_config.c. Options that name
+ * files are compared by what they refer to, which identity(arg, option)
+ * returns ("data", "resume", "save-dir"). Returns the number of rows. */
+int zt_train_config_settings(const zt_train_config *cfg, const char *(*identity)(void *arg, const char *option),
+                             void *arg, zt_setting *rows, int cap);
 /* The resolved configuration as a table (rank 0 prints it at start). */
 void zt_train_config_print(const zt_train_config *cfg, FILE *f);
 

@@ -60,23 +60,6 @@ json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host, size_t driver_us
     return o;
 }
 
-zt_status zt_mkdir_p(const char *dir, zt_error *err) {
-    char path[1024];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "directory name too long: %s", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(path, 0775) != 0 && errno != EEXIST)
-                return ZT_FAIL(err, ZT_ERR_IO, "cannot create directory %s: %s", path, strerror(errno));
-            *p = saved;
-            if (saved == '\0') break;
-        }
-    }
-    return ZT_OK;
-}
-
 zt_status zt_jsonl_open(const char *dir, int rank, FILE **out, zt_error *err) {
     ZT_TRY(zt_mkdir_p(dir, err));
     char path[1100];

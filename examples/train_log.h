@@ -9,6 +9,7 @@
 
 #include "train_config.h"
 #include "zt_ctx.h"
+#include "zt_fs.h"
 
 typedef struct {
     int step;
@@ -38,6 +39,6 @@ typedef struct {
 zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err);
 /* Opens DIR/rank<r>.jsonl for writing, creating DIR. */
 zt_status zt_jsonl_open(const char *dir, int rank, FILE **out, zt_error *err);
-zt_status zt_mkdir_p(const char *dir, zt_error *err);
+
 
 #endif

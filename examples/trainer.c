@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,14 +54,25 @@ static void trainer_free(trainer *t) {
     if (t->run_info) json_decref(t->run_info);
 }
 
-/* Test hook (ZT_TEST_KILL_IN_SAVE=STEP): rank 0 dies after the rank files of
- * that step's checkpoint are written and before its manifest, as a kill would. */
-static void kill_in_save(void *arg, int rank, int step) {
-    const zt_train_config *c = arg;
-    if (c->test_kill_in_save == step && rank == 0) {
-        fprintf(stderr, "test hook: killed during the save of step %d\n", step);
+/* Test hooks at every crash point of a save (zt_ckpt_hooks):
+ * ZT_TEST_SAVE_POINTS=1 lists them on stderr, numbered per save;
+ * ZT_TEST_KILL_SAVE=STEP:RANK:K kills that rank (SIGKILL, as kill -9 does)
+ * at the K-th point of the save of STEP. */
+typedef struct {
+    const zt_train_config *cfg;
+    int step, index; /* the save in progress and the next point's number */
+} save_points;
+
+static void at_save_point(void *arg, int rank, int step, const char *point) {
+    save_points *sp = arg;
+    const zt_train_config *c = sp->cfg;
+    if (sp->step != step) sp->step = step, sp->index = 0;
+    int k = sp->index++;
+    if (c->test_list_points) fprintf(stderr, "save point: step %d rank %d #%d %s\n", step, rank, k, point);
+    if (step == c->test_kill_step && rank == c->test_kill_rank && k == c->test_kill_point) {
+        fprintf(stderr, "test hook: rank %d killed at save point #%d (%s) of step %d\n", rank, k, point, step);
         fflush(stderr);
-        _exit(9);
+        raise(SIGKILL);
     }
 }
 
@@ -246,6 +258,8 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         zt_trace_watch_mem(&t->trace, &ctx->host_mem);
     }
 
+    save_points points = {c, -1, 0};
+    zt_ckpt_hooks hooks = {c->test_list_points || c->test_kill_step >= 0 ? at_save_point : NULL, &points};
     double tokens_time = 0.0;
     long tokens_counted = 0;
     for (int step = start; step < c->steps; step++) {
@@ -361,8 +375,7 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         }
         if (c->save_every > 0 && (step + 1) % c->save_every == 0) {
             double ts = zt_now_s();
-            ZT_TRY(zt_ckpt_save(&t->eng, comm, c->save_dir, step + 1, run_info,
-                                c->test_kill_in_save > 0 ? kill_in_save : NULL, (void *)c, err));
+            ZT_TRY(zt_ckpt_save(&t->eng, comm, c->save_dir, step + 1, run_info, c->keep_checkpoints, &hooks, err));
             zt_trace_span(ctx->trace, "checkpoint save", "io", 0, ts);
             zt_log_rank0(&ctx->log, "saved checkpoint step %d in %s (%.3f s)", step + 1, c->save_dir, zt_now_s() - ts);
         }
@@ -417,13 +430,19 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         free(cols);
     }
     free(table);
-    if (st == ZT_OK && t->trace.f) {
-        /* Every rank's part is complete before rank 0 joins them. */
-        ctx->trace = comm->trace = NULL;
-        ctx->device_mem.observer = ctx->host_mem.observer = NULL;
-        zt_trace_close(&t->trace);
-        st = zt_comm_barrier(comm, err);
-        if (st == ZT_OK && ctx->rank == 0) st = zt_trace_merge(c->log_dir, comm->world_size, err);
+    /* Every rank's trace part is complete before rank 0 joins them. Tracing
+     * is a per-rank choice, so every rank takes part in the barrier. */
+    ctx->trace = comm->trace = NULL;
+    ctx->device_mem.observer = ctx->host_mem.observer = NULL;
+    int traced = t->trace.f != NULL;
+    zt_trace_close(&t->trace);
+    if (st == ZT_OK) st = zt_comm_barrier(comm, err);
+    if (st == ZT_OK && traced && ctx->rank == 0) {
+        int missing = 0;
+        st = zt_trace_merge(c->log_dir, comm->world_size, &missing, err);
+        if (st == ZT_OK && missing > 0)
+            zt_log_warn(&ctx->log, "trace.json: %d rank(s) wrote no trace part into %s (tracing off or another "
+                        "--log-dir there)", missing, c->log_dir);
     }
     if (st != ZT_OK) return st;
     return ZT_OK;

@@ -1,17 +1,46 @@
 /* zt-train: the command-line driver. Only this file decides exit codes:
- * 0 success, 1 runtime failure, 2 bad input (flags, config, unsupported
- * option), 3 out of memory (the tracked allocator or the system refused). */
+ * 0 success, 1 runtime failure, 2 bad input (flags, config, checkpoint,
+ * ranks that disagree, an option not available), 3 out of memory.
+ *
+ * The ranks settle every phase together (zt_agree_outcome): when they all
+ * fail, rank 0 prints each distinct error once and every rank exits with the
+ * same code through MPI_Finalize; a rank failing alone prints its error and
+ * aborts the job. Before the first collective of the run they agree on
+ * every setting (zt_agree_settings). docs/failure.md has the details. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "data.h"
 #include "train_config.h"
 #include "train_log.h"
 #include "trainer.h"
+#include "zt_agree.h"
+#include "zt_checkpoint.h"
 #include "zt_comm.h"
 #include "zt_ctx.h"
+
+/* How long a failing rank waits for the others to report before it decides
+ * it failed alone and aborts the job (they are then blocked in a collective
+ * that waits for it). */
+#define FAIL_ALONE_AFTER_S 10.0
+
+#ifndef ZT_VERSION
+#define ZT_VERSION "unknown"
+#endif
+#ifndef ZT_BUILD_CUDA
+#define ZT_BUILD_CUDA "off"
+#endif
+
+typedef struct {
+    const char *prog;
+    int rank, world;
+    MPI_Comm ctrl; /* the agreements' own communicator */
+} job;
 
 static int exit_code_for(zt_status st) {
     switch (st) {
@@ -22,9 +51,58 @@ static int exit_code_for(zt_status st) {
     }
 }
 
-static void report_error(const zt_error *err, const char *prog) {
-    fprintf(stderr, "%s: error: %s\n  (%s at %s:%d)\n", prog, err->msg, zt_status_name(err->code),
-            err->file ? err->file : "?", err->line);
+static void print_error(const char *who, zt_status code, const char *where, const char *msg) {
+    fprintf(stderr, "%s: error: %s\n  (%s at %s)\n", who, msg, zt_status_name(code), where[0] ? where : "?");
+}
+
+/* Rank 0: each distinct error once, with the ranks it came from unless
+ * every rank had it. */
+static void print_failures(const job *j, const zt_outcome *o, const char *what) {
+    const zt_rank_outcome *rk = o->ranks;
+    for (int r = 0; r < j->world; r++) {
+        if (rk[r].exit_code == 0) continue;
+        int seen = 0, count = 0;
+        for (int q = 0; q < r && !seen; q++) seen = rk[q].exit_code != 0 && strcmp(rk[q].msg, rk[r].msg) == 0;
+        if (seen) continue;
+        char list[200] = "", who[300];
+        for (int q = r; q < j->world; q++) {
+            if (rk[q].exit_code == 0 || strcmp(rk[q].msg, rk[r].msg) != 0) continue;
+            size_t len = strlen(list);
+            snprintf(list + len, sizeof list - len, "%s%d", count++ ? ", " : "", q);
+        }
+        snprintf(who, sizeof who, "%s [rank%s %s]", j->prog, count > 1 ? "s" : "", list);
+        print_error(count == j->world ? j->prog : who, rk[r].status, rk[r].where, rk[r].msg);
+    }
+    if (o->nfailed < j->world)
+        fprintf(stderr, "%s: %d of %d rank(s) failed%s; all of them stop\n", j->prog, o->nfailed, j->world, what);
+    fflush(stderr);
+}
+
+/* Every rank reports how a phase went. Returns 0 to go on, else the job's
+ * exit code, the same on every rank. A rank that failed alone prints its
+ * own error and aborts the job. */
+static int settle(const job *j, zt_status st, const zt_error *err, const char *what) {
+    zt_outcome o;
+    int code = exit_code_for(st);
+    zt_agree_outcome(j->ctrl, code, err, FAIL_ALONE_AFTER_S, &o);
+    if (!o.agreed) {
+        char who[64];
+        snprintf(who, sizeof who, "%s [rank %d]", j->prog, j->rank);
+        print_error(who, err->code, err->where, err->msg);
+        fprintf(stderr, "%s: rank %d failed alone (no other rank reported within %.0f s); aborting the job\n",
+                j->prog, j->rank, FAIL_ALONE_AFTER_S);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
+    if (o.nfailed > 0 && j->rank == 0) print_failures(j, &o, what);
+    zt_outcome_free(&o);
+    return o.exit_code;
+}
+
+static int finish(job *j, int code) {
+    MPI_Comm_free(&j->ctrl);
+    MPI_Finalize();
+    return code;
 }
 
 /* On OOM the failing rank prints the allocator's view and, with a log dir,
@@ -32,6 +110,7 @@ static void report_error(const zt_error *err, const char *prog) {
 static void report_oom(const zt_ctx *ctx, const zt_train_config *cfg) {
     const char *report = ctx->oom_report ? ctx->oom_report : "(no report captured)\n";
     fprintf(stderr, "[rank %d] out-of-memory report:\n%s", ctx->rank, report);
+    fflush(stderr);
     if (!cfg->log_dir[0]) return;
     zt_error ignore = {0};
     if (zt_mkdir_p(cfg->log_dir, &ignore) != ZT_OK) return;
@@ -43,144 +122,224 @@ static void report_oom(const zt_ctx *ctx, const zt_train_config *cfg) {
     fclose(f);
 }
 
-/* Start-up (the communicator, then the device) can fail on some ranks only:
- * a GPU in exclusive-process mode admits one process, one rank's device is
- * already full. The ranks agree here, so that those that started do not wait
- * forever in their next collective for one that has left. Each failing rank
- * reports its own error, or rank 0 alone when every rank failed (the same
- * message, once). Returns the job's exit code: 0 when every rank started. */
-static int agree_on_startup(zt_status st, const zt_error *err, const char *prog, int rank, int world) {
-    int failed = st != ZT_OK, nfailed = 0, code = exit_code_for(st), worst = 0;
-    MPI_Allreduce(&failed, &nfailed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (failed && nfailed == world && rank == 0) {
-        report_error(err, prog);
-    } else if (failed && nfailed < world) {
-        char prefixed[64];
-        snprintf(prefixed, sizeof prefixed, "%s [rank %d]", prog, rank);
-        report_error(err, prefixed);
-    }
-    if (nfailed > 0 && nfailed < world && rank == 0)
-        fprintf(stderr, "%s: %d of %d rank(s) failed to start; all of them stop\n", prog, nfailed, world);
-    return worst;
-}
-
-/* Ends the whole job: with several ranks, the others may be blocked in a
- * collective, so MPI_Abort takes them down too (within seconds, no hang). */
-static int finish(int code, int world) {
-    if (code != 0 && world > 1) MPI_Abort(MPI_COMM_WORLD, code);
-    MPI_Finalize();
-    return code;
-}
-
 static int env_int(const char *name, int fallback) {
     const char *v = getenv(name);
     return v && *v ? atoi(v) : fallback;
 }
 
+static void read_test_hooks(zt_train_config *cfg) {
+    cfg->test_exit_rank = env_int("ZT_TEST_EXIT_RANK", -1);
+    cfg->test_exit_step = env_int("ZT_TEST_EXIT_STEP", -1);
+    cfg->test_list_points = env_int("ZT_TEST_SAVE_POINTS", 0);
+    const char *kill = getenv("ZT_TEST_KILL_SAVE");
+    if (kill && sscanf(kill, "%d:%d:%d", &cfg->test_kill_step, &cfg->test_kill_rank, &cfg->test_kill_point) != 3)
+        cfg->test_kill_step = -1;
+}
+
+/* ---- what the ranks agree on ---- */
+
+/* The values of the settings that name files: what they refer to. */
+typedef struct {
+    char data[ZT_SETTING_VALUE], resume[ZT_SETTING_VALUE], save_dir[ZT_SETTING_VALUE];
+    char probe[1200]; /* rank 0's marker file in its --save-dir, removed after the agreement */
+} identities;
+
+static const char *identity_of(void *arg, const char *option) {
+    const identities *id = arg;
+    if (strcmp(option, "data") == 0) return id->data;
+    if (strcmp(option, "resume") == 0) return id->resume;
+    return id->save_dir;
+}
+
+/* --resume: each rank resolves its path to one step directory (cfg->resume
+ * becomes it) and is compared by that checkpoint's manifest. */
+static zt_status resume_identity(const job *j, zt_train_config *cfg, identities *id, zt_error *err) {
+    snprintf(id->resume, sizeof id->resume, "none");
+    if (!cfg->resume[0]) return ZT_OK;
+    char step_dir[1024], warning[2048];
+    ZT_TRY(zt_ckpt_resolve(cfg->resume, step_dir, sizeof step_dir, warning, sizeof warning, err));
+    if (warning[0] && j->rank == 0) fprintf(stderr, "%s: warning: --resume: %s\n", j->prog, warning);
+    snprintf(cfg->resume, sizeof cfg->resume, "%s", step_dir);
+    zt_ckpt_info info;
+    zt_status st = zt_ckpt_open(step_dir, &info, NULL, 0, err);
+    if (st == ZT_OK)
+        snprintf(id->resume, sizeof id->resume, "a checkpoint of step %d, manifest xxh64 %016llx", info.step,
+                 info.manifest_hash);
+    zt_ckpt_close(&info);
+    return st;
+}
+
+/* --save-dir: rank 0 leaves a marker file in its directory; a rank sees the
+ * same checkpoints when its own --save-dir shows that file. Collective. */
+static zt_status save_dir_identity(const job *j, const zt_train_config *cfg, identities *id, zt_error *err) {
+    char name[128] = "";
+    zt_status st = ZT_OK;
+    if (j->rank == 0 && cfg->save_every > 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        snprintf(name, sizeof name, ".zt-probe-%ld-%ld", (long)getpid(), (long)now.tv_nsec);
+        snprintf(id->probe, sizeof id->probe, "%s/%s", cfg->save_dir, name);
+        st = zt_mkdir_p(cfg->save_dir, err);
+        FILE *f = st == ZT_OK ? fopen(id->probe, "w") : NULL;
+        if (st == ZT_OK && !f) st = ZT_FAIL(err, ZT_ERR_IO, "--save-dir %s: cannot write there", cfg->save_dir);
+        if (f) fclose(f);
+        if (st != ZT_OK) name[0] = id->probe[0] = '\0';
+    }
+    MPI_Bcast(name, sizeof name, MPI_CHAR, 0, j->ctrl); /* every rank, whatever its own flags */
+    if (cfg->save_every <= 0) snprintf(id->save_dir, sizeof id->save_dir, "unused (no --save-every)");
+    else {
+        char path[1200];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", cfg->save_dir, name);
+        int same = name[0] && stat(path, &sb) == 0;
+        snprintf(id->save_dir, sizeof id->save_dir, "%s", same ? "rank 0's checkpoint directory" : "");
+        if (!same) snprintf(id->save_dir, sizeof id->save_dir, "not rank 0's checkpoint directory (%.150s)", cfg->save_dir);
+    }
+    return st;
+}
+
+static zt_status collect_identities(const job *j, zt_train_config *cfg, identities *id, zt_error *err) {
+    zt_status st = ZT_OK;
+    if (strcmp(cfg->data, "markov") == 0) snprintf(id->data, sizeof id->data, "markov (the seeded source)");
+    else st = zt_data_file_identity(cfg->data, id->data, sizeof id->data, err);
+    if (st == ZT_OK) st = resume_identity(j, cfg, id, err);
+    zt_status sst = save_dir_identity(j, cfg, id, err); /* collective: always */
+    return st != ZT_OK ? st : sst;
+}
+
+/* Build, device, world, data rule, then every shared option. */
+static int settings_rows(const job *j, const zt_train_config *cfg, identities *id, zt_setting *rows) {
+    int n = 0;
+    snprintf(rows[n].name, ZT_SETTING_NAME, "build");
+    snprintf(rows[n++].value, ZT_SETTING_VALUE, "zerotrain %s, CUDA %s, compiler %s", ZT_VERSION, ZT_BUILD_CUDA,
+             __VERSION__);
+    snprintf(rows[n].name, ZT_SETTING_NAME, "device (resolved)");
+    snprintf(rows[n++].value, ZT_SETTING_VALUE, "%s", cfg->device);
+    snprintf(rows[n].name, ZT_SETTING_NAME, "world size");
+    snprintf(rows[n++].value, ZT_SETTING_VALUE, "%d", j->world);
+    snprintf(rows[n].name, ZT_SETTING_NAME, "data rule");
+    snprintf(rows[n++].value, ZT_SETTING_VALUE, "%s", ZT_DATA_RULE);
+    return n + zt_train_config_settings(cfg, identity_of, id, rows + n, ZT_MAX_SETTINGS - n);
+}
+
+/* Returns 0 when every rank has the same settings, else the exit code. */
+static int agree_on_settings(const job *j, zt_train_config *cfg) {
+    identities id;
+    memset(&id, 0, sizeof id);
+    zt_error err = {0};
+    zt_status st = collect_identities(j, cfg, &id, &err);
+    int code = settle(j, st, &err, "");
+    if (code == 0) {
+        zt_setting *rows = calloc(ZT_MAX_SETTINGS, sizeof *rows);
+        int n = rows ? settings_rows(j, cfg, &id, rows) : 0;
+        st = zt_agree_settings(j->ctrl, rows, n, &err); /* every rank, even short of memory */
+        free(rows);
+        if (st != ZT_OK && j->rank == 0) print_error(j->prog, err.code, err.where, err.msg);
+        code = exit_code_for(st);
+    }
+    if (id.probe[0]) unlink(id.probe);
+    return code;
+}
+
+/* ---- start-up ---- */
+
+/* CPU: MPI on host buffers. CUDA: NCCL with one GPU per rank; when the node
+ * has fewer GPUs than ranks, or NCCL cannot start, MPI with host staging. */
+static zt_status create_comm(const zt_train_config *cfg, zt_comm *comm, char *note, size_t cap, zt_error *err) {
+    if (strcmp(cfg->device, "cuda") != 0) return zt_comm_create_mpi(comm, err);
+    zt_status st = zt_comm_create_nccl(comm, err);
+    if (st != ZT_ERR_UNSUPPORTED) return st;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", err->msg);
+    zt_comm_destroy(comm);
+    zt_error_clear(err);
+    st = zt_comm_create_staged(comm, 0, err);
+    if (st == ZT_OK) snprintf(note, cap, "NCCL not used (%s); using MPI with host staging", why);
+    return st;
+}
+
+/* Tests: ZT_TEST_OOM_PHASE=init|forward|backward|optimizer makes rank
+ * ZT_TEST_OOM_RANK (default 0) refuse its first allocation in that phase. */
+static void inject_oom(zt_ctx *ctx, int rank) {
+    const char *phase = getenv("ZT_TEST_OOM_PHASE");
+    if (!phase || !*phase || env_int("ZT_TEST_OOM_RANK", 0) != rank) return;
+    for (int p = 0; p < ZT_NUM_PHASES; p++)
+        if (strcmp(phase, zt_phase_name((zt_phase)p)) == 0) ctx->device_mem.inject_phase = p + 1;
+}
+
+static int threads_for(const zt_train_config *cfg, const zt_comm *comm) {
+    if (cfg->threads > 0) return cfg->threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN); /* cores / ranks on this node: no oversubscription */
+    return cores > comm->local_size ? (int)(cores / comm->local_size) : 1;
+}
+
+/* Communicator, then context; both settled by every rank. 0: started. */
+static int start(const job *j, const zt_train_config *cfg, zt_comm *comm, zt_ctx *ctx) {
+    char note[1100] = "";
+    zt_error err = {0};
+    memset(ctx, 0, sizeof *ctx);
+    int code = settle(j, create_comm(cfg, comm, note, sizeof note, &err), &err, " to start");
+    if (code) return code;
+    zt_device device = strcmp(cfg->device, "cuda") == 0 ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
+    int threads = threads_for(cfg, comm);
+    /* The GPU is the one NCCL uses: this rank's index on its node. */
+    zt_status st = zt_ctx_init_on(ctx, device, comm->local_rank, threads, cfg->mem_limit, j->rank, j->world, cfg->quiet);
+    /* bf16 storage on a GPU: its GEMMs run on the bf16 tensor cores too. */
+    if (st == ZT_OK && device == ZT_DEVICE_CUDA && strcmp(cfg->dtype, "bf16") == 0) ctx->be->matmul_bf16 = 1;
+    code = settle(j, st, &ctx->err, " to start");
+    if (code) return code;
+    inject_oom(ctx, j->rank);
+    if (j->rank == 0 && note[0]) zt_log_warn(&ctx->log, "%s", note);
+    if (j->rank == 0 && !cfg->quiet) {
+        printf("zerotrain: %d rank(s) (%d on this node), %d thread(s) per rank, device %s\n", j->world,
+               comm->local_size, threads, ctx->be->name);
+        zt_train_config_print(cfg, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* auto: the GPU when this process sees one (the ranks then agree on it). */
+static void resolve_device(const job *j, zt_train_config *cfg) {
+    if (strcmp(cfg->device, "auto") != 0) return;
+    int gpus = zt_cuda_devices_visible();
+    snprintf(cfg->device, sizeof cfg->device, "%s", gpus > 0 ? "cuda" : "cpu");
+    if (j->rank == 0 && !cfg->quiet) printf("device auto: %s (%d CUDA device(s) visible)\n", cfg->device, gpus);
+}
+
 int main(int argc, char **argv) {
-    const char *prog = "zt-train";
     MPI_Init(&argc, &argv);
-    int rank = 0, world = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    job j = {"zt-train", 0, 1, MPI_COMM_NULL};
+    MPI_Comm_rank(MPI_COMM_WORLD, &j.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &j.world);
+    MPI_Comm_dup(MPI_COMM_WORLD, &j.ctrl);
 
     zt_train_config cfg;
     zt_train_config_defaults(&cfg);
-    cfg.test_exit_rank = env_int("ZT_TEST_EXIT_RANK", -1);
-    cfg.test_exit_step = env_int("ZT_TEST_EXIT_STEP", -1);
-    cfg.test_kill_in_save = env_int("ZT_TEST_KILL_IN_SAVE", 0);
+    read_test_hooks(&cfg);
     zt_error err = {0};
     int want_help = 0;
-    int bad = zt_train_config_parse(&cfg, argc, argv, &want_help, &err) != ZT_OK ||
-              (!want_help && zt_train_config_validate(&cfg, &err) != ZT_OK);
-    /* Ranks may have been given different flags (MPMD): agree before going on. */
-    int any_bad = bad;
-    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any_bad) {
-        if (bad && (rank == 0 || err.code != ZT_OK)) report_error(&err, prog);
-        MPI_Finalize();
-        return bad ? exit_code_for(err.code) : 2;
-    }
+    zt_status st = zt_train_config_parse(&cfg, argc, argv, &want_help, &err);
+    if (st == ZT_OK && !want_help) st = zt_train_config_validate(&cfg, &err);
+    int code = settle(&j, st, &err, "");
+    if (code) return finish(&j, code);
     if (want_help) {
-        if (rank == 0) zt_train_config_print_help(stdout, prog);
-        MPI_Finalize();
-        return 0;
+        if (j.rank == 0) zt_train_config_print_help(stdout, j.prog);
+        return finish(&j, 0);
     }
+    resolve_device(&j, &cfg);
+    if ((code = agree_on_settings(&j, &cfg)) != 0) return finish(&j, code);
 
-    /* auto: the GPU when this process sees one. Every rank decides alike on
-     * a homogeneous node; the summary records the device that ran. */
-    if (strcmp(cfg.device, "auto") == 0) {
-        int gpus = zt_cuda_devices_visible();
-        snprintf(cfg.device, sizeof cfg.device, "%s", gpus > 0 ? "cuda" : "cpu");
-        if (rank == 0 && !cfg.quiet)
-            printf("device auto: %s (%d CUDA device(s) visible)\n", cfg.device, gpus);
-    }
-
-    /* CPU: MPI on host buffers. CUDA: NCCL with one GPU per rank; when the
-     * node has fewer GPUs than ranks, MPI with host staging instead. */
     zt_comm comm;
-    zt_status cst;
-    char staging_note[1100] = "";
-    if (strcmp(cfg.device, "cuda") != 0) {
-        cst = zt_comm_create_mpi(&comm, &err);
-    } else {
-        cst = zt_comm_create_nccl(&comm, &err);
-        if (cst == ZT_ERR_UNSUPPORTED) {
-            char why[1024];
-            snprintf(why, sizeof why, "%s", err.msg);
-            zt_comm_destroy(&comm);
-            zt_error_clear(&err);
-            cst = zt_comm_create_staged(&comm, 0, &err);
-            if (cst == ZT_OK) snprintf(staging_note, sizeof staging_note, "NCCL not used (%s); using MPI with host staging", why);
-        }
-    }
-    int start_code = agree_on_startup(cst, &err, prog, rank, world);
-    if (start_code != 0) {
-        zt_comm_destroy(&comm);
-        MPI_Finalize();
-        return start_code;
-    }
-    int threads = cfg.threads;
-    if (threads == 0) { /* cores / ranks on this node, so ranks do not oversubscribe it */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cores > comm.local_size ? (int)(cores / comm.local_size) : 1;
-    }
-    zt_device device = strcmp(cfg.device, "cuda") == 0 ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
     zt_ctx ctx;
-    /* The GPU is the one NCCL uses: this rank's index on its node. */
-    zt_status st = zt_ctx_init_on(&ctx, device, comm.local_rank, threads, cfg.mem_limit, rank, world, cfg.quiet);
-    /* bf16 storage on a GPU: its GEMMs run on the bf16 tensor cores too. */
-    if (st == ZT_OK && device == ZT_DEVICE_CUDA && strcmp(cfg.dtype, "bf16") == 0) ctx.be->matmul_bf16 = 1;
-    start_code = agree_on_startup(st, &ctx.err, prog, rank, world);
-    if (start_code != 0) {
-        zt_ctx_destroy(&ctx);
-        zt_comm_destroy(&comm);
-        MPI_Finalize();
-        return start_code;
-    }
-    /* Tests: ZT_TEST_OOM_PHASE=init|forward|backward|optimizer makes rank
-     * ZT_TEST_OOM_RANK (default 0) refuse its first allocation in that phase. */
-    const char *oom_phase = getenv("ZT_TEST_OOM_PHASE");
-    if (oom_phase && *oom_phase && env_int("ZT_TEST_OOM_RANK", 0) == rank)
-        for (int p = 0; p < ZT_NUM_PHASES; p++)
-            if (strcmp(oom_phase, zt_phase_name((zt_phase)p)) == 0) ctx.device_mem.inject_phase = p + 1;
-    if (rank == 0 && staging_note[0]) zt_log_warn(&ctx.log, "%s", staging_note);
-    if (rank == 0 && !cfg.quiet) {
-        printf("zerotrain: %d rank(s) (%d on this node), %d thread(s) per rank, device %s\n", world,
-               comm.local_size, threads, ctx.be->name);
-        zt_train_config_print(&cfg, stdout);
-        fflush(stdout);
-    }
-    st = zt_train_run(&cfg, &ctx, &comm);
-    if (st != ZT_OK) {
-        char prefixed[64];
-        snprintf(prefixed, sizeof prefixed, "%s [rank %d]", prog, rank);
-        report_error(&ctx.err, prefixed);
+    memset(&comm, 0, sizeof comm);
+    code = start(&j, &cfg, &comm, &ctx);
+    if (code == 0) {
+        st = zt_train_run(&cfg, &ctx, &comm);
         if (st == ZT_ERR_OOM) report_oom(&ctx, &cfg);
-        fflush(stderr);
+        code = settle(&j, st, &ctx.err, "");
     }
     zt_ctx_destroy(&ctx);
     zt_comm_destroy(&comm);
-    return finish(exit_code_for(st), world);
+    return finish(&j, code);
 }

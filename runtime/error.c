@@ -9,6 +9,7 @@ zt_status zt_error_set(zt_error *err, zt_status code, const char *file, int line
     err->code = code;
     err->file = file;
     err->line = line;
+    snprintf(err->where, sizeof err->where, "%s:%d", file ? file : "?", line);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
@@ -17,6 +18,15 @@ zt_status zt_error_set(zt_error *err, zt_status code, const char *file, int line
 }
 
 void zt_error_clear(zt_error *err) { memset(err, 0, sizeof *err); }
+
+void zt_error_adopt(zt_error *err, zt_status code, const char *where, const char *msg) {
+    if (err == NULL || err->code != ZT_OK) return;
+    err->code = code;
+    err->file = NULL;
+    err->line = 0;
+    snprintf(err->where, sizeof err->where, "%s", where);
+    snprintf(err->msg, sizeof err->msg, "%s", msg);
+}
 
 const char *zt_status_name(zt_status code) {
     switch (code) {

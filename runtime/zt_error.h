@@ -20,6 +20,8 @@ typedef struct {
     zt_status code;
     const char *file;
     int line;
+    char where[160]; /* "file:line" (paths relative to the source tree), kept
+                        when an error is handed to another rank */
     char msg[1024];
 } zt_error;
 
@@ -28,6 +30,9 @@ typedef struct {
 zt_status zt_error_set(zt_error *err, zt_status code, const char *file, int line,
                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void zt_error_clear(zt_error *err);
+/* Takes over another rank's error (code, where, message) when err holds none:
+ * ranks that agree on a failure report the same one. */
+void zt_error_adopt(zt_error *err, zt_status code, const char *where, const char *msg);
 const char *zt_status_name(zt_status code);
 
 #define ZT_FAIL(err, code, ...) zt_error_set((err), (code), __FILE__, __LINE__, __VA_ARGS__)

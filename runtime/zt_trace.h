@@ -37,7 +37,8 @@ void zt_trace_instant(zt_trace *t, const char *name, const char *cat, int tid);
 void zt_trace_watch_mem(zt_trace *t, zt_mem *m);
 
 /* Joins part files "<dir>/trace.rank<r>.part" for r < nranks into
- * "<dir>/trace.json" and removes the parts. */
-zt_status zt_trace_merge(const char *dir, int nranks, zt_error *err);
+ * "<dir>/trace.json" and removes the parts; *missing counts the ranks
+ * without a part there (each rank chooses to trace, and where). */
+zt_status zt_trace_merge(const char *dir, int nranks, int *missing, zt_error *err);
 
 #endif

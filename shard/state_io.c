@@ -41,42 +41,61 @@ zt_status zt_engine_get_params_slice(zt_engine *e, int u, void *dst) {
     return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
 }
 
-zt_status zt_engine_set_state(zt_engine *e, int u, const float *master_full, const float *m_full,
-                              const float *v_full) {
+/* Copies n floats to dst (the host pool under offload, else the device). */
+static zt_status put_f32(zt_engine *e, void *dst, const void *src, size_t bytes) {
+    zt_ctx *ctx = e->ctx;
+    if (e->cfg.offload) {
+        memcpy(dst, src, bytes);
+        return ZT_OK;
+    }
+    return ctx->be->memcpy_async(ctx->be, dst, src, bytes, ZT_COPY_H2D, &ctx->compute, &ctx->err);
+}
+
+zt_status zt_engine_owned_range(const zt_engine *e, int u, size_t *lo, size_t *n) {
+    if (u < 0 || u >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", u);
+    *lo = owned_lo(e, u);
+    *n = owned_numel(e, u);
+    return ZT_OK;
+}
+
+zt_status zt_engine_set_owned(zt_engine *e, int u, const float *master, const float *m, const float *v) {
     if (u < 0 || u >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", u);
     zt_ctx *ctx = e->ctx;
     zt_unit_state *st = &e->units[u];
-    size_t P = e->spec->units[u].padded_numel, S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
-    size_t olo = owned_lo(e, u), on = owned_numel(e, u);
-    size_t plo = full_params(e) ? 0 : lo, pn = full_params(e) ? P : S;
-    /* Optimizer state and master: the owned part. */
-    struct {
-        zt_state_kind kind;
-        const float *full;
-    } parts[] = {{ZT_STATE_MASTER, master_full}, {ZT_STATE_ADAM_M, m_full}, {ZT_STATE_ADAM_V, v_full}};
-    for (size_t i = 0; i < 3; i++) {
-        int full;
-        const zt_tensor *dst = fp32_source(e, u, parts[i].kind, &full);
-        size_t from = parts[i].kind == ZT_STATE_MASTER && dst == &st->params ? plo : olo;
-        size_t n = parts[i].kind == ZT_STATE_MASTER && dst == &st->params ? pn : on;
-        if (e->cfg.offload) memcpy(dst->data, parts[i].full + from, n * sizeof(float)); /* host pool */
-        else
-            ZT_TRY(ctx->be->memcpy_async(ctx->be, dst->data, parts[i].full + from, n * sizeof(float), ZT_COPY_H2D,
-                                         &ctx->compute, &ctx->err));
-    }
-    /* Compute params from the master values (bf16 rounded on the host). */
+    size_t lo = shard_lo(e, u), olo = owned_lo(e, u), on = owned_numel(e, u);
+    size_t pat = local_index(full_params(e), olo, lo); /* the owned part's place in params */
+    int full;
+    const zt_tensor *mt = fp32_source(e, u, ZT_STATE_ADAM_M, &full), *vt = fp32_source(e, u, ZT_STATE_ADAM_V, &full);
+    ZT_TRY(put_f32(e, mt->data, m, on * sizeof(float)));
+    ZT_TRY(put_f32(e, vt->data, v, on * sizeof(float)));
+    const zt_tensor *master_t = fp32_source(e, u, ZT_STATE_MASTER, &full);
+    if (master_t == &st->params) /* fp32 without offload: the params are the master values */
+        ZT_TRY(ctx->be->memcpy_async(ctx->be, zt_f32(&st->params) + pat, master, on * sizeof(float), ZT_COPY_H2D,
+                                     &ctx->compute, &ctx->err));
+    else ZT_TRY(put_f32(e, master_t->data, master, on * sizeof(float)));
+    /* Compute params of the owned part from the master values (bf16 rounded
+     * on the host, as at init); the rest arrives by zt_engine_gather_params. */
     if (e->cfg.dtype == ZT_BF16) {
-        zt_bf16 *half = malloc(pn * sizeof(zt_bf16));
+        zt_bf16 *half = malloc(on * sizeof(zt_bf16));
         if (!half) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate a staging buffer");
-        for (size_t k = 0; k < pn; k++) half[k] = zt_f32_to_bf16(master_full[plo + k]);
-        zt_status s = ctx->be->memcpy_async(ctx->be, st->params.data, half, pn * sizeof(zt_bf16), ZT_COPY_H2D,
-                                            &ctx->compute, &ctx->err);
+        for (size_t k = 0; k < on; k++) half[k] = zt_f32_to_bf16(master[k]);
+        zt_status s = ctx->be->memcpy_async(ctx->be, (zt_bf16 *)st->params.data + pat, half, on * sizeof(zt_bf16),
+                                            ZT_COPY_H2D, &ctx->compute, &ctx->err);
         if (s == ZT_OK) s = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
         free(half);
-        ZT_TRY(s);
-    } else if (e->cfg.offload) {
-        ZT_TRY(ctx->be->memcpy_async(ctx->be, st->params.data, master_full + plo, pn * sizeof(float), ZT_COPY_H2D,
-                                     &ctx->compute, &ctx->err));
+        return s;
     }
+    if (e->cfg.offload)
+        ZT_TRY(ctx->be->memcpy_async(ctx->be, zt_f32(&st->params) + pat, master, on * sizeof(float), ZT_COPY_H2D,
+                                     &ctx->compute, &ctx->err));
     return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+}
+
+zt_status zt_engine_gather_params(zt_engine *e) {
+    if (e->cfg.stage != 1 && e->cfg.stage != 2) return ZT_OK; /* stage 0 owns all; stage 3 keeps its shard */
+    size_t d = zt_dtype_size(e->cfg.dtype);
+    for (int u = 0; u < e->spec->nunits; u++)
+        ZT_TRY(zt_engine_all_gather_after(e, e->units[u].params.data, e->spec->units[u].shard_numel * d,
+                                          &e->ctx->compute));
+    return e->ctx->be->stream_sync(e->ctx->be, &e->ctx->compute, &e->ctx->err);
 }

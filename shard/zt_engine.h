@@ -140,9 +140,14 @@ typedef enum { ZT_STATE_MASTER = 0, ZT_STATE_ADAM_M, ZT_STATE_ADAM_V } zt_state_
 zt_status zt_engine_get_slice(zt_engine *eng, int unit, zt_state_kind kind, float *dst);
 /* dst[shard_numel] in the compute dtype. */
 zt_status zt_engine_get_params_slice(zt_engine *eng, int unit, void *dst);
-/* Sets unit u from full fp32 vectors [padded_numel] of master values, m and v:
- * each buffer takes the part this rank keeps; compute params are derived from
- * the master values (cast to the compute dtype). */
-zt_status zt_engine_set_state(zt_engine *eng, int unit, const float *master_full, const float *m_full,
-                              const float *v_full);
+/* The part of unit u this rank keeps optimizer state for: elements
+ * [*lo, *lo + *n) (everything at stage 0, its world slice otherwise). */
+zt_status zt_engine_owned_range(const zt_engine *eng, int unit, size_t *lo, size_t *n);
+/* Sets unit u's owned part from fp32 master values, m and v, each [n] of
+ * zt_engine_owned_range, and the compute params of that part (cast to the
+ * compute dtype). */
+zt_status zt_engine_set_owned(zt_engine *eng, int unit, const float *master, const float *m, const float *v);
+/* After zt_engine_set_owned on every unit: stages 1-2 all-gather the full
+ * params from each rank's part, as after an optimizer step. Collective. */
+zt_status zt_engine_gather_params(zt_engine *eng);
 #endif

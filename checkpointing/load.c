@@ -1,0 +1,87 @@
+/* Loading a checkpoint: each rank reads only the blocks that hold the part
+ * of each unit it keeps (its own file when the world size is the saved one,
+ * other files' overlapping slices when resharding), and fully verifies the
+ * files assigned to it (file f to rank f mod N), so that every byte of the
+ * checkpoint is checked by some rank. The ranks agree on the outcome. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_internal.h"
+
+/* The manifest describes this model: run.model and every unit's size. */
+static zt_status check_model(const zt_ckpt_info *info, const zt_model_spec *spec, const json_t *expect_model,
+                             zt_error *err) {
+    const json_t *model = json_object_get(json_object_get(info->manifest, "run"), "model");
+    if (!json_equal(model, (json_t *)expect_model)) {
+        char *a = json_dumps(model, JSON_COMPACT | JSON_SORT_KEYS), *b = json_dumps(expect_model, JSON_COMPACT | JSON_SORT_KEYS);
+        zt_status st = ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: the checkpoint's model %s differs from this run's %s",
+                               info->dir, a ? a : "?", b ? b : "?");
+        free(a);
+        free(b);
+        return st;
+    }
+    if (info->nunits != spec->nunits)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: %d units, this model has %d", info->dir, info->nunits,
+                       spec->nunits);
+    for (int u = 0; u < spec->nunits; u++)
+        if (zt_ckpt_unit_numel(info, u) != spec->units[u].numel)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: unit %d has %zu parameters, this model's has %zu",
+                           info->dir, u, zt_ckpt_unit_numel(info, u), spec->units[u].numel);
+    return ZT_OK;
+}
+
+/* This rank's part of every unit, read and handed to the engine. */
+static zt_status load_owned(zt_engine *eng, const zt_ckpt_info *info, zt_error *err) {
+    const zt_model_spec *spec = eng->spec;
+    float *buf = malloc(3 * spec->largest_unit_numel * sizeof(float) + 64);
+    if (!buf) return ZT_FAIL(err, ZT_ERR_OOM, "checkpoint: cannot allocate a load buffer");
+    zt_status st = ZT_OK;
+    for (int u = 0; st == ZT_OK && u < spec->nunits; u++) {
+        size_t lo, n;
+        st = zt_engine_owned_range(eng, u, &lo, &n);
+        float *master = buf, *m = buf + n, *v = buf + 2 * n; /* each [n] */
+        if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 0, lo, lo + n, master, err);
+        if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 1, lo, lo + n, m, err);
+        if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 2, lo, lo + n, v, err);
+        if (st == ZT_OK) st = zt_engine_set_owned(eng, u, master, m, v);
+    }
+    free(buf);
+    return st;
+}
+
+/* Every rank gets the same failure, rank 0's pointer to an older
+ * checkpoint that verifies appended. */
+static zt_status fail_together(zt_comm *comm, const char *step_dir, zt_status st, zt_error *err) {
+    st = zt_comm_agree(comm, st, err);
+    if (st == ZT_OK) return ZT_OK;
+    char hint[1400] = "";
+    if (comm->rank == 0) ckpt_suggest_older(step_dir, hint, sizeof hint);
+    zt_error ignore = {0};
+    if (zt_comm_broadcast(comm, hint, sizeof hint, 0, &ignore) == ZT_OK && hint[0]) {
+        size_t len = strlen(err->msg);
+        snprintf(err->msg + len, sizeof err->msg - len, "; %s", hint);
+    }
+    return st;
+}
+
+zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *step_dir, const json_t *expect_model, int *step,
+                       zt_error *err) {
+    zt_ckpt_info info;
+    /* Every rank takes the same branches: each outcome is agreed on. */
+    zt_status st = fail_together(comm, step_dir, zt_ckpt_open(step_dir, &info, NULL, 0, err), err);
+    if (st == ZT_OK) st = zt_comm_agree(comm, check_model(&info, eng->spec, expect_model, err), err);
+    if (st == ZT_OK) {
+        for (int f = comm->rank; st == ZT_OK && f < info.world_size; f += comm->world_size)
+            st = ckpt_verify_file(&info, f, err);
+        if (st == ZT_OK) st = load_owned(eng, &info, err);
+        st = fail_together(comm, step_dir, st, err);
+    }
+    if (st == ZT_OK) st = zt_engine_gather_params(eng);
+    if (st == ZT_OK) {
+        *step = info.step;
+        eng->steps_taken = (int)json_integer_value(json_object_get(info.manifest, "optimizer_steps"));
+    }
+    zt_ckpt_close(&info);
+    return st;
+}
