@@ -193,6 +193,7 @@ static zt_status prune(const saver *s, const char *published, int keep) {
         snprintf(path, sizeof path, "%s/%s", s->dir, e->d_name);
         size_t len = strlen(e->d_name);
         if (strncmp(e->d_name, ".tmp-step-", 10) == 0 || (len > 9 && strcmp(e->d_name + len - 9, ".replaced") == 0)) {
+            point(s, "remove %s", e->d_name);
             st = zt_remove_tree(path, s->err);
             continue;
         }

@@ -64,7 +64,7 @@ static void describe_difference(const zt_setting *all, const int *counts, int N,
             const char *w = value_of(all, counts, q, name);
             if ((w == NULL) != (v == NULL) || (v && strcmp(v, w) != 0)) continue;
             len = strlen(msg);
-            snprintf(msg + len, cap - len, "%s%d", first ? " " : ",", q);
+            snprintf(msg + len, cap - len, "%s%d", first ? " " : ", ", q);
             first = 0;
         }
         len = strlen(msg);

@@ -1,13 +1,21 @@
 # Multi-rank tests: real processes under mpirun (np 1..4, including 3).
 foreach(zt_mpi_case np1_equals_single stages_np2 stages_np3 stages_np4 bf16_stages stage3_gathered_bound
-                    grad_accum mismatch rank_dies data_differs_by_rank
+                    grad_accum rank_dies data_differs_by_rank
                     offload_stages deferred_copies recompute_stages recompute_cuts_activations
                     planner_matches attention_fused imbalance_jitter trace oom_each_phase
-                    resume_bitwise reshard checkpoint_corruption kill_during_save export)
+                    resume_bitwise reshard export)
   add_test(NAME mpi_${zt_mpi_case}
            COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_mpi_test.py ${zt_mpi_case}
                    $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
   set_tests_properties(mpi_${zt_mpi_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
+endforeach()
+# Failure behaviour (docs/failure.md): ranks that disagree, kills during a
+# save, damaged checkpoints and `latest`, checkpoint retention.
+foreach(zt_fail_case disagree agree_negative kill_during_save latest damage keep)
+  add_test(NAME fail_${zt_fail_case}
+           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_failure_test.py ${zt_fail_case}
+                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+  set_tests_properties(fail_${zt_fail_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
 endforeach()
 # The longest scenarios (64 runs; a 400-step convergence) run in the normal
 # build only; the sanitizer pass (tests/run_all.sh) excludes label "slow".
