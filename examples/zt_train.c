@@ -27,7 +27,7 @@
 
 /* How long a failing rank waits for the others to report before it decides
  * it failed alone and aborts the job (they are then blocked in a collective
- * that waits for it). */
+ * that waits for it); ZT_FAIL_ALONE_AFTER_S overrides it. */
 #define FAIL_ALONE_AFTER_S 10.0
 
 #ifndef ZT_VERSION
@@ -40,7 +40,8 @@
 typedef struct {
     const char *prog;
     int rank, world;
-    MPI_Comm ctrl; /* the agreements' own communicator */
+    MPI_Comm ctrl;        /* the agreements' own communicator */
+    double alone_after_s; /* FAIL_ALONE_AFTER_S */
 } job;
 
 static int exit_code_for(zt_status st) {
@@ -85,13 +86,13 @@ static void print_failures(const job *j, const zt_outcome *o, const char *what) 
 static int settle(const job *j, zt_status st, const zt_error *err, const char *what) {
     zt_outcome o;
     int code = exit_code_for(st);
-    zt_agree_outcome(j->ctrl, code, err, FAIL_ALONE_AFTER_S, &o);
+    zt_agree_outcome(j->ctrl, code, err, j->alone_after_s, &o);
     if (!o.agreed) {
         char who[64];
         snprintf(who, sizeof who, "%s [rank %d]", j->prog, j->rank);
         print_error(who, err->code, err->where, err->msg);
         fprintf(stderr, "%s: rank %d failed alone (no other rank reported within %.0f s); aborting the job\n",
-                j->prog, j->rank, FAIL_ALONE_AFTER_S);
+                j->prog, j->rank, j->alone_after_s);
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, code);
     }
@@ -313,7 +314,8 @@ static void resolve_device(const job *j, zt_train_config *cfg) {
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
-    job j = {"zt-train", 0, 1, MPI_COMM_NULL};
+    const char *alone = getenv("ZT_FAIL_ALONE_AFTER_S");
+    job j = {"zt-train", 0, 1, MPI_COMM_NULL, alone && atof(alone) > 0 ? atof(alone) : FAIL_ALONE_AFTER_S};
     MPI_Comm_rank(MPI_COMM_WORLD, &j.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &j.world);
     MPI_Comm_dup(MPI_COMM_WORLD, &j.ctrl);
