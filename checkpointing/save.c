@@ -209,7 +209,7 @@ static zt_status prune(const saver *s, const char *published, int keep) {
             }
             steps = grown;
         }
-        snprintf(steps[n].name, sizeof steps[n].name, "%s", e->d_name);
+        snprintf(steps[n].name, sizeof steps[n].name, "%.63s", e->d_name);
         steps[n++].step = step;
     }
     closedir(d);

@@ -17,6 +17,10 @@ foreach(zt_fail_case disagree agree_negative kill_during_save latest damage keep
                    $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
   set_tests_properties(fail_${zt_fail_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
 endforeach()
+# 20 kill trials and 14 MPMD launches: the normal pass runs them; under the
+# sanitizers their code paths are run by fail_damage, fail_latest, fail_keep
+# and fail_agree_negative.
+set_tests_properties(fail_kill_during_save fail_disagree PROPERTIES LABELS "mpi;slow")
 # The longest scenarios (64 runs; a 400-step convergence) run in the normal
 # build only; the sanitizer pass (tests/run_all.sh) excludes label "slow".
 set_tests_properties(mpi_planner_matches PROPERTIES LABELS "mpi;slow")
