@@ -30,10 +30,63 @@ static size_t gathered_bytes(const zt_plan_input *in, int u, int dir) {
     return b;
 }
 
+/* The backward pass as a sequence of moments (see zt_plan_compute). */
+typedef struct {
+    const zt_plan_input *in;
+    size_t bucket;                   /* bucket_bytes (>= 1) */
+    int cap;                         /* most units per bucket */
+    size_t filling_numel, waiting;   /* the filling bucket: its elements; its units' full grads (stages 2-3) */
+    int filling_units;
+    size_t in_flight;                /* the bucket sent last: send + receive + sums */
+    size_t best_c[ZT_NUM_CATEGORIES], best_total, cat_peak[ZT_NUM_CATEGORIES];
+    const char *best;
+} sim;
+
+static void consider(sim *S, const moment *m) {
+    size_t t = total(m);
+    if (!S->best || t > S->best_total) {
+        memcpy(S->best_c, m->c, sizeof S->best_c);
+        S->best_total = t;
+        S->best = m->name;
+    }
+    for (int c = 0; c < ZT_NUM_CATEGORIES; c++)
+        if (m->c[c] > S->cat_peak[c]) S->cat_peak[c] = m->c[c];
+}
+
+/* Sends the filling bucket at moment m (what else is alive then): the bucket
+ * in flight is freed first, then the new one's buffers are allocated while
+ * its units' full gradients are still there. */
+static void flush(sim *S, const moment *m, const char *name) {
+    if (S->filling_units == 0) return;
+    size_t n = S->filling_numel, bufs = (2 * n + n / (size_t)S->in->world) * 4;
+    moment F = *m;
+    F.name = name;
+    F.c[ZT_CAT_COMM_BUFFERS] += bufs + (S->in->stage >= 2 ? S->waiting : 0);
+    consider(S, &F);
+    S->in_flight = S->in->overlap_comm ? bufs : 0; /* without overlap it completed on the spot */
+    S->filling_numel = 0;
+    S->filling_units = 0;
+    S->waiting = 0;
+}
+
+/* Unit u's gradients are complete: into the filling bucket, sent when full. */
+static void grads_ready(sim *S, int u, const moment *m, const char *name) {
+    S->filling_numel += padded(S->in, u);
+    S->filling_units++;
+    if (S->in->stage >= 2) S->waiting += padded(S->in, u) * 4;
+    if (S->filling_numel * 4 >= S->bucket || S->filling_units == S->cap) flush(S, m, name);
+}
+
 void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     memset(out, 0, sizeof *out);
     const zt_model_spec *spec = in->spec;
-    int N = in->world, s = in->stage, bf16 = in->dtype == ZT_BF16, L = in->layers;
+    /* As zt-train resolves it, on the laid-out units: DeepSpeed's knob counts
+     * parameters, ours units. */
+    zt_plan_input resolved = *in;
+    if (in->prefetch_params > 0 && spec->largest_unit_numel > 0)
+        resolved.prefetch = (int)(in->prefetch_params / (long long)spec->largest_unit_numel);
+    in = &resolved;
+    int s = in->stage, bf16 = in->dtype == ZT_BF16, L = in->layers;
     size_t B = (size_t)in->micro_batch, T = (size_t)in->seq_len, C = (size_t)in->d_model;
     size_t V = (size_t)in->vocab, NH = (size_t)in->heads, BT = B * T;
 
@@ -56,13 +109,28 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     size_t ws_bwd = (14 * BT * C + B * NH * T) * 4;
     out->activations_kept_bytes = enc + (size_t)L * blk_kept + head;
 
-    size_t model_bytes = spec->total_padded_numel * 4; /* fp32 gradients of every unit */
-    size_t bucket = in->bucket_bytes;
-    if (bucket < spec->largest_unit_numel * 4) bucket = spec->largest_unit_numel * 4;
-    int one_bucket = bucket >= model_bytes;
-    /* A bucket on its way: packed send + received chunks + this rank's sums. */
-    size_t bucket_bufs = one_bucket ? 0 : 2 * bucket + bucket / (size_t)N;
-    int uh = in->unit_head, ul = L > 0 ? in->first_block + L - 1 : in->unit_embed;
+    /* Backward, step by step as zt_gpt_backward and the engine run it
+     * (shard/reduce.c, shard/gather.c): every moment where the peak can
+     * occur is evaluated, the largest total is the peak, and each category's
+     * own largest value is its peak. Gradients of a unit are handed to the
+     * filling bucket when its backward is done; the bucket is sent once it
+     * holds >= bucket bytes (whole units, so it can exceed the size), which
+     * first frees the bucket in flight, then allocates the packed send, the
+     * received chunks and this rank's sums, and only then frees the units'
+     * full gradients. The last bucket goes at the end of backward, after the
+     * activations are freed. */
+    sim S = {0};
+    S.in = in;
+    S.bucket = in->bucket_bytes ? in->bucket_bytes : 1;
+    S.cap = (int)(sizeof ((zt_bucket *)0)->units / sizeof ((zt_bucket *)0)->units[0]);
+    int uh = in->unit_head, ue = in->unit_embed;
+    /* A unit's full-size fp32 gradients during its backward are comm buffers
+     * at stages 2-3 (until their bucket is sent), a workspace at stages 0-1 in
+     * bf16 (until folded into the bf16 store), nothing at stages 0-1 in fp32
+     * (they accumulate in place). A tied embedding's are open from the head's
+     * backward to the end. tied32: the fp32 bytes of a tied embedding (its
+     * gradients, or its fp32 view in bf16). */
+    size_t tied32 = in->tied ? padded(in, ue) * 4 : 0;
 
     /* H: the head's backward, every activation still alive. */
     moment H = base;
@@ -71,47 +139,88 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     H.c[ZT_CAT_ACTIVATIONS] = enc + (size_t)L * blk_kept + head;
     H.c[ZT_CAT_WORKSPACE] = ws_bwd;
     if (bf16) {
-        H.c[ZT_CAT_WORKSPACE] += padded(in, uh) * 4; /* fp32 view of the head */
-        if (in->tied) H.c[ZT_CAT_WORKSPACE] += padded(in, in->unit_embed) * 4;
+        H.c[ZT_CAT_WORKSPACE] += padded(in, uh) * 4 + tied32; /* fp32 views of the head (and embedding) */
+        if (s < 2) H.c[ZT_CAT_WORKSPACE] += padded(in, uh) * 4 + tied32;
     }
-    size_t head_grads = padded(in, uh) * 4 + (in->tied ? padded(in, in->unit_embed) * 4 : 0);
-    if (s >= 2) H.c[ZT_CAT_COMM_BUFFERS] = head_grads;
-    else if (bf16) H.c[ZT_CAT_WORKSPACE] += head_grads;
-    if (s == 3) H.c[ZT_CAT_GATHERED_PARAMS] = gathered_bytes(in, uh, -1) + (in->tied ? padded(in, in->unit_embed) * zt_dtype_size(in->dtype) : 0);
+    if (s >= 2) H.c[ZT_CAT_COMM_BUFFERS] = padded(in, uh) * 4 + tied32;
+    /* Stage 3: the head and the units prefetched below it, and a tied
+     * embedding gathered for the head too, unless it is one of those; the
+     * head's release frees both (a prefetched unit once used is released). */
+    size_t dsz = zt_dtype_size(in->dtype), head_window = gathered_bytes(in, uh, -1);
+    size_t tied_emb = in->tied ? padded(in, ue) * dsz : 0;
+    int emb_in_window = uh - in->prefetch <= ue;
+    if (s == 3) H.c[ZT_CAT_GATHERED_PARAMS] = head_window + (emb_in_window ? 0 : tied_emb);
+    consider(&S, &H);
 
-    /* R: the last block's backward (its forward replayed under recompute). */
-    moment R = base;
-    R.name = "last block's backward";
-    R.c[ZT_CAT_OTHER] = tokens;
-    R.c[ZT_CAT_ACTIVATIONS] = enc + (size_t)L * blk_kept + (in->recompute && L > 0 ? blk_full : 0);
-    R.c[ZT_CAT_WORKSPACE] = ws_bwd + (bf16 ? padded(in, ul) * 4 : 0);
-    size_t pending = padded(in, ul) * 4 + (one_bucket ? head_grads : 0);
-    if (s >= 2) R.c[ZT_CAT_COMM_BUFFERS] = pending + bucket_bufs;
-    else {
-        if (bf16) R.c[ZT_CAT_WORKSPACE] += padded(in, ul) * 4;
-        R.c[ZT_CAT_COMM_BUFFERS] = bucket_bufs;
+    /* After the head's backward: its gradients join the bucket (the tied
+     * embedding's stay open), its views and gathered copy are gone, its
+     * activations not yet. */
+    moment after = base;
+    after.c[ZT_CAT_OTHER] = tokens;
+    after.c[ZT_CAT_ACTIVATIONS] = H.c[ZT_CAT_ACTIVATIONS];
+    after.c[ZT_CAT_WORKSPACE] = ws_bwd + (bf16 && s < 2 ? tied32 : 0);
+    after.c[ZT_CAT_COMM_BUFFERS] = s >= 2 ? tied32 : 0;
+    if (s == 3) after.c[ZT_CAT_GATHERED_PARAMS] = head_window - padded(in, uh) * dsz - (emb_in_window ? tied_emb : 0);
+    grads_ready(&S, uh, &after, "gradient reduction after the head's backward");
+
+    /* Each block's backward (its forward replayed under recompute), from
+     * the last: blocks after it have freed what they kept, blocks 0..k still
+     * hold theirs (all of it, or under recompute the output). */
+    for (int k = L - 1; k >= 0; k--) {
+        int u = in->first_block + k;
+        size_t g = padded(in, u) * 4, acts = enc + (size_t)(k + 1) * blk_kept + (in->recompute ? blk_full : 0);
+        moment M = base;
+        M.name = k == L - 1 ? "last block's backward"
+                 : k == L - 2 ? "next-to-last block's backward"
+                 : k == 0     ? "first block's backward"
+                 : k == 1     ? "second block's backward"
+                              : "a middle block's backward";
+        M.c[ZT_CAT_OTHER] = tokens;
+        M.c[ZT_CAT_ACTIVATIONS] = acts;
+        M.c[ZT_CAT_WORKSPACE] = ws_bwd + (bf16 ? g : 0) + (bf16 && s < 2 ? g + tied32 : 0);
+        M.c[ZT_CAT_COMM_BUFFERS] = S.in_flight + (s >= 2 ? S.waiting + g + tied32 : 0);
+        if (s == 3) M.c[ZT_CAT_GATHERED_PARAMS] = gathered_bytes(in, u, -1);
+        consider(&S, &M);
+        after = M;
+        after.c[ZT_CAT_WORKSPACE] = ws_bwd + (bf16 && s < 2 ? tied32 : 0);
+        after.c[ZT_CAT_COMM_BUFFERS] = s >= 2 ? tied32 : 0;
+        if (s == 3) after.c[ZT_CAT_GATHERED_PARAMS] -= padded(in, u) * dsz;
+        grads_ready(&S, u, &after, "gradient reduction after a block's backward");
     }
-    if (s == 3) R.c[ZT_CAT_GATHERED_PARAMS] = gathered_bytes(in, ul, -1);
 
-    /* E: gradients reduce-scattered at the end of backward (activations gone). */
+    /* The embedding's backward: only its input (the tokens) and the encoded
+     * activations left; at stage 3 the embedding stays gathered when the
+     * first block's backward prefetched it (it needs no parameters here). */
+    size_t emb_gathered = s == 3 && in->prefetch > 0 ? padded(in, ue) * dsz : 0;
+    size_t ge = in->tied ? 0 : padded(in, ue) * 4; /* the tied embedding's are open already */
+    moment Em = base;
+    Em.name = "embedding's backward";
+    Em.c[ZT_CAT_OTHER] = tokens;
+    Em.c[ZT_CAT_ACTIVATIONS] = enc;
+    Em.c[ZT_CAT_WORKSPACE] = ws_bwd + (bf16 && s < 2 ? ge + tied32 : 0);
+    Em.c[ZT_CAT_COMM_BUFFERS] = S.in_flight + (s >= 2 ? S.waiting + ge + tied32 : 0);
+    Em.c[ZT_CAT_GATHERED_PARAMS] = emb_gathered;
+    consider(&S, &Em);
+    after = Em;
+    after.c[ZT_CAT_WORKSPACE] = ws_bwd;
+    after.c[ZT_CAT_COMM_BUFFERS] = 0;
+    grads_ready(&S, ue, &after, "gradient reduction after the embedding's backward");
+
+    /* E: the last bucket sent at the end of backward (activations gone). */
     moment E = base;
-    E.name = "gradient reduction at the end of backward";
-    size_t last_bucket = one_bucket ? model_bytes : bucket;
-    E.c[ZT_CAT_COMM_BUFFERS] = 2 * last_bucket + last_bucket / (size_t)N + (s >= 2 ? last_bucket : 0);
-    if (s == 3) E.c[ZT_CAT_GATHERED_PARAMS] = padded(in, in->unit_embed) * zt_dtype_size(in->dtype);
+    E.c[ZT_CAT_GATHERED_PARAMS] = emb_gathered;
+    flush(&S, &E, "gradient reduction at the end of backward");
 
     /* O: the optimizer step. */
     moment O = base;
     O.name = "optimizer step";
     if (bf16 && !in->offload) O.c[ZT_CAT_WORKSPACE] = spec->largest_unit_numel * 4;
+    consider(&S, &O);
 
-    const moment *all[] = {&H, &R, &E, &O};
-    const moment *best = all[0];
-    for (size_t i = 1; i < sizeof all / sizeof all[0]; i++)
-        if (total(all[i]) > total(best)) best = all[i];
-    memcpy(out->by_category, best->c, sizeof out->by_category);
-    out->peak_bytes = total(best);
-    out->peak_moment = best->name;
+    memcpy(out->by_category, S.best_c, sizeof out->by_category);
+    memcpy(out->peak_by_category, S.cat_peak, sizeof out->peak_by_category);
+    out->peak_bytes = S.best_total;
+    out->peak_moment = S.best;
 
     if (in->offload) {
         /* master + m + v of the owned part, plus the transfer buffers at

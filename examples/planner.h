@@ -18,6 +18,8 @@
 typedef struct {
     /* parallelism and memory levers */
     int world, stage, offload, recompute, prefetch, tied;
+    int overlap_comm; /* 0: each bucket's reduce-scatter completes (and frees) as it is sent */
+    long long prefetch_params; /* DeepSpeed's stage3_prefetch_bucket_size: sets prefetch (0: unused) */
     int attention_fused; /* --attention fused: lse[B,NH,T] kept instead of [B,NH,T,T] */
     zt_dtype dtype;
     size_t bucket_bytes;
@@ -30,6 +32,7 @@ typedef struct {
 
 typedef struct {
     size_t by_category[ZT_NUM_CATEGORIES]; /* at the peak moment */
+    size_t peak_by_category[ZT_NUM_CATEGORIES]; /* each category's own peak over the moments */
     size_t peak_bytes;
     const char *peak_moment;
     size_t persistent_bytes; /* params + grads + master + optimizer on the device */

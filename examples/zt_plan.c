@@ -174,6 +174,8 @@ int main(int argc, char **argv) {
     in.recompute = strcmp(c.recompute, "full") == 0;
     in.attention_fused = strcmp(c.attention, "fused") == 0;
     in.prefetch = c.prefetch;
+    in.prefetch_params = (long long)c.prefetch_bucket_size;
+    in.overlap_comm = c.overlap_comm;
     in.tied = c.tied;
     in.dtype = strcmp(c.dtype, "bf16") == 0 ? ZT_BF16 : ZT_FP32;
     in.bucket_bytes = c.bucket_size;
@@ -196,9 +198,11 @@ int main(int argc, char **argv) {
     double P = (double)spec->total_numel;
     size_t d = zt_dtype_size(in.dtype);
     if (pf.json) {
-        json_t *o = json_object(), *cats = json_object(), *mw = json_object();
-        for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++)
+        json_t *o = json_object(), *cats = json_object(), *cat_peaks = json_object(), *mw = json_object();
+        for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
             json_object_set_new(cats, zt_category_name(cc), json_integer((json_int_t)p.by_category[cc]));
+            json_object_set_new(cat_peaks, zt_category_name(cc), json_integer((json_int_t)p.peak_by_category[cc]));
+        }
         for (int s = 0; s < 4 && pf.device_mem; s++) {
             char k[4];
             snprintf(k, sizeof k, "%d", s);
@@ -206,6 +210,8 @@ int main(int argc, char **argv) {
         }
         json_object_set_new(o, "peak_bytes", json_integer((json_int_t)p.peak_bytes));
         json_object_set_new(o, "by_category", cats);
+        /* Each category at its own peak (as zt-train's summary reports it). */
+        json_object_set_new(o, "peak_by_category", cat_peaks);
         json_object_set_new(o, "host_bytes", json_integer((json_int_t)p.host_bytes));
         json_object_set_new(o, "fits", json_boolean(fits));
         json_object_set_new(o, "peak_moment", json_string(p.peak_moment));

@@ -8,6 +8,7 @@ writes. Losses are compared as the exact text/bits JSON carries (17 digits).
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -149,15 +150,27 @@ def case_convergence(zt, work):
 
 
 def case_summary_schema(zt, work):
+    """summary.json and rank0.jsonl carry the documented keys, and the
+    summary names the device that ran, as --device chose it: cpu by default;
+    with auto, what the start-up line says auto picked, which is cuda exactly
+    when this process can run on a GPU (--device cuda starts: a CUDA build
+    that sees one, real or emulated) and cpu otherwise."""
     d = os.path.join(work, "schema")
-    run(zt, SMALL + ["--steps", "3", "--device", "auto", "--log-dir", d], expect_rc=0)
+    p = run(zt, SMALL[:-1] + ["--steps", "3", "--device", "auto", "--log-dir", d], expect_rc=0)  # not --quiet
     s = summary(d)
     for k in ["world_size", "stage", "offload", "recompute", "dtype", "device", "params", "steps", "losses",
               "final_loss", "data_entropy", "tokens_per_s", "step_time_s", "params_digest", "ranks", "imbalance"]:
         assert k in s, k
-    # --device auto runs where the device is; the test machines have no GPU
-    # (the emulator build, where auto means cuda, runs only the cuda label)
-    assert s["device"] == "cpu", s["device"]
+    picked = re.search(r"^device auto: (\w+) \((\d+) CUDA device\(s\) visible\)$", p.stdout, re.M)
+    assert picked, p.stdout[-2000:]
+    gpus = int(picked[2])
+    cuda_runs = run(zt, SMALL + ["--steps", "1", "--device", "cuda"]).returncode == 0
+    assert s["device"] == picked[1] == ("cuda" if gpus > 0 else "cpu"), (s["device"], picked[0])
+    assert (s["device"] == "cuda") == cuda_runs, (s["device"], "--device cuda runs" if cuda_runs else "cannot")
+    d0 = os.path.join(work, "schema-default")
+    run(zt, SMALL + ["--steps", "1", "--log-dir", d0], expect_rc=0)
+    assert summary(d0)["device"] == "cpu", summary(d0)["device"]
+    print(f"ok: --device auto ran on {s['device']} ({gpus} CUDA device(s) visible); the default ran on cpu")
     r = s["ranks"][0]
     for k in ["rank", "peak_bytes", "peak_by_category", "host_peak_bytes", "os_peak_bytes"]:
         assert k in r, k

@@ -9,7 +9,9 @@ summary.json rank 0 writes.
 """
 import json
 import os
+import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -19,6 +21,7 @@ import time
 MODEL = ["--layers", "2", "--d-model", "32", "--heads", "4", "--seq-len", "32", "--vocab", "48",
          "--micro-batch", "4", "--threads", "1", "--quiet", "--bucket-size", "16KiB"]
 CATS = ["params", "grads", "master_params", "optimizer"]
+ALL_CATS = CATS + ["activations", "gathered_params", "comm_buffers", "workspace", "other"]
 
 
 def launch(zt_run, zt, np, args, expect_rc=0, timeout=300, env=None):
@@ -116,15 +119,51 @@ def case_bf16_stages(ctx):
     print("ok: bf16 stages 0-3 agree within 2% per step; persistent bytes == closed form")
 
 
+def plan(ctx, np, args):
+    """zt-plan --json for np ranks and zt-train's args."""
+    exe = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
+    p = subprocess.run([exe, "--world", str(np), "--json"] + args, capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)
+
+
+def check_plan_categories(predicted, summary, what):
+    """zt-plan's per-category peaks equal every rank's measured ones, to the
+    byte (the planner replays backward's allocations and frees: see
+    case_planner_matches); its peak moment's categories sum to its peak."""
+    assert sum(predicted["by_category"].values()) == predicted["peak_bytes"], (what, predicted)
+    for rank in summary["ranks"]:
+        got, want = rank["peak_by_category"], predicted["peak_by_category"]
+        diff = {c: (want[c], got[c]) for c in ALL_CATS if want[c] != got[c]}
+        assert not diff, (what, rank["rank"], "category: (predicted, measured)", diff)
+        for c in CATS:  # the persistent state is constant: the same at the peak moment
+            assert predicted["by_category"][c] == got[c], (what, rank["rank"], c, predicted["by_category"][c], got[c])
+
+
 def case_stage3_gathered_bound(ctx):
+    """Stage 3 at np=4: a unit is gathered with the next `prefetch` units
+    (forward and backward visit them in order), so the most gathered bytes
+    at once, both the per-step JSONL gathered_inflight_peak_bytes and the
+    gathered_params peak, equal the largest window of prefetch + 1
+    consecutive padded units, derived here: with --prefetch 0 the largest
+    unit alone, with --prefetch 1 more than the largest unit (a gather in
+    flight while a unit computes), and never more than (prefetch + 1) x the
+    largest unit. zt-plan's per-category peaks match these runs too."""
     _, padded = padded_units(4)
     largest = max(padded) * 4
     for prefetch in (0, 1, 2):
-        s = train(ctx, 4, ["--steps", "3", "--stage", "3", "--prefetch", str(prefetch)], f"pf{prefetch}")
+        window = max(sum(padded[i:i + prefetch + 1]) for i in range(len(padded))) * 4
+        assert (window == largest) if prefetch == 0 else (largest < window <= (prefetch + 1) * largest), window
+        args = ["--steps", "3", "--stage", "3", "--prefetch", str(prefetch)]
+        s = train(ctx, 4, args, f"pf{prefetch}")
         for rank in s["ranks"]:
             peak = rank["peak_by_category"]["gathered_params"]
-            assert 0 < peak <= (prefetch + 1) * largest, (prefetch, peak, largest)
-    print("ok: stage 3 gathered_params peak <= (prefetch + 1) x largest unit")
+            steps = rank_steps(os.path.join(ctx["work"], f"pf{prefetch}"), rank["rank"])
+            inflight = [x["gathered_inflight_peak_bytes"] for x in steps]
+            assert peak == window, (prefetch, rank["rank"], peak, window, largest)
+            assert inflight == [window] * 3, (prefetch, rank["rank"], inflight, window, largest)
+        check_plan_categories(plan(ctx, 4, MODEL + args), s, f"np=4 stage 3 prefetch {prefetch}")
+        print(f"ok: stage 3 prefetch {prefetch}: gathered peak {window} bytes = the largest {prefetch + 1}-unit window "
+              f"({window / largest:.2f} x the largest unit) on every rank and step; zt-plan exact per category")
 
 
 def case_grad_accum(ctx):
@@ -137,20 +176,6 @@ def case_grad_accum(ctx):
             assert abs(a - b) <= 1e-5 * abs(b), (a, b)
     assert runs[0]["losses"] == runs[1]["losses"] and runs[2]["losses"] == runs[3]["losses"]
     print("ok: grad-accum 2 at every stage")
-
-
-def case_mismatch(ctx):
-    """Ranks started with different model sizes (MPMD) must all stop with a
-    clear error instead of calling collectives with mismatched sizes."""
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1", "--mca", "btl", "self,vader",
-           "--mca", "btl_vader_single_copy_mechanism", "none",
-           "-np", "1", ctx["zt"]] + MODEL + ["--steps", "3", ":", "-np", "1", ctx["zt"]] + MODEL + ["--steps", "3", "--layers", "3"]
-    t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    dt = time.time() - t0
-    assert p.returncode != 0, p.stdout
-    assert "ranks disagree on the model layout" in p.stderr, p.stderr
-    print(f"ok: mismatched ranks stopped in {dt:.1f} s with: ranks disagree on the model layout")
 
 
 def case_rank_dies(ctx):
@@ -261,7 +286,8 @@ def case_attention_fused(ctx):
     stages 0-3 bitwise identical; losses within 1e-5 of the materialized
     attention at every step; each rank's activations peak lower by exactly
     the probabilities it no longer keeps, L x B x NH x T x (T - 1) floats; and
-    zt-plan's prediction of that peak is exact in both modes."""
+    zt-plan's prediction of every category's peak (that one included) is
+    exact in both modes, at every stage."""
     fused = ["--attention", "fused"]
     runs = [train(ctx, 3, ["--steps", "6", "--stage", str(st)] + fused, f"fused-{st}") for st in range(4)]
     for st, r in enumerate(runs):
@@ -272,24 +298,28 @@ def case_attention_fused(ctx):
     assert worst <= 1e-5, (runs[0]["losses"], base["losses"])
     L, B, NH, T = 2, 4, 4, 32  # MODEL
     saved = L * B * NH * T * (T - 1) * 4
-    plan = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
     for r_f, r_m in zip(runs[0]["ranks"], base["ranks"]):
         got = r_m["peak_by_category"]["activations"] - r_f["peak_by_category"]["activations"]
         assert got == saved, (got, saved)
-    for mode, run in (("fused", runs[0]), ("materialized", base)):
-        p = subprocess.run([plan, "--world", "3", "--json", "--attention", mode] + MODEL[:12], capture_output=True,
-                           text=True, check=True)
-        predicted = json.loads(p.stdout)["by_category"]["activations"]
-        assert all(r["peak_by_category"]["activations"] == predicted for r in run["ranks"]), (mode, predicted)
+    for st, run in list(enumerate(runs)) + [(0, base)]:
+        mode = run["attention"]
+        check_plan_categories(plan(ctx, 3, MODEL + ["--stage", str(st), "--attention", mode]), run, (mode, st))
     print(f"ok: fused attention: stages 0-3 bitwise equal at np=3, losses within {worst:.1e} of materialized, "
           f"activations peak {saved} bytes lower per rank, as zt-plan predicts")
 
 
 def case_planner_matches(ctx):
-    """zt-plan's predicted peak is within 5% of the measured mean per-rank peak
-    for every stage x offload x recompute at np 1..4 (default model)."""
-    plan = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
-    worst = 0.0
+    """zt-plan against measurement for every stage x offload x recompute at
+    np 1..4 (default model, 64 configurations): the predicted peak equals
+    every rank's measured peak (README and docs/memory.md promise 5%; the
+    planner is exact here, and a missed moment showed as a 1.2% error), and
+    every category's peak equals every rank's measured one to the byte
+    (check_plan_categories). No category gets a tolerance: params, grads,
+    master_params and optimizer are closed forms, and the planner derives the
+    others by replaying backward's allocations and frees in order (the
+    gradient buckets as shard/reduce.c fills and sends them, the gathered
+    windows, the activations each block still holds). With offload the host
+    pool is predicted to the byte as well."""
     for np_ in (1, 2, 3, 4):
         for stage in range(4):
             for off in ("none", "cpu"):
@@ -299,14 +329,12 @@ def case_planner_matches(ctx):
                     launch(ctx["zt_run"], ctx["zt"], np_, args + ["--steps", "2", "--quiet", "--trace", "0",
                                                                   "--log-dir", d])
                     s = json.load(open(os.path.join(d, "summary.json")))
-                    measured = sum(r["peak_bytes"] for r in s["ranks"]) / len(s["ranks"])
-                    p = subprocess.run([plan, "--world", str(np_), "--json"] + args, capture_output=True, text=True)
-                    predicted = json.loads(p.stdout)["peak_bytes"]
-                    err = predicted / measured - 1
-                    worst = max(worst, abs(err))
-                    assert abs(err) <= 0.05, (np_, stage, off, rc, predicted, measured)
+                    predicted = plan(ctx, np_, args)
+                    measured = [r["peak_bytes"] for r in s["ranks"]]
+                    assert measured == [predicted["peak_bytes"]] * np_, (np_, stage, off, rc, predicted, measured)
+                    check_plan_categories(predicted, s, (np_, stage, off, rc))
                     if off == "cpu":  # the host pool is predicted to the byte
-                        host = json.loads(p.stdout)["host_bytes"]
+                        host = predicted["host_bytes"]
                         assert all(r["host_peak_bytes"] == host for r in s["ranks"]), (np_, stage, rc, host, s["ranks"])
     # bf16 offload keeps the gradients as sent (bf16) beside their fp32 copy.
     for np_ in (2, 3):
@@ -314,10 +342,12 @@ def case_planner_matches(ctx):
         d = os.path.join(ctx["work"], f"plan-host-bf16-{np_}")
         launch(ctx["zt_run"], ctx["zt"], np_, args + ["--steps", "2", "--quiet", "--trace", "0", "--log-dir", d])
         s = json.load(open(os.path.join(d, "summary.json")))
-        p = subprocess.run([plan, "--world", str(np_), "--json"] + args, capture_output=True, text=True)
-        host = json.loads(p.stdout)["host_bytes"]
+        predicted = plan(ctx, np_, args)
+        host = predicted["host_bytes"]
         assert all(r["host_peak_bytes"] == host for r in s["ranks"]), (np_, host, s["ranks"])
-    print(f"ok: planner within 5% of measurement in 64 configurations (worst {worst:.2%}); host pool exact")
+        check_plan_categories(predicted, s, ("bf16", np_))
+    print("ok: zt-plan's peak and every category's peak equal the measured ones on every rank in 64 "
+          "configurations; host pool exact")
 
 
 def case_imbalance_jitter(ctx):
@@ -356,12 +386,44 @@ def case_trace(ctx):
     print(f"ok: trace.json has {len(events)} events, counters for every category that allocated")
 
 
+def parse_oom_report(text):
+    """An oom_rank<r>.txt: the error line, then the allocator's report
+    (runtime/mem.c zt_mem_report): the phase its header names, each
+    category's current bytes, and the sizes and categories of the largest
+    live allocations it lists (none when nothing was live)."""
+    lines = text.splitlines()
+    error = lines[0]
+    header = re.fullmatch(r"device memory in phase '(\w+)': allocated .*", lines[1])
+    assert header, lines[1]
+    current, live = {}, []
+    for line in lines[2:]:
+        m = re.fullmatch(r"  (\w+) +current +(\d+) \(.*\) +peak +(\d+) \(.*\)", line)
+        if m:
+            current[m[1]] = int(m[2])
+            continue
+        m = re.fullmatch(r" +(\d+) \(.*?\) +(\w+) .*", line)
+        if m:
+            live.append((int(m[1]), m[2]))
+    return {"error": error, "phase": header[1], "current": current, "live": live,
+            "lists_live": "  largest live allocations:" in lines}
+
+
 def case_oom_each_phase(ctx):
     """A refused allocation in any phase, on one rank of three, ends every rank
-    non-zero within 30 s, and the failing rank's report names the phase."""
+    non-zero within 30 s, and the failing rank's report names the phase, in
+    its error line and its header, with every category's current bytes (the
+    error line's breakdown, summing to its allocated bytes). In init the
+    refused allocation is the first one (the embedding's bf16 params, padded
+    for np=3): nothing is live, every category is 0 and no live allocations
+    are listed. In forward, backward and optimizer the persistent state is
+    live at its closed form (stage 0, bf16) and the report lists the largest
+    live allocations, largest first."""
+    _, padded = padded_units(3)
+    state = closed_form(3, 0, "bf16")
     for phase in ("init", "forward", "backward", "optimizer"):
         d = os.path.join(ctx["work"], f"oom-{phase}")
-        env = dict(os.environ, ZT_TEST_OOM_PHASE=phase, ZT_TEST_OOM_RANK="1")
+        # One rank fails alone: it waits ZT_FAIL_ALONE_AFTER_S for the others, then aborts the job.
+        env = dict(os.environ, ZT_TEST_OOM_PHASE=phase, ZT_TEST_OOM_RANK="1", ZT_FAIL_ALONE_AFTER_S="2")
         t0 = time.time()
         # bf16 so that the optimizer phase allocates (its fp32 up-cast workspace).
         p = launch(ctx["zt_run"], ctx["zt"], 3, MODEL + ["--steps", "3", "--dtype", "bf16", "--log-dir", d],
@@ -369,19 +431,30 @@ def case_oom_each_phase(ctx):
         dt = time.time() - t0
         assert p.returncode != 0 and dt < 30, (phase, p.returncode, dt)
         assert f"out of device memory in phase '{phase}'" in p.stderr, p.stderr
-        report = open(os.path.join(d, "oom_rank1.txt")).read()
-        assert f"phase '{phase}'" in report and "largest live allocations" in report or phase == "init", report
-        print(f"ok: OOM in {phase}: exit {p.returncode} after {dt:.1f} s")
-
-
-def digest_of_dir(d):
-    import hashlib
-    h = hashlib.sha256()
-    for root, _, files in sorted(os.walk(d)):
-        for f in sorted(files):
-            h.update(f.encode())
-            h.update(open(os.path.join(root, f), "rb").read())
-    return h.hexdigest()
+        text = open(os.path.join(d, "oom_rank1.txt")).read()
+        r = parse_oom_report(text)
+        assert r["error"].startswith(f"out of device memory in phase '{phase}': requested "), text
+        assert "(refusal injected by a test)" in r["error"], text
+        assert r["phase"] == phase, text
+        assert list(r["current"]) == ALL_CATS, text
+        by_cat = dict(re.findall(r"(\w+)=(\d+)", r["error"].split("by category:")[1]))
+        assert {c: int(v) for c, v in by_cat.items()} == r["current"], text
+        allocated = int(re.search(r"; allocated (\d+),", r["error"])[1])
+        assert allocated == sum(r["current"].values()), text
+        if phase == "init":
+            assert all(v == 0 for v in r["current"].values()), text
+            assert not r["lists_live"] and not r["live"], text
+            want = f"requested {padded[0] * 2} bytes"
+            assert r["error"].startswith(f"out of device memory in phase 'init': {want}"), (want, text)
+            assert "for params 'embedding params'" in r["error"], text
+        else:
+            assert {c: r["current"][c] for c in CATS} == state, (phase, state, text)
+            assert r["lists_live"] and r["live"], text
+            sizes = [n for n, _ in r["live"]]
+            assert sizes == sorted(sizes, reverse=True) and sum(sizes) <= allocated, text
+            assert all(c in ALL_CATS for _, c in r["live"]), text
+        print(f"ok: OOM in {phase}: exit {p.returncode} after {dt:.1f} s; report names the phase, "
+              f"{allocated} bytes live, {len(r['live'])} allocations listed")
 
 
 def case_resume_bitwise(ctx):
@@ -402,85 +475,146 @@ def case_resume_bitwise(ctx):
 
 
 def case_reshard(ctx):
-    """Save at np=4 stage 3, load at np=2 stage 1, and the reverse: the loaded
-    parameters' digest equals the saved one, and training continues."""
-    for (np_a, st_a), (np_b, st_b) in (((4, 3), (2, 1)), ((2, 1), (4, 3))):
+    """Save at np=4 stage 3, load at np=2 stage 1, and the reverse (np=2
+    stage 1 -> np=4 stage 3): the loaded parameters' digest equals the saved
+    one, and the next 5 steps' losses and the final digest are bitwise those
+    of a run that loads the same checkpoint at the same world size and
+    another stage (np=2 stage 3; np=4 stage 0). In fp32 the stages are
+    bitwise identical at a given world size, so any difference is a slice
+    of state (master values, Adam m or v, step count) placed wrongly by one
+    of the two loads."""
+    for (np_a, st_a), np_b, (st_b, st_c) in (((4, 3), 2, (1, 3)), ((2, 1), 4, (3, 0))):
         save = os.path.join(ctx["work"], f"rs-{np_a}-{st_a}")
         a = train(ctx, np_a, ["--steps", "6", "--stage", str(st_a), "--save-every", "6", "--save-dir", save],
                   f"rs-save-{np_a}")
         b = train(ctx, np_b, ["--steps", "6", "--stage", str(st_b), "--resume", save], f"rs-load-{np_b}")
         assert b["losses"] == [] and b["params_digest"] == a["params_digest"], (np_a, np_b)
-        c = train(ctx, np_b, ["--steps", "9", "--stage", str(st_b), "--resume", save], f"rs-cont-{np_b}")
-        assert len(c["losses"]) == 3 and c["losses"][-1] < 10, c["losses"]
-    print("ok: np=4 stage 3 <-> np=2 stage 1 reshard on load; digests equal; training continues")
+        c, ref = [train(ctx, np_b, ["--steps", "11", "--stage", str(st), "--resume", save], f"rs-cont-{np_b}-s{st}")
+                  for st in (st_b, st_c)]
+        for r in (c, ref):
+            assert r["world_size"] == np_b and r["start_step"] == 6 and len(r["losses"]) == 5, (r["stage"], r["losses"])
+        assert c["losses"] == ref["losses"], (np_a, st_a, np_b, st_b, st_c, c["losses"], ref["losses"])
+        assert c["params_digest"] == ref["params_digest"], (np_a, st_a, np_b, st_b, st_c)
+    print("ok: np=4 stage 3 <-> np=2 stage 1 reshard on load; digests equal; the next 5 losses bitwise equal "
+          "to a load at the same world size and another stage (np=2 stage 3; np=4 stage 0)")
 
 
-def case_checkpoint_corruption(ctx):
-    """A truncated shard and a flipped byte are refused with a message naming
-    the file, and nothing in the checkpoint changes."""
-    save = os.path.join(ctx["work"], "corrupt")
-    train(ctx, 2, ["--steps", "4", "--stage", "2", "--save-every", "4", "--save-dir", save], "c-save")
+def read_checkpoint(save):
+    """The newest checkpoint in save, read with the standard library only
+    (layout: checkpointing/zt_checkpoint.h): its manifest, and for every unit
+    the full padded fp32 master values and compute-dtype params, as bytes,
+    reassembled from the rank files (rank r holds elements [r S, (r+1) S) of
+    each unit: S fp32 master values, S Adam m, S Adam v, S params, after a
+    32-byte header). Unknown manifest keys are ignored."""
     step_dir = os.path.join(save, open(os.path.join(save, "latest")).read().strip())
-    victim = os.path.join(step_dir, "rank1.bin")
-    original = open(victim, "rb").read()
-    for what, data, needle in (("truncated", original[:-100], "truncated"),
-                               ("flipped", original[:500] + bytes([original[500] ^ 0x10]) + original[501:], "checksum")):
-        open(victim, "wb").write(data)
-        before = digest_of_dir(save)
-        p = launch(ctx["zt_run"], ctx["zt"], 2, MODEL + ["--steps", "8", "--stage", "2", "--resume", save,
-                                                          "--save-every", "4", "--save-dir", save], expect_rc=None)
-        assert p.returncode != 0, what
-        assert "rank1.bin" in p.stderr and needle in p.stderr, (what, p.stderr[-2000:])
-        assert digest_of_dir(save) == before, f"{what}: the checkpoint directory changed"
-    open(victim, "wb").write(original)
-    # A checkpoint of another model is refused by name too.
-    p = launch(ctx["zt_run"], ctx["zt"], 2, MODEL + ["--steps", "8", "--d-model", "48", "--resume", save], expect_rc=None)
-    assert p.returncode != 0 and "differs from this run" in p.stderr, p.stderr[-1500:]
-    print("ok: truncated and corrupted shards and a mismatched model are refused, nothing overwritten")
+    with open(os.path.join(step_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    units, n = manifest["units"], manifest["world_size"]
+    d = 2 if manifest["dtype"] == "bf16" else 4
+    files = []
+    for r in range(n):
+        raw = open(os.path.join(step_dir, f"rank{r}.bin"), "rb").read()
+        assert len(raw) == 32 + sum(u["shard_numel"] * (12 + d) for u in units), (r, len(raw))
+        step, nunits = struct.unpack_from("<QQ", raw, 16)
+        assert step == manifest["step"] and nunits == len(units), (r, step, nunits)
+        files.append(raw)
+    master, params, at = {}, {}, 32
+    for u in units:
+        S = u["shard_numel"]
+        assert S * n == u["padded_numel"] >= u["numel"] == sum(p["numel"] for p in u["params"]), u
+        master[u["name"]] = b"".join(raw[at:at + 4 * S] for raw in files)
+        params[u["name"]] = b"".join(raw[at + 12 * S:at + (12 + d) * S] for raw in files)
+        at += S * (12 + d)
+    return manifest, master, params
 
 
-def case_kill_during_save(ctx):
-    """A run killed while saving step 10 leaves step 5's checkpoint loadable."""
-    save = os.path.join(ctx["work"], "killed")
-    env = dict(os.environ, ZT_TEST_KILL_IN_SAVE="10")
-    p = launch(ctx["zt_run"], ctx["zt"], 2, MODEL + ["--steps", "12", "--save-every", "5", "--save-dir", save],
-               expect_rc=None, env=env)
-    assert p.returncode != 0 and "killed during the save" in p.stderr, p.stderr[-1500:]
-    assert open(os.path.join(save, "latest")).read().strip() == "step-000005"
-    b = train(ctx, 2, ["--steps", "5", "--resume", save], "after-kill")
-    a = train(ctx, 2, ["--steps", "5"], "reference-5")
-    assert b["params_digest"] == a["params_digest"]
-    # The next save clears the half-written directory.
-    train(ctx, 2, ["--steps", "10", "--resume", save, "--save-every", "5", "--save-dir", save], "after-kill-2")
-    assert open(os.path.join(save, "latest")).read().strip() == "step-000010"
-    assert not [f for f in os.listdir(save) if f.startswith(".tmp")], os.listdir(save)
-    print("ok: a kill during save leaves the previous checkpoint loadable")
+def bf16_bits(f32_bytes):
+    """fp32 values (little-endian bytes) rounded to bf16, to nearest with
+    ties to even, as little-endian bytes; and how many of them rounding
+    down (truncation) would get wrong."""
+    out, moved = bytearray(), 0
+    for (u,) in struct.iter_unpack("<I", f32_bytes):
+        assert u & 0x7f800000 != 0x7f800000, hex(u)  # no inf or NaN in trained weights
+        hi, lo = u >> 16, u & 0xffff
+        if lo > 0x8000 or (lo == 0x8000 and hi & 1):
+            hi, moved = hi + 1, moved + 1
+        out += struct.pack("<H", hi)
+    return bytes(out), moved
+
+
+def read_safetensors(path):
+    """(header without __metadata__, data bytes) of a safetensors file: an
+    8-byte little-endian header length, a JSON header, then the data."""
+    raw = open(path, "rb").read()
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + hlen])
+    header.pop("__metadata__", None)
+    data = raw[8 + hlen:]
+    assert len(data) == max(v["data_offsets"][1] for v in header.values()), (len(data), path)
+    return header, data
 
 
 def case_export(ctx):
-    """zt-export writes a safetensors file whose header and data match the
-    checkpoint (read here with a minimal reader; a check with the reference
-    `safetensors` package is in checkpointing/check_export.py)."""
+    """zt-export writes a safetensors file (read here with a minimal reader;
+    a check with the reference `safetensors` package is in
+    checkpointing/check_export.py) whose tensors are exactly the
+    checkpoint's parameters: one per manifest param, named unit.param, with
+    its shape, their byte ranges tiling the data, each holding the fp32
+    master values reassembled from the rank files, bit for bit; with --dtype
+    bf16 those values rounded to nearest, ties to even. Checkpoints of an
+    fp32 run at np=3 stage 3 and of a bf16 run at np=2 stage 1, whose rank
+    files also hold the bf16 params (the master values rounded), so that
+    reading the wrong block fails."""
     import math
-    import struct
-    save = os.path.join(ctx["work"], "exp")
-    s = train(ctx, 3, ["--steps", "3", "--stage", "3", "--save-every", "3", "--save-dir", save], "exp")
-    out = os.path.join(ctx["work"], "model.safetensors")
     exporter = os.path.join(os.path.dirname(os.path.dirname(ctx["zt"])), "checkpointing", "zt-export")
-    subprocess.run([exporter, save, out], check=True, capture_output=True)
-    raw = open(out, "rb").read()
-    (hlen,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + hlen])
-    names = [k for k in header if k != "__metadata__"]
-    assert "embedding.wte" in names and "block0.qkv_w" in names and "head.lm_head" in names, names
-    end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
-    assert len(raw) == 8 + hlen + end
-    count = sum(math.prod(header[k]["shape"]) for k in names)
-    assert count == s["params"], (count, s["params"])
-    p = subprocess.run([exporter, os.path.join(ctx["work"], "nope"), out + "2"], capture_output=True, text=True)
+    for np_, stage, dtype in ((3, 3, "fp32"), (2, 1, "bf16")):
+        save = os.path.join(ctx["work"], f"exp-{dtype}")
+        s = train(ctx, np_, ["--steps", "3", "--stage", str(stage), "--dtype", dtype, "--save-every", "3",
+                             "--save-dir", save], f"exp-{dtype}")
+        manifest, master, params = read_checkpoint(save)
+        assert manifest["world_size"] == np_ and manifest["dtype"] == dtype, manifest
+        if dtype == "bf16":  # the params block is the master values rounded, and not them
+            for u in master:
+                widened = b"".join(b"\0\0" + params[u][i:i + 2] for i in range(0, len(params[u]), 2))
+                assert params[u] == bf16_bits(master[u])[0] and widened != master[u], u
+        for out_dtype, esize in (("fp32", 4), ("bf16", 2)):
+            out = os.path.join(ctx["work"], f"model-{dtype}-{out_dtype}.safetensors")
+            flags = ["--dtype", "bf16"] if out_dtype == "bf16" else []  # fp32 is the default
+            subprocess.run([exporter, save, out] + flags, check=True, capture_output=True)
+            header, data = read_safetensors(out)
+            names, ranges, moved = [], [], 0
+            for u in manifest["units"]:
+                for prm in u["params"]:
+                    name = f"{u['name']}.{prm['name']}"
+                    t = header[name]
+                    names.append(name)
+                    assert t["dtype"] == {"fp32": "F32", "bf16": "BF16"}[out_dtype], (name, t)
+                    assert t["shape"] == prm["shape"] and math.prod(t["shape"]) == prm["numel"], (name, t, prm)
+                    lo, hi = t["data_offsets"]
+                    assert hi - lo == prm["numel"] * esize, (name, t["data_offsets"], prm["numel"])
+                    ranges.append((lo, hi))
+                    want = master[u["name"]][4 * prm["offset"]:4 * (prm["offset"] + prm["numel"])]
+                    if out_dtype == "bf16":
+                        want, m = bf16_bits(want)
+                        moved += m
+                    assert data[lo:hi] == want, (dtype, out_dtype, name)
+            assert sorted(header) == sorted(names), (sorted(header), names)
+            ranges.sort()
+            assert ranges[0][0] == 0 and ranges[-1][1] == len(data), (ranges[0], ranges[-1], len(data))
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), "tensors overlap or leave gaps"
+            assert "embedding.wte" in names and "block0.qkv_w" in names and "head.lm_head" in names, names
+            count = sum(p["numel"] for u in manifest["units"] for p in u["params"])
+            assert count == s["params"], (count, s["params"])
+            if out_dtype == "bf16":  # rounding down would have failed this check
+                assert moved > 0, moved
+            print(f"ok: {dtype} checkpoint (np={np_}, stage {stage}) -> {out_dtype} safetensors: {len(names)} tensors, "
+                  f"{count} values equal to the master values" + (f" rounded to nearest even ({moved} rounded up)"
+                                                                  if out_dtype == "bf16" else ""))
+    out = os.path.join(ctx["work"], "model.safetensors")
+    p = subprocess.run([exporter, os.path.join(ctx["work"], "nope"), out], capture_output=True, text=True)
     assert p.returncode == 2 and "no complete checkpoint" in p.stderr, (p.returncode, p.stderr[-1500:])
-    assert not os.path.exists(out + "2")
-    print(f"ok: zt-export wrote {len(names)} tensors, {count} parameters")
+    assert not os.path.exists(out)
+    print("ok: zt-export refuses a directory without a checkpoint and writes nothing")
 
 
 # ---- the CUDA backend on the CPU emulator (ZT_CUDA=EMU builds) -------------
