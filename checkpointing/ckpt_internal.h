@@ -10,6 +10,12 @@
 /* The manifest as written: m's JSON, then its own checksum as the last key
  * (malloc'd; NULL when out of memory). */
 char *ckpt_manifest_text(const json_t *m);
+/* head[n] (a manifest up to where its checksum key goes, normally ending in
+ * ",\n ") followed by the key, head's XXH64 and the closing brace, exactly as
+ * ckpt_manifest_text ends (malloc'd, NUL-terminated, *len bytes without the
+ * NUL when len is not NULL; NULL when out of memory). The fuzz harnesses
+ * re-seal mutated manifests with it. */
+char *ckpt_manifest_seal(const char *head, size_t n, size_t *len);
 /* Bytes of every rank file of this checkpoint. */
 size_t ckpt_rank_file_bytes(const zt_ckpt_info *info);
 /* The 32-byte header every rank file of info starts with. */

@@ -15,8 +15,10 @@
 #include "zt_fs.h"
 
 /* The header: every parameter of every unit, in order; *data_bytes gets the
- * size of the data after it. */
-static json_t *header_json(const zt_ckpt_info *info, int bf16, size_t *data_bytes) {
+ * size of the data after it. NULL when two parameters would get the same
+ * tensor name (dup[] says which): one of them would be left out of the
+ * header while its data was still written. */
+static json_t *header_json(const zt_ckpt_info *info, int bf16, size_t *data_bytes, char *dup, size_t dcap) {
     json_t *units = json_object_get(info->manifest, "units");
     size_t esize = bf16 ? 2 : 4, offset = 0;
     json_t *header = json_object(), *meta = json_object();
@@ -33,6 +35,13 @@ static json_t *header_json(const zt_ckpt_info *info, int bf16, size_t *data_byte
             char name[96];
             snprintf(name, sizeof name, "%s.%s", json_string_value(json_object_get(uj, "name")),
                      json_string_value(json_object_get(pj, "name")));
+            if (json_object_get(header, name)) {
+                snprintf(dup, dcap, "%s", name);
+                json_decref(t);
+                json_decref(range);
+                json_decref(header);
+                return NULL;
+            }
             json_object_set_new(t, "dtype", json_string(bf16 ? "BF16" : "F32"));
             json_object_set(t, "shape", json_object_get(pj, "shape"));
             json_array_append_new(range, json_integer((json_int_t)offset));
@@ -66,7 +75,11 @@ static zt_status write_unit(int fd, const char *path, const json_t *uj, const fl
 
 static zt_status write_contents(int fd, const char *path, const zt_ckpt_info *info, int bf16, zt_error *err) {
     size_t data_bytes;
-    json_t *header = header_json(info, bf16, &data_bytes);
+    char dup[96] = "";
+    json_t *header = header_json(info, bf16, &data_bytes, dup, sizeof dup);
+    if (dup[0])
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: two parameters are both named %s (inconsistent)",
+                       info->dir, dup);
     char *htext = header ? json_dumps(header, JSON_COMPACT) : NULL;
     json_decref(header);
     if (!htext) return ZT_FAIL(err, ZT_ERR_OOM, "export: cannot build the header");
@@ -93,11 +106,12 @@ static zt_status write_contents(int fd, const char *path, const zt_ckpt_info *in
 }
 
 zt_status zt_export_safetensors(const char *dir, const char *out, int bf16, zt_error *err) {
+    char tmp[1100], parent[1100];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", out) >= (int)sizeof tmp)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "output path too long: %s", out);
     zt_ckpt_info info;
     zt_status st = zt_ckpt_open(dir, &info, NULL, 0, err);
     if (st == ZT_OK) st = zt_ckpt_verify(&info, err);
-    char tmp[1100], parent[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
     int fd = st == ZT_OK ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644) : -1;
     if (st == ZT_OK && fd < 0) st = ZT_FAIL(err, ZT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
     if (st == ZT_OK) st = write_contents(fd, tmp, &info, bf16, err);

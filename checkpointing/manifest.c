@@ -12,6 +12,16 @@
 #define CHECKSUM_KEY "\"manifest_xxh64\": \""
 #define MAX_ELEMENTS ((json_int_t)1 << 40) /* per unit: far beyond any model here, far below overflow */
 
+char *ckpt_manifest_seal(const char *head, size_t n, size_t *len) {
+    size_t cap = n + strlen(CHECKSUM_KEY) + 32;
+    char *text = malloc(cap);
+    if (!text) return NULL;
+    memcpy(text, head, n);
+    int tail = snprintf(text + n, cap - n, CHECKSUM_KEY "%016llx\"\n}\n", (unsigned long long)XXH64(head, n, 0));
+    if (len) *len = n + (size_t)tail;
+    return text;
+}
+
 char *ckpt_manifest_text(const json_t *m) {
     char *body = json_dumps(m, JSON_INDENT(1));
     if (!body) return NULL;
@@ -21,15 +31,8 @@ char *ckpt_manifest_text(const json_t *m) {
         free(body);
         return NULL;
     }
-    size_t cap = n + 64;
-    char *text = malloc(cap);
-    if (!text) {
-        free(body);
-        return NULL;
-    }
-    int head = snprintf(text, cap, "%.*s,\n " CHECKSUM_KEY, (int)(n - 2), body);
-    size_t hashed = (size_t)head - strlen(CHECKSUM_KEY);
-    snprintf(text + head, cap - (size_t)head, "%016llx\"\n}\n", (unsigned long long)XXH64(text, hashed, 0));
+    memcpy(body + n - 2, ",\n ", 3); /* over "\n}" and the NUL: the head is n + 1 bytes */
+    char *text = ckpt_manifest_seal(body, n + 1, NULL);
     free(body);
     return text;
 }

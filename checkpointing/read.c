@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -76,12 +77,26 @@ zt_status ckpt_read_block(const zt_ckpt_info *info, int r, int u, int kind, void
     return ZT_OK;
 }
 
+/* Rank file r has the size the manifest gives, checked before any buffer
+ * sized by the manifest is allocated (a manifest may claim any size). */
+static zt_status check_file_size(const zt_ckpt_info *info, int r, zt_error *err) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/rank%d.bin", info->dir, r);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return ZT_FAIL(err, ZT_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
+    if ((size_t)sb.st_size != ckpt_rank_file_bytes(info))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s: %lld bytes, the manifest says %zu (truncated or replaced)", path,
+                       (long long)sb.st_size, ckpt_rank_file_bytes(info));
+    return ZT_OK;
+}
+
 zt_status zt_ckpt_read_range(const zt_ckpt_info *info, int u, int kind, size_t lo, size_t hi, float *dst,
                              zt_error *err) {
     size_t S = zt_ckpt_unit_shard(info, u), numel = zt_ckpt_unit_numel(info, u);
     memset(dst, 0, (hi - lo) * sizeof(float)); /* padding reads as zero */
     if (hi > numel) hi = numel;
     if (lo >= hi || S == 0) return ZT_OK;
+    ZT_TRY(check_file_size(info, (int)(lo / S), err));
     float *block = malloc(S * sizeof(float));
     if (!block) return ZT_FAIL(err, ZT_ERR_OOM, "checkpoint: cannot allocate a block of %zu floats", S);
     zt_status st = ZT_OK;
@@ -96,6 +111,7 @@ zt_status zt_ckpt_read_range(const zt_ckpt_info *info, int u, int kind, size_t l
 
 /* Every block of rank file r. */
 zt_status ckpt_verify_file(const zt_ckpt_info *info, int r, zt_error *err) {
+    ZT_TRY(check_file_size(info, r, err));
     size_t largest = 0;
     for (int u = 0; u < info->nunits; u++)
         if (ckpt_block_bytes(info, u, 0) > largest) largest = ckpt_block_bytes(info, u, 0);

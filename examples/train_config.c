@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zt_fs.h"
 #include "zt_mem.h"
+
+#define CONFIG_FILE_MAX ((size_t)16 << 20) /* a --config file larger than this is refused */
 
 typedef enum { OPT_INT, OPT_INT64, OPT_FLOAT, OPT_SIZE, OPT_STRING, OPT_CHOICE, OPT_BOOL } opt_kind;
 
@@ -214,6 +217,7 @@ static const char *kind_name(opt_kind k) {
 static zt_status set_from_json(zt_train_config *c, const opt_spec *o, int idx, json_t *val, const char *where,
                                zt_error *err) {
     char text[600];
+    const char *value = text; /* strings as they are: a copy into text[] could cut them short */
     int ok = 1;
     switch (o->kind) {
     case OPT_INT:
@@ -230,12 +234,12 @@ static zt_status set_from_json(zt_train_config *c, const opt_spec *o, int idx, j
         if (json_is_integer(val)) {
             ok = json_integer_value(val) >= 0;
             snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
-        } else if (ok) snprintf(text, sizeof text, "%s", json_string_value(val));
+        } else if (ok) value = json_string_value(val);
         break;
     case OPT_STRING:
     case OPT_CHOICE:
         ok = json_is_string(val);
-        if (ok) snprintf(text, sizeof text, "%s", json_string_value(val));
+        if (ok) value = json_string_value(val);
         break;
     case OPT_BOOL:
         ok = json_is_boolean(val);
@@ -243,7 +247,7 @@ static zt_status set_from_json(zt_train_config *c, const opt_spec *o, int idx, j
         break;
     }
     if (!ok) return ZT_FAIL(err, ZT_ERR_INVALID, "%s must be %s", where, kind_name(o->kind));
-    ZT_TRY(set_from_text(c, o, text, where, err));
+    ZT_TRY(set_from_text(c, o, value, where, err));
     c->given[idx] = 1;
     return ZT_OK;
 }
@@ -303,15 +307,16 @@ static zt_status load_deepspeed_bf16(zt_train_config *c, json_t *obj, const char
     return ZT_OK;
 }
 
-static zt_status load_json(zt_train_config *c, const char *path, zt_error *err) {
+zt_status zt_train_config_parse_json(zt_train_config *c, const char *text, size_t len, const char *name,
+                                     zt_error *err) {
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: line %d, column %d: %s", path, jerr.line, jerr.column,
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: line %d, column %d: %s", name, jerr.line, jerr.column,
                        jerr.text);
     zt_status st = ZT_OK;
     if (!json_is_object(root)) {
-        st = ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: the top level must be a JSON object", path);
+        st = ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: the top level must be a JSON object", name);
         goto done;
     }
     /* DeepSpeed's top-level names, as aliases of ours. */
@@ -326,13 +331,13 @@ static zt_status load_json(zt_train_config *c, const char *path, zt_error *err) 
     json_t *val;
     json_object_foreach(root, key, val) {
         char where[600];
-        snprintf(where, sizeof where, "--config %s: key \"%s\"", path, key);
+        snprintf(where, sizeof where, "--config %s: key \"%s\"", name, key);
         if (strcmp(key, "zero_optimization") == 0) {
-            if ((st = load_deepspeed_zero(c, val, path, err)) != ZT_OK) goto done;
+            if ((st = load_deepspeed_zero(c, val, name, err)) != ZT_OK) goto done;
             continue;
         }
         if (strcmp(key, "bf16") == 0) {
-            if ((st = load_deepspeed_bf16(c, val, path, err)) != ZT_OK) goto done;
+            if ((st = load_deepspeed_bf16(c, val, name, err)) != ZT_OK) goto done;
             continue;
         }
         const char *option = NULL;
@@ -355,6 +360,17 @@ done:
     return st;
 }
 
+static zt_status load_json(zt_train_config *c, const char *path, zt_error *err) {
+    char *text = NULL;
+    size_t n = 0;
+    zt_error sub = {0};
+    if (zt_read_file(path, CONFIG_FILE_MAX, &text, &n, &sub) != ZT_OK)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s", sub.msg); /* sub.msg names the path */
+    zt_status st = zt_train_config_parse_json(c, text, n, path, err);
+    free(text);
+    return st;
+}
+
 zt_status zt_train_config_parse(zt_train_config *c, int argc, char **argv, int *want_help, zt_error *err) {
     *want_help = 0;
     /* The config file first, wherever --config appears, so flags override it. */
@@ -363,10 +379,16 @@ zt_status zt_train_config_parse(zt_train_config *c, int argc, char **argv, int *
             *want_help = 1;
             return ZT_OK;
         }
+        const char *file = strncmp(argv[i], "--config=", 9) == 0 ? argv[i] + 9 : NULL;
         if (strcmp(argv[i], "--config") == 0) {
             if (i + 1 >= argc) return ZT_FAIL(err, ZT_ERR_INVALID, "--config needs a file name");
-            snprintf(c->config, sizeof c->config, "%s", argv[i + 1]);
-            ZT_TRY(load_json(c, argv[i + 1], err));
+            file = argv[i + 1];
+        }
+        if (file) {
+            if (strlen(file) >= sizeof c->config)
+                return ZT_FAIL(err, ZT_ERR_INVALID, "--config: file name longer than %zu characters", sizeof c->config - 1);
+            snprintf(c->config, sizeof c->config, "%s", file);
+            ZT_TRY(load_json(c, file, err));
         }
     }
     for (int i = 1; i < argc; i++) {

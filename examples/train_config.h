@@ -48,6 +48,12 @@ void zt_train_config_defaults(zt_train_config *cfg);
 /* Parses argv (flags win over --config). Returns ZT_ERR_INVALID with a message
  * naming the flag or key on bad input. *want_help is set for --help. */
 zt_status zt_train_config_parse(zt_train_config *cfg, int argc, char **argv, int *want_help, zt_error *err);
+/* Applies a --config file's JSON text (len bytes; need not be NUL-terminated)
+ * to cfg; `name` stands for the file's path in messages (line and column for
+ * JSON errors, the key for bad values). zt_train_config_parse reads the file
+ * named by --config and calls this. */
+zt_status zt_train_config_parse_json(zt_train_config *cfg, const char *text, size_t len, const char *name,
+                                     zt_error *err);
 /* Rejects options that are named but not available yet, and cross-field errors. */
 zt_status zt_train_config_validate(const zt_train_config *cfg, zt_error *err);
 int zt_train_config_given(const zt_train_config *cfg, const char *name);

@@ -98,21 +98,23 @@ zt_status zt_read_file(const char *path, size_t max, char **data, size_t *n, zt_
     *n = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return ZT_FAIL(err, errno == ENOENT ? ZT_ERR_INVALID : ZT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = malloc(max + 1);
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || sb.st_size < 0 || (size_t)sb.st_size > max) {
+        fclose(f);
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s: larger than %zu bytes (or unreadable)", path, max);
+    }
+    size_t size = (size_t)sb.st_size;
+    char *buf = malloc(size + 1);
     if (!buf) {
         fclose(f);
-        return ZT_FAIL(err, ZT_ERR_OOM, "%s: cannot allocate %zu bytes to read it", path, max + 1);
+        return ZT_FAIL(err, ZT_ERR_OOM, "%s: cannot allocate %zu bytes to read it", path, size + 1);
     }
-    size_t got = fread(buf, 1, max + 1, f);
-    int bad = ferror(f);
+    size_t got = fread(buf, 1, size, f);
+    int bad = ferror(f) || (got == size && fgetc(f) != EOF); /* it changed while read */
     fclose(f);
     if (bad) {
         free(buf);
         return ZT_FAIL(err, ZT_ERR_IO, "%s: read error", path);
-    }
-    if (got > max) {
-        free(buf);
-        return ZT_FAIL(err, ZT_ERR_INVALID, "%s: larger than %zu bytes", path, max);
     }
     buf[got] = '\0';
     *data = buf;

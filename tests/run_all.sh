@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Builds zerotrain three times and runs CTest on each build:
+# Builds zerotrain four times and runs CTest on each build:
 #   build/       warnings as errors (-Wall -Wextra -Werror), the normal build:
 #                every test
 #   build-asan/  the same under AddressSanitizer + UndefinedBehaviorSanitizer
 #   build-emu/   the CUDA backend on the CPU emulator (tests/cuda_emu), when
 #                the CUDA toolkit's headers are here: the tests labelled cuda
+#   build-fuzz/  Clang with libFuzzer, ASan and UBSan: the three fuzz
+#                harnesses of tests/fuzz, each for a fixed seed and run count
+#                (label fuzz), two at a time; skipped when clang or its
+#                libFuzzer runtime (libclang-rt-14-dev) is missing
 # Run from the repository root (README: the test command).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,5 +42,27 @@ if [ -f "$cuda_include/cuda_runtime_api.h" ]; then
   run_suite build-emu "-L cuda" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_CUDA=EMU
 else
   echo "=== build-emu skipped: no CUDA toolkit headers (the emulator needs cuda_runtime_api.h, not a GPU)"
+fi
+# The readers of untrusted input under libFuzzer: the config reader, the
+# checkpoint manifest and the safetensors export's input path. Any crash,
+# leak, sanitizer report or harness check fails the test.
+fuzz_skip=""
+if ! command -v clang > /dev/null 2>&1; then
+  fuzz_skip="no clang"
+elif ! echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }' |
+       clang -x c -fsanitize=fuzzer -o /dev/null - > /dev/null 2>&1; then
+  fuzz_skip="clang cannot link -fsanitize=fuzzer (no libclang_rt.fuzzer: install libclang-rt-14-dev)"
+fi
+if [ -z "$fuzz_skip" ]; then
+  mkdir -p build-fuzz
+  echo "=== configure build-fuzz"
+  CC=clang cmake -S . -B build-fuzz -DZT_FUZZ=ON -DZT_CUDA=OFF -DZT_WERROR=ON > build-fuzz/configure.log 2>&1 ||
+    { cat build-fuzz/configure.log; exit 1; }
+  echo "=== build build-fuzz"
+  cmake --build build-fuzz -j "$jobs" --target fuzz_config fuzz_manifest fuzz_export
+  echo "=== test build-fuzz"
+  ctest --test-dir build-fuzz --output-on-failure -L fuzz -j 2
+else
+  echo "=== build-fuzz skipped: $fuzz_skip"
 fi
 echo "=== all suites passed"

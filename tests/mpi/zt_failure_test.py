@@ -100,14 +100,15 @@ def case_disagree(ctx):
 def case_agree_negative(ctx):
     """What may differ per rank does not stop the job: --log-dir and --quiet
     per rank, and the same --lr given by a flag on one rank and by --config on
-    the other (the resolved values are compared, not where they came from)."""
+    the other (the resolved values are compared, not where they came from;
+    `--config=FILE` is read like `--config FILE`)."""
     w = ctx["work"]
     cfg = os.path.join(w, "lr.json")
     with open(cfg, "w") as f:
         json.dump({"lr": 0.002}, f)
     a, b = os.path.join(w, "log-a"), os.path.join(w, "log-b")
     p, _ = mpmd(ctx, [["--steps", "3", "--stage", "3", "--lr", "0.002", "--log-dir", a],
-                      ["--steps", "3", "--stage", "3", "--config", cfg, "--log-dir", b]])
+                      ["--steps", "3", "--stage", "3", f"--config={cfg}", "--log-dir", b]])
     assert p.returncode == 0, p.stderr[-3000:]
     assert os.path.exists(os.path.join(a, "summary.json")) and os.path.exists(os.path.join(b, "rank1.jsonl"))
     ref = os.path.join(w, "ref")
