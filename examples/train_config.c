@@ -213,6 +213,11 @@ static const char *kind_name(opt_kind k) {
     return "?";
 }
 
+/* given[] while the keys of one config file are read (then 1, as for a flag). */
+#define GIVEN_IN_THIS_FILE 2
+
+static zt_status parse_json_keys(zt_train_config *c, const char *text, size_t len, const char *name, zt_error *err);
+
 /* Sets option o (index idx) from a JSON value, checking its type. */
 static zt_status set_from_json(zt_train_config *c, const opt_spec *o, int idx, json_t *val, const char *where,
                                zt_error *err) {
@@ -247,8 +252,12 @@ static zt_status set_from_json(zt_train_config *c, const opt_spec *o, int idx, j
         break;
     }
     if (!ok) return ZT_FAIL(err, ZT_ERR_INVALID, "%s must be %s", where, kind_name(o->kind));
+    /* Two keys of one file naming the same option ("save_dir" and "save-dir",
+     * or a DeepSpeed alias and ours): which one wins would be arbitrary. */
+    if (c->given[idx] == GIVEN_IN_THIS_FILE)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s sets --%s, which another key of this file sets too", where, o->name);
     ZT_TRY(set_from_text(c, o, value, where, err));
-    c->given[idx] = 1;
+    c->given[idx] = GIVEN_IN_THIS_FILE;
     return ZT_OK;
 }
 
@@ -309,6 +318,13 @@ static zt_status load_deepspeed_bf16(zt_train_config *c, json_t *obj, const char
 
 zt_status zt_train_config_parse_json(zt_train_config *c, const char *text, size_t len, const char *name,
                                      zt_error *err) {
+    zt_status st = parse_json_keys(c, text, len, name, err);
+    for (int i = 0; i < NOPTIONS; i++)
+        if (c->given[i] == GIVEN_IN_THIS_FILE) c->given[i] = 1;
+    return st;
+}
+
+static zt_status parse_json_keys(zt_train_config *c, const char *text, size_t len, const char *name, zt_error *err) {
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
