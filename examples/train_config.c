@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "zt_fs.h"
+#include "train_config_internal.h"
 #include "zt_mem.h"
 
 #define CONFIG_FILE_MAX ((size_t)16 << 20) /* a --config file larger than this is refused */
@@ -59,7 +60,8 @@ static const opt_spec options[] = {
      "keep attention's [B,NH,T,T] probabilities for backward, or only each row's log-sum-exp (fused)"},
     {"dtype", OPT_CHOICE, S(dtype), 0, 0, "fp32|bf16", "storage dtype of params and grads (compute is fp32)"},
     {"device", OPT_CHOICE, S(device), 0, 0, "cpu|cuda|auto", "compute device (auto: cuda when a GPU is visible, else cpu)"},
-    {"bucket-size", OPT_SIZE, F(bucket_size), 0, 1, 1e15, NULL, "gradient reduction bucket size"},
+    {"bucket-size", OPT_SIZE, F(bucket_size), 0, 1, 1e15, NULL,
+     "gradient reduction bucket size in bytes of fp32 gradients (DeepSpeed's reduce_bucket_size counts elements: x 4)"},
     {"prefetch", OPT_INT, F(prefetch), 0, 0, 16, NULL, "units gathered ahead at stage 3"},
     {"prefetch-bucket-size", OPT_INT64, F(prefetch_bucket_size), 0, 0, 9e18, NULL,
      "stage 3: parameters to gather ahead (sets --prefetch in units; 0: unused)"},
@@ -218,6 +220,13 @@ static const char *kind_name(opt_kind k) {
 
 static zt_status parse_json_keys(zt_train_config *c, const char *text, size_t len, const char *name, zt_error *err);
 
+/* A JSON number in any notation (5e7, 5.0e7) that is a whole number. */
+int json_whole(const json_t *val) {
+    if (json_is_integer(val)) return 1;
+    double v = json_number_value(val);
+    return json_is_real(val) && isfinite(v) && v == floor(v) && fabs(v) < 9.0e15;
+}
+
 /* Sets option o (index idx) from a JSON value, checking its type. */
 static zt_status set_from_json(zt_train_config *c, const opt_spec *o, int idx, json_t *val, const char *where,
                                zt_error *err) {
@@ -227,18 +236,18 @@ static zt_status set_from_json(zt_train_config *c, const opt_spec *o, int idx, j
     switch (o->kind) {
     case OPT_INT:
     case OPT_INT64:
-        ok = json_is_integer(val);
-        if (ok) snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
+        ok = json_is_integer(val) || json_whole(val);
+        if (ok) snprintf(text, sizeof text, "%.0f", json_number_value(val));
         break;
     case OPT_FLOAT:
         ok = json_is_number(val);
         if (ok) snprintf(text, sizeof text, "%.17g", json_number_value(val));
         break;
     case OPT_SIZE:
-        ok = json_is_integer(val) || json_is_string(val);
-        if (json_is_integer(val)) {
-            ok = json_integer_value(val) >= 0;
-            snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
+        ok = json_is_integer(val) || json_whole(val) || json_is_string(val);
+        if (json_is_number(val)) {
+            ok = ok && json_number_value(val) >= 0;
+            snprintf(text, sizeof text, "%.0f", json_number_value(val));
         } else if (ok) value = json_string_value(val);
         break;
     case OPT_STRING:
@@ -261,59 +270,11 @@ static zt_status set_from_json(zt_train_config *c, const opt_spec *o, int idx, j
     return ZT_OK;
 }
 
-static zt_status set_named(zt_train_config *c, const char *option, json_t *val, const char *where, zt_error *err) {
+zt_status zt_config_set_named(zt_train_config *c, const char *option, json_t *val, const char *where, zt_error *err) {
     int idx;
     const opt_spec *o = find_option(option, 0, &idx);
     if (!o) return ZT_FAIL(err, ZT_ERR_INTERNAL, "%s: no option %s", where, option);
     return set_from_json(c, o, idx, val, where, err);
-}
-
-/* A boolean DeepSpeed key that describes what zerotrain always does: true is
- * accepted, false is refused rather than silently ignored. */
-static zt_status require_true(json_t *val, const char *where, const char *why, zt_error *err) {
-    if (!json_is_boolean(val)) return ZT_FAIL(err, ZT_ERR_INVALID, "%s must be a boolean", where);
-    if (!json_is_true(val)) return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "%s: false is not supported (%s)", where, why);
-    return ZT_OK;
-}
-
-/* The DeepSpeed keys a user brings, where they have a meaning here. */
-static zt_status load_deepspeed_zero(zt_train_config *c, json_t *obj, const char *path, zt_error *err) {
-    if (!json_is_object(obj))
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: \"zero_optimization\" must be an object", path);
-    const char *key;
-    json_t *val;
-    json_object_foreach(obj, key, val) {
-        char where[600];
-        snprintf(where, sizeof where, "--config %s: key \"zero_optimization.%s\"", path, key);
-        if (strcmp(key, "stage") == 0) ZT_TRY(set_named(c, "stage", val, where, err));
-        else if (strcmp(key, "reduce_bucket_size") == 0) ZT_TRY(set_named(c, "bucket-size", val, where, err));
-        else if (strcmp(key, "overlap_comm") == 0) ZT_TRY(set_named(c, "overlap-comm", val, where, err));
-        else if (strcmp(key, "stage3_prefetch_bucket_size") == 0)
-            ZT_TRY(set_named(c, "prefetch-bucket-size", val, where, err));
-        else if (strcmp(key, "reduce_scatter") == 0)
-            ZT_TRY(require_true(val, where, "gradients are always reduce-scattered", err));
-        else if (strcmp(key, "contiguous_gradients") == 0)
-            ZT_TRY(require_true(val, where, "each unit's gradients are always one flat buffer", err));
-        else return ZT_FAIL(err, ZT_ERR_INVALID, "%s is not supported by zerotrain", where);
-    }
-    return ZT_OK;
-}
-
-static zt_status load_deepspeed_bf16(zt_train_config *c, json_t *obj, const char *path, zt_error *err) {
-    if (!json_is_object(obj)) return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: \"bf16\" must be an object", path);
-    const char *key;
-    json_t *val;
-    json_object_foreach(obj, key, val) {
-        char where[600];
-        snprintf(where, sizeof where, "--config %s: key \"bf16.%s\"", path, key);
-        if (strcmp(key, "enabled") != 0) return ZT_FAIL(err, ZT_ERR_INVALID, "%s is not supported by zerotrain", where);
-        if (!json_is_boolean(val)) return ZT_FAIL(err, ZT_ERR_INVALID, "%s must be a boolean", where);
-        json_t *dt = json_string(json_is_true(val) ? "bf16" : "fp32");
-        zt_status st = set_named(c, "dtype", dt, where, err);
-        json_decref(dt);
-        ZT_TRY(st);
-    }
-    return ZT_OK;
 }
 
 zt_status zt_train_config_parse_json(zt_train_config *c, const char *text, size_t len, const char *name,
@@ -330,50 +291,18 @@ static zt_status parse_json_keys(zt_train_config *c, const char *text, size_t le
     if (!root)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: line %d, column %d: %s", name, jerr.line, jerr.column,
                        jerr.text);
-    zt_status st = ZT_OK;
-    if (!json_is_object(root)) {
-        st = ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: the top level must be a JSON object", name);
-        goto done;
-    }
-    /* DeepSpeed's top-level names, as aliases of ours. */
-    static const struct {
-        const char *deepspeed, *option;
-    } aliases[] = {
-        {"train_micro_batch_size_per_gpu", "micro-batch"},
-        {"gradient_accumulation_steps", "grad-accum"},
-        {"gradient_clipping", "grad-clip"},
-    };
-    const char *key;
-    json_t *val;
-    json_object_foreach(root, key, val) {
-        char where[600];
-        snprintf(where, sizeof where, "--config %s: key \"%s\"", name, key);
-        if (strcmp(key, "zero_optimization") == 0) {
-            if ((st = load_deepspeed_zero(c, val, name, err)) != ZT_OK) goto done;
-            continue;
-        }
-        if (strcmp(key, "bf16") == 0) {
-            if ((st = load_deepspeed_bf16(c, val, name, err)) != ZT_OK) goto done;
-            continue;
-        }
-        const char *option = NULL;
-        for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
-            if (strcmp(key, aliases[i].deepspeed) == 0) option = aliases[i].option;
-        if (option) {
-            if ((st = set_named(c, option, val, where, err)) != ZT_OK) goto done;
-            continue;
-        }
-        int idx;
-        const opt_spec *o = find_option(key, 1, &idx);
-        if (!o || strcmp(key, "config") == 0) {
-            st = ZT_FAIL(err, ZT_ERR_INVALID, "%s is not a known option (see --help)", where);
-            goto done;
-        }
-        if ((st = set_from_json(c, o, idx, val, where, err)) != ZT_OK) goto done;
-    }
-done:
+    zt_status st = json_is_object(root) ? zt_config_read_keys(c, root, name, err)
+                                        : ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: the top level must be a JSON object", name);
     json_decref(root);
     return st;
+}
+
+zt_status zt_config_set_option(zt_train_config *c, const char *key, json_t *val, const char *where, zt_error *err) {
+    int idx;
+    const opt_spec *o = find_option(key, 1, &idx);
+    if (!o || strcmp(key, "config") == 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s is not a known option (see --help)", where);
+    return set_from_json(c, o, idx, val, where, err);
 }
 
 static zt_status load_json(zt_train_config *c, const char *path, zt_error *err) {
@@ -441,7 +370,13 @@ int zt_train_config_given(const zt_train_config *c, const char *name) {
     return find_option(name, 0, &idx) ? c->given[idx] : 0;
 }
 
-zt_status zt_train_config_validate(const zt_train_config *c, zt_error *err) {
+zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
+    /* As the Hugging Face integration fills them in: from the hidden size. */
+    double C = c->d_model;
+    if ((c->ds_auto & ZT_DS_AUTO_REDUCE_BUCKET) && !zt_train_config_given(c, "bucket-size"))
+        c->bucket_size = (size_t)(C * C) * 4;
+    if ((c->ds_auto & ZT_DS_AUTO_PREFETCH_BUCKET) && !zt_train_config_given(c, "prefetch-bucket-size"))
+        c->prefetch_bucket_size = (int64_t)(0.9 * C * C);
     if (c->save_every > 0 && !c->save_dir[0])
         return ZT_FAIL(err, ZT_ERR_INVALID, "--save-every %d needs --save-dir", c->save_every);
     if (c->d_model % c->heads != 0)

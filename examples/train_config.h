@@ -33,6 +33,13 @@ typedef struct {
     char save_dir[512], resume[1024];
     char config[512];
     int keep_checkpoints;
+    /* From a DeepSpeed config: its train_batch_size (0: not given), checked
+     * against micro-batch x grad-accum x world once the world is known; keys
+     * given as "auto" that are resolved from the model (ZT_DS_AUTO_*); and
+     * the keys accepted without effect, for one warning. */
+    long long train_batch_size;
+    int ds_auto;
+    char config_warning[512];
     /* Fault injection for tests (from the environment, not flags):
      * ZT_TEST_EXIT_RANK / ZT_TEST_EXIT_STEP make that rank exit abruptly. */
     int test_exit_rank, test_exit_step;
@@ -44,6 +51,9 @@ typedef struct {
     unsigned char given[64];
 } zt_train_config;
 
+#define ZT_DS_AUTO_REDUCE_BUCKET 1   /* reduce_bucket_size "auto": d_model^2 elements */
+#define ZT_DS_AUTO_PREFETCH_BUCKET 2 /* stage3_prefetch_bucket_size "auto": 0.9 d_model^2 */
+
 void zt_train_config_defaults(zt_train_config *cfg);
 /* Parses argv (flags win over --config). Returns ZT_ERR_INVALID with a message
  * naming the flag or key on bad input. *want_help is set for --help. */
@@ -54,8 +64,9 @@ zt_status zt_train_config_parse(zt_train_config *cfg, int argc, char **argv, int
  * named by --config and calls this. */
 zt_status zt_train_config_parse_json(zt_train_config *cfg, const char *text, size_t len, const char *name,
                                      zt_error *err);
-/* Rejects options that are named but not available yet, and cross-field errors. */
-zt_status zt_train_config_validate(const zt_train_config *cfg, zt_error *err);
+/* Rejects options that are named but not available yet, and cross-field
+ * errors; resolves DeepSpeed's "auto" values from the model. */
+zt_status zt_train_config_validate(zt_train_config *cfg, zt_error *err);
 int zt_train_config_given(const zt_train_config *cfg, const char *name);
 void zt_train_config_print_help(FILE *f, const char *prog);
 /* The settings every rank must share (zt_agree_settings), resolved: every

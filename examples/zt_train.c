@@ -327,8 +327,16 @@ int main(int argc, char **argv) {
     int want_help = 0;
     zt_status st = zt_train_config_parse(&cfg, argc, argv, &want_help, &err);
     if (st == ZT_OK && !want_help) st = zt_train_config_validate(&cfg, &err);
+    long long batch = (long long)cfg.micro_batch * cfg.grad_accum * j.world;
+    if (st == ZT_OK && cfg.train_batch_size > 0 && cfg.train_batch_size != batch)
+        st = ZT_FAIL(&err, ZT_ERR_INVALID,
+                     "--config %s: train_batch_size %lld is not micro-batch %d x grad-accum %d x %d rank(s) = %lld",
+                     cfg.config, cfg.train_batch_size, cfg.micro_batch, cfg.grad_accum, j.world, batch);
     int code = settle(&j, st, &err, "");
     if (code) return finish(&j, code);
+    if (j.rank == 0 && cfg.config_warning[0])
+        fprintf(stderr, "%s: warning: --config %s: accepted without effect in zerotrain: %s\n", j.prog, cfg.config,
+                cfg.config_warning);
     if (want_help) {
         if (j.rank == 0) zt_train_config_print_help(stdout, j.prog);
         return finish(&j, 0);

@@ -60,7 +60,7 @@ def case_bad_input(zt, work):
     expect_error(zt, ["--config", cfg("ds_rs.json", '{"zero_optimization": {"reduce_scatter": false}}')], 2,
                  '"zero_optimization.reduce_scatter"', "false is not supported")
     expect_error(zt, ["--config", cfg("ds_bf16.json", '{"bf16": {"enabled": "yes"}}')], 2, '"bf16.enabled"', "boolean")
-    expect_error(zt, ["--config", cfg("ds_batch.json", '{"train_batch_size": 32}')], 2, '"train_batch_size"')
+    expect_error(zt, ["--config", cfg("ds_batch.json", '{"train_batch_size": 32}')], 2, "train_batch_size 32 is not micro-batch 8")
     expect_error(zt, ["--device", "cuda"], 2, "--device cuda")
     expect_error(zt, ["--data", os.path.join(work, "missing.txt")], 1, "cannot open")
     expect_error(zt, ["--config", cfg("syntax.json", '{"layers": 2,,}')], 2, "syntax.json", "line 1")
@@ -99,22 +99,62 @@ def case_config_precedence(zt, work):
 
 
 def case_deepspeed_config(zt, work):
+    """DeepSpeed keys in DeepSpeed's units: reduce_bucket_size counts elements
+    (x 4 bytes of fp32 gradients), numbers in any notation when whole, "auto"
+    from the flags and the model, optimizer and offload_optimizer mapped,
+    train_batch_size checked, keys without effect named in one warning."""
     path = os.path.join(work, "ds.json")
     with open(path, "w") as f:
         json.dump({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5,
+                   "train_batch_size": 4, "steps_per_print": 10, "wall_clock_breakdown": False,
                    "bf16": {"enabled": True},
-                   "zero_optimization": {"stage": 3, "reduce_bucket_size": 100000, "overlap_comm": True,
+                   "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "betas": [0.85, 0.97], "eps": "auto",
+                                                             "weight_decay": 0.01}},
+                   "zero_optimization": {"stage": 3, "reduce_bucket_size": 1e5, "overlap_comm": True,
                                          "stage3_prefetch_bucket_size": 1, "reduce_scatter": True,
-                                         "contiguous_gradients": True},
+                                         "contiguous_gradients": True, "round_robin_gradients": True,
+                                         "offload_optimizer": {"device": "cpu", "pin_memory": True}},
                    "layers": 1, "d_model": 16, "heads": 2, "seq_len": 16, "vocab": 16, "threads": 1}, f)
     d = os.path.join(work, "ds")
     p = run(zt, ["--config", path, "--steps", "2", "--log-dir", d], expect_rc=0)
     s = summary(d)
-    assert s["stage"] == 3 and s["dtype"] == "bf16", s
+    assert s["stage"] == 3 and s["dtype"] == "bf16" and s["offload"] == "cpu", s
     for needle in ["| micro-batch          | 2 ", "| grad-accum           | 2 ", "| grad-clip            | 0.5 ",
-                   "| bucket-size          | 100000 "]:
+                   "| bucket-size          | 400000 ", "| lr                   | 0.002 ", "| beta1                | 0.85 ",
+                   "| beta2                | 0.97 ", "| eps                  | 1e-08 ", "| weight-decay         | 0.01 "]:
         assert needle in p.stdout, (needle, p.stdout)
-    print("ok: DeepSpeed keys map onto zerotrain options")
+    assert "accepted without effect in zerotrain: steps_per_print, wall_clock_breakdown, " \
+           "zero_optimization.round_robin_gradients" in p.stderr, p.stderr
+    # "auto" buckets as the Hugging Face integration means them: d_model^2 elements
+    auto = os.path.join(work, "auto.json")
+    with open(auto, "w") as f:
+        json.dump({"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto",
+                                         "stage3_prefetch_bucket_size": "auto"},
+                   "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                   "train_batch_size": "auto", "d_model": 16, "heads": 2, "layers": 1, "vocab": 16,
+                   "seq_len": 16}, f)
+    p = run(zt, ["--config", auto, "--steps", "1", "--micro-batch", "3"], expect_rc=0)
+    for needle in ["| bucket-size          | 1024 ", "| prefetch-bucket-size | 230 ", "| micro-batch          | 3 "]:
+        assert needle in p.stdout, (needle, p.stdout)
+    with open(path, "w") as f:
+        json.dump({"train_batch_size": 5, "train_micro_batch_size_per_gpu": 2}, f)
+    expect_error(zt, ["--config", path], 2, "train_batch_size 5 is not micro-batch 2 x grad-accum 1 x 1 rank(s) = 2")
+    print("ok: DeepSpeed keys map onto zerotrain options in DeepSpeed's units")
+
+
+def case_deepspeed_problems(zt, work):
+    """Five problems in one config: one message naming all five, exit 2."""
+    path = os.path.join(work, "five.json")
+    with open(path, "w") as f:
+        json.dump({"no_such_key": 1, "optimizer": {"type": "Lamb"},
+                   "zero_optimization": {"stage": 7, "reduce_bucket_size": 1.5, "offload_param": {}}}, f)
+    p = run(zt, ["--config", path], expect_rc=2)
+    for needle in ["5 problems", '"no_such_key" is not a known option', '"optimizer.type" is not Adam or AdamW',
+                   '"zero_optimization.stage": 7 is out of range', '"zero_optimization.reduce_bucket_size" is not a whole',
+                   '"zero_optimization.offload_param" is not supported']:
+        assert needle in p.stderr, (needle, p.stderr)
+    assert p.stderr.count("error:") == 1, p.stderr
+    print("ok: five problems reported in one message")
 
 
 def case_determinism(zt, work):

@@ -1,0 +1,209 @@
+/* The keys of a config file: zerotrain's options and the DeepSpeed keys with
+ * a meaning here, in DeepSpeed's units (element counts where DeepSpeed
+ * counts elements), numbers in any notation when whole, "auto" (as the
+ * Hugging Face integration writes) taken from the flags and the model. Every
+ * problem of a file is collected and reported together; keys DeepSpeed has
+ * but zerotrain has no use for are accepted and named in one warning. */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "train_config_internal.h"
+
+typedef struct {
+    zt_train_config *cfg;
+    int problems;
+    char text[900];
+} reader;
+
+static void note_problem(reader *r, const zt_error *e) {
+    size_t len = strlen(r->text);
+    snprintf(r->text + len, sizeof r->text - len, "%s%.300s", r->problems ? "\n  " : "", e->msg);
+    r->problems++;
+}
+
+static void note_without_effect(reader *r, const char *key) {
+    size_t len = strlen(r->cfg->config_warning);
+    snprintf(r->cfg->config_warning + len, sizeof r->cfg->config_warning - len, "%s%s", len ? ", " : "", key);
+}
+
+static int is_auto(const json_t *v) { return json_is_string(v) && strcmp(json_string_value(v), "auto") == 0; }
+
+/* Sets `option` from val unless it is "auto" (the flag or default stays). */
+static void set(reader *r, const char *option, json_t *val, const char *key) {
+    if (is_auto(val)) return;
+    char where[300];
+    snprintf(where, sizeof where, "key \"%s\"", key);
+    zt_error e = {0};
+    if (zt_config_set_named(r->cfg, option, val, where, &e) != ZT_OK) note_problem(r, &e);
+}
+
+static void refuse(reader *r, const char *key, const char *why) {
+    zt_error e = {0};
+    ZT_FAIL(&e, ZT_ERR_INVALID, "key \"%s\" is %s", key, why);
+    note_problem(r, &e);
+}
+
+/* A DeepSpeed count of elements: scaled into `option` (bucket bytes: x 4). */
+static void set_count(reader *r, const char *option, json_t *val, const char *key, double scale, int auto_bit) {
+    if (is_auto(val)) {
+        r->cfg->ds_auto |= auto_bit;
+        return;
+    }
+    if (!json_whole(val) || json_number_value(val) < 0) {
+        refuse(r, key, "not a whole number of elements (DeepSpeed counts elements here)");
+        return;
+    }
+    json_t *scaled = json_integer((json_int_t)(json_number_value(val) * scale));
+    set(r, option, scaled, key);
+    json_decref(scaled);
+}
+
+/* A boolean that describes what zerotrain always does: false is refused. */
+static void require_true(reader *r, json_t *val, const char *key, const char *why) {
+    if (!json_is_boolean(val)) refuse(r, key, "not a boolean");
+    else if (!json_is_true(val)) {
+        zt_error e = {0};
+        ZT_FAIL(&e, ZT_ERR_INVALID, "key \"%s\": false is not supported (%s)", key, why);
+        note_problem(r, &e);
+    }
+}
+
+static void read_offload_optimizer(reader *r, json_t *obj) {
+    if (!json_is_object(obj)) return refuse(r, "zero_optimization.offload_optimizer", "not an object");
+    const char *key;
+    json_t *val;
+    json_object_foreach(obj, key, val) {
+        char path[200];
+        snprintf(path, sizeof path, "zero_optimization.offload_optimizer.%s", key);
+        const char *dev = json_string_value(val);
+        if (strcmp(key, "device") == 0) {
+            if (dev && (strcmp(dev, "cpu") == 0 || strcmp(dev, "none") == 0)) {
+                json_t *v = json_string(dev);
+                set(r, "offload", v, path);
+                json_decref(v);
+            } else refuse(r, path, "not \"cpu\" or \"none\" (NVMe offload is not in zerotrain yet)");
+        } else if (strcmp(key, "pin_memory") == 0) {
+            require_true(r, val, path, "the host pool is always page-locked");
+        } else refuse(r, path, "not supported by zerotrain");
+    }
+}
+
+static void read_zero(reader *r, json_t *obj) {
+    if (!json_is_object(obj)) return refuse(r, "zero_optimization", "not an object");
+    const char *key;
+    json_t *val;
+    json_object_foreach(obj, key, val) {
+        char path[200];
+        snprintf(path, sizeof path, "zero_optimization.%s", key);
+        if (strcmp(key, "stage") == 0) set(r, "stage", val, path);
+        else if (strcmp(key, "reduce_bucket_size") == 0)
+            set_count(r, "bucket-size", val, path, 4.0, ZT_DS_AUTO_REDUCE_BUCKET); /* fp32 gradient bytes */
+        else if (strcmp(key, "stage3_prefetch_bucket_size") == 0)
+            set_count(r, "prefetch-bucket-size", val, path, 1.0, ZT_DS_AUTO_PREFETCH_BUCKET);
+        else if (strcmp(key, "overlap_comm") == 0) set(r, "overlap-comm", val, path);
+        else if (strcmp(key, "offload_optimizer") == 0) read_offload_optimizer(r, val);
+        else if (strcmp(key, "reduce_scatter") == 0)
+            require_true(r, val, path, "gradients are always reduce-scattered");
+        else if (strcmp(key, "contiguous_gradients") == 0)
+            require_true(r, val, path, "each unit's gradients are always one flat buffer");
+        else if (strcmp(key, "allgather_bucket_size") == 0 || strcmp(key, "allgather_partitions") == 0 ||
+                 strcmp(key, "round_robin_gradients") == 0 || strcmp(key, "stage3_gather_16bit_weights_on_model_save") == 0)
+            note_without_effect(r, path); /* zerotrain gathers whole units; rank order is fixed */
+        else refuse(r, path, "not supported by zerotrain");
+    }
+}
+
+static void read_bf16(reader *r, json_t *obj) {
+    if (!json_is_object(obj)) return refuse(r, "bf16", "not an object");
+    const char *key;
+    json_t *val;
+    json_object_foreach(obj, key, val) {
+        char path[200];
+        snprintf(path, sizeof path, "bf16.%s", key);
+        if (strcmp(key, "enabled") != 0) refuse(r, path, "not supported by zerotrain");
+        else if (!json_is_boolean(val)) refuse(r, path, "not a boolean");
+        else {
+            json_t *dt = json_string(json_is_true(val) ? "bf16" : "fp32");
+            set(r, "dtype", dt, path);
+            json_decref(dt);
+        }
+    }
+}
+
+/* optimizer.{type, params}: zerotrain's optimizer is AdamW. */
+static void read_optimizer(reader *r, json_t *obj) {
+    if (!json_is_object(obj)) return refuse(r, "optimizer", "not an object");
+    const char *type = json_string_value(json_object_get(obj, "type"));
+    if (!type || (strcasecmp(type, "adamw") != 0 && strcasecmp(type, "adam") != 0))
+        refuse(r, "optimizer.type", "not Adam or AdamW (the only optimizer zerotrain has)");
+    const char *key;
+    json_t *val;
+    json_object_foreach(obj, key, val) {
+        if (strcmp(key, "type") == 0) continue;
+        if (strcmp(key, "params") != 0 || !json_is_object(val)) {
+            refuse(r, strcmp(key, "params") == 0 ? "optimizer.params" : "optimizer", "not supported by zerotrain");
+            continue;
+        }
+        const char *pk;
+        json_t *pv;
+        json_object_foreach(val, pk, pv) {
+            char path[200];
+            snprintf(path, sizeof path, "optimizer.params.%s", pk);
+            if (strcmp(pk, "lr") == 0) set(r, "lr", pv, path);
+            else if (strcmp(pk, "eps") == 0) set(r, "eps", pv, path);
+            else if (strcmp(pk, "weight_decay") == 0) set(r, "weight-decay", pv, path);
+            else if (strcmp(pk, "betas") == 0 && is_auto(pv)) continue;
+            else if (strcmp(pk, "betas") == 0 && json_is_array(pv) && json_array_size(pv) == 2) {
+                set(r, "beta1", json_array_get(pv, 0), path);
+                set(r, "beta2", json_array_get(pv, 1), path);
+            } else if (strcmp(pk, "betas") == 0) refuse(r, path, "not a list of two numbers");
+            else if (strcmp(pk, "adam_w_mode") == 0) require_true(r, pv, path, "zerotrain's Adam decouples weight decay");
+            else if (strcmp(pk, "torch_adam") == 0) note_without_effect(r, path);
+            else refuse(r, path, "not supported by zerotrain");
+        }
+    }
+}
+
+/* DeepSpeed's top-level names of our options. */
+static const struct {
+    const char *deepspeed, *option;
+} aliases[] = {
+    {"train_micro_batch_size_per_gpu", "micro-batch"},
+    {"gradient_accumulation_steps", "grad-accum"},
+    {"gradient_clipping", "grad-clip"},
+};
+
+/* Top-level DeepSpeed keys that change nothing here (logging, checks). */
+static const char *const without_effect[] = {"steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer",
+                                             "prescale_gradients", "dump_state"};
+
+static void read_key(reader *r, const char *key, json_t *val) {
+    if (strcmp(key, "zero_optimization") == 0) return read_zero(r, val);
+    if (strcmp(key, "bf16") == 0) return read_bf16(r, val);
+    if (strcmp(key, "optimizer") == 0) return read_optimizer(r, val);
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcmp(key, aliases[i].deepspeed) == 0) return set(r, aliases[i].option, val, key);
+    for (size_t i = 0; i < sizeof without_effect / sizeof without_effect[0]; i++)
+        if (strcmp(key, without_effect[i]) == 0) return note_without_effect(r, key);
+    if (strcmp(key, "train_batch_size") == 0) {
+        if (is_auto(val)) return;
+        if (!json_whole(val) || json_number_value(val) < 1) return refuse(r, key, "not a positive whole number");
+        r->cfg->train_batch_size = (long long)json_number_value(val);
+        return;
+    }
+    char where[300];
+    snprintf(where, sizeof where, "key \"%s\"", key);
+    zt_error e = {0};
+    if (zt_config_set_option(r->cfg, key, val, where, &e) != ZT_OK) note_problem(r, &e);
+}
+
+zt_status zt_config_read_keys(zt_train_config *c, json_t *root, const char *path, zt_error *err) {
+    reader r = {c, 0, ""};
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) read_key(&r, key, val);
+    if (r.problems == 1) return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: %s", path, r.text);
+    if (r.problems > 1) return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: %d problems:\n  %s", path, r.problems, r.text);
+    return ZT_OK;
+}
