@@ -186,6 +186,8 @@ static void read_key(reader *r, const char *key, json_t *val) {
         if (strcmp(key, aliases[i].deepspeed) == 0) return set(r, aliases[i].option, val, key);
     for (size_t i = 0; i < sizeof without_effect / sizeof without_effect[0]; i++)
         if (strcmp(key, without_effect[i]) == 0) return note_without_effect(r, key);
+    if (strcmp(key, "scheduler") == 0 || strcmp(key, "fp16") == 0 || strcmp(key, "amp") == 0)
+        return refuse(r, key, "not supported by zerotrain yet (its warm-up + cosine schedule and bf16/fp32 only)");
     if (strcmp(key, "train_batch_size") == 0) {
         if (is_auto(val)) return;
         if (!json_whole(val) || json_number_value(val) < 1) return refuse(r, key, "not a positive whole number");
