@@ -69,100 +69,75 @@ static void require_true(reader *r, json_t *val, const char *key, const char *wh
     }
 }
 
-static void read_offload_optimizer(reader *r, json_t *obj) {
-    if (!json_is_object(obj)) return refuse(r, "zero_optimization.offload_optimizer", "not an object");
+typedef void (*key_fn)(reader *r, const char *key, json_t *val, const char *path);
+
+/* Calls each(key, value, JSON path) for every key of the object at `prefix`. */
+static void each_key(reader *r, json_t *obj, const char *prefix, key_fn each) {
+    if (!json_is_object(obj)) return refuse(r, prefix, "not an object");
     const char *key;
     json_t *val;
     json_object_foreach(obj, key, val) {
         char path[200];
-        snprintf(path, sizeof path, "zero_optimization.offload_optimizer.%s", key);
-        const char *dev = json_string_value(val);
-        if (strcmp(key, "device") == 0) {
-            if (dev && (strcmp(dev, "cpu") == 0 || strcmp(dev, "none") == 0)) {
-                json_t *v = json_string(dev);
-                set(r, "offload", v, path);
-                json_decref(v);
-            } else refuse(r, path, "not \"cpu\" or \"none\" (NVMe offload is not in zerotrain yet)");
-        } else if (strcmp(key, "pin_memory") == 0) {
-            require_true(r, val, path, "the host pool is always page-locked");
-        } else refuse(r, path, "not supported by zerotrain");
+        snprintf(path, sizeof path, "%s.%s", prefix, key);
+        each(r, key, val, path);
     }
 }
 
-static void read_zero(reader *r, json_t *obj) {
-    if (!json_is_object(obj)) return refuse(r, "zero_optimization", "not an object");
-    const char *key;
-    json_t *val;
-    json_object_foreach(obj, key, val) {
-        char path[200];
-        snprintf(path, sizeof path, "zero_optimization.%s", key);
-        if (strcmp(key, "stage") == 0) set(r, "stage", val, path);
-        else if (strcmp(key, "reduce_bucket_size") == 0)
-            set_count(r, "bucket-size", val, path, 4.0, ZT_DS_AUTO_REDUCE_BUCKET); /* fp32 gradient bytes */
-        else if (strcmp(key, "stage3_prefetch_bucket_size") == 0)
-            set_count(r, "prefetch-bucket-size", val, path, 1.0, ZT_DS_AUTO_PREFETCH_BUCKET);
-        else if (strcmp(key, "overlap_comm") == 0) set(r, "overlap-comm", val, path);
-        else if (strcmp(key, "offload_optimizer") == 0) read_offload_optimizer(r, val);
-        else if (strcmp(key, "reduce_scatter") == 0)
-            require_true(r, val, path, "gradients are always reduce-scattered");
-        else if (strcmp(key, "contiguous_gradients") == 0)
-            require_true(r, val, path, "each unit's gradients are always one flat buffer");
-        else if (strcmp(key, "allgather_bucket_size") == 0 || strcmp(key, "allgather_partitions") == 0 ||
-                 strcmp(key, "round_robin_gradients") == 0 || strcmp(key, "stage3_gather_16bit_weights_on_model_save") == 0)
-            note_without_effect(r, path); /* zerotrain gathers whole units; rank order is fixed */
-        else refuse(r, path, "not supported by zerotrain");
-    }
+static void offload_key(reader *r, const char *key, json_t *val, const char *path) {
+    const char *dev = json_string_value(val);
+    if (strcmp(key, "pin_memory") == 0) return require_true(r, val, path, "the host pool is always page-locked");
+    if (strcmp(key, "device") != 0) return refuse(r, path, "not supported by zerotrain");
+    if (!dev || (strcmp(dev, "cpu") != 0 && strcmp(dev, "none") != 0))
+        return refuse(r, path, "not \"cpu\" or \"none\" (NVMe offload is not in zerotrain yet)");
+    set(r, "offload", val, path);
 }
 
-static void read_bf16(reader *r, json_t *obj) {
-    if (!json_is_object(obj)) return refuse(r, "bf16", "not an object");
-    const char *key;
-    json_t *val;
-    json_object_foreach(obj, key, val) {
-        char path[200];
-        snprintf(path, sizeof path, "bf16.%s", key);
-        if (strcmp(key, "enabled") != 0) refuse(r, path, "not supported by zerotrain");
-        else if (!json_is_boolean(val)) refuse(r, path, "not a boolean");
-        else {
-            json_t *dt = json_string(json_is_true(val) ? "bf16" : "fp32");
-            set(r, "dtype", dt, path);
-            json_decref(dt);
-        }
-    }
+static void zero_key(reader *r, const char *key, json_t *val, const char *path) {
+    if (strcmp(key, "stage") == 0) set(r, "stage", val, path);
+    else if (strcmp(key, "reduce_bucket_size") == 0)
+        set_count(r, "bucket-size", val, path, 4.0, ZT_DS_AUTO_REDUCE_BUCKET); /* fp32 gradient bytes */
+    else if (strcmp(key, "stage3_prefetch_bucket_size") == 0)
+        set_count(r, "prefetch-bucket-size", val, path, 1.0, ZT_DS_AUTO_PREFETCH_BUCKET);
+    else if (strcmp(key, "overlap_comm") == 0) set(r, "overlap-comm", val, path);
+    else if (strcmp(key, "offload_optimizer") == 0) each_key(r, val, path, offload_key);
+    else if (strcmp(key, "reduce_scatter") == 0) require_true(r, val, path, "gradients are always reduce-scattered");
+    else if (strcmp(key, "contiguous_gradients") == 0)
+        require_true(r, val, path, "each unit's gradients are always one flat buffer");
+    else if (strcmp(key, "allgather_bucket_size") == 0 || strcmp(key, "allgather_partitions") == 0 ||
+             strcmp(key, "round_robin_gradients") == 0 || strcmp(key, "stage3_gather_16bit_weights_on_model_save") == 0)
+        note_without_effect(r, path); /* zerotrain gathers whole units; rank order is fixed */
+    else refuse(r, path, "not supported by zerotrain");
+}
+
+static void bf16_key(reader *r, const char *key, json_t *val, const char *path) {
+    if (strcmp(key, "enabled") != 0) return refuse(r, path, "not supported by zerotrain");
+    if (!json_is_boolean(val)) return refuse(r, path, "not a boolean");
+    json_t *dt = json_string(json_is_true(val) ? "bf16" : "fp32");
+    set(r, "dtype", dt, path);
+    json_decref(dt);
+}
+
+static void adam_key(reader *r, const char *key, json_t *val, const char *path) {
+    if (strcmp(key, "lr") == 0) set(r, "lr", val, path);
+    else if (strcmp(key, "eps") == 0) set(r, "eps", val, path);
+    else if (strcmp(key, "weight_decay") == 0) set(r, "weight-decay", val, path);
+    else if (strcmp(key, "betas") == 0 && is_auto(val)) return;
+    else if (strcmp(key, "betas") == 0 && json_is_array(val) && json_array_size(val) == 2) {
+        set(r, "beta1", json_array_get(val, 0), path);
+        set(r, "beta2", json_array_get(val, 1), path);
+    } else if (strcmp(key, "betas") == 0) refuse(r, path, "not a list of two numbers");
+    else if (strcmp(key, "adam_w_mode") == 0) require_true(r, val, path, "zerotrain's Adam decouples weight decay");
+    else if (strcmp(key, "torch_adam") == 0) note_without_effect(r, path);
+    else refuse(r, path, "not supported by zerotrain");
 }
 
 /* optimizer.{type, params}: zerotrain's optimizer is AdamW. */
-static void read_optimizer(reader *r, json_t *obj) {
-    if (!json_is_object(obj)) return refuse(r, "optimizer", "not an object");
-    const char *type = json_string_value(json_object_get(obj, "type"));
-    if (!type || (strcasecmp(type, "adamw") != 0 && strcasecmp(type, "adam") != 0))
-        refuse(r, "optimizer.type", "not Adam or AdamW (the only optimizer zerotrain has)");
-    const char *key;
-    json_t *val;
-    json_object_foreach(obj, key, val) {
-        if (strcmp(key, "type") == 0) continue;
-        if (strcmp(key, "params") != 0 || !json_is_object(val)) {
-            refuse(r, strcmp(key, "params") == 0 ? "optimizer.params" : "optimizer", "not supported by zerotrain");
-            continue;
-        }
-        const char *pk;
-        json_t *pv;
-        json_object_foreach(val, pk, pv) {
-            char path[200];
-            snprintf(path, sizeof path, "optimizer.params.%s", pk);
-            if (strcmp(pk, "lr") == 0) set(r, "lr", pv, path);
-            else if (strcmp(pk, "eps") == 0) set(r, "eps", pv, path);
-            else if (strcmp(pk, "weight_decay") == 0) set(r, "weight-decay", pv, path);
-            else if (strcmp(pk, "betas") == 0 && is_auto(pv)) continue;
-            else if (strcmp(pk, "betas") == 0 && json_is_array(pv) && json_array_size(pv) == 2) {
-                set(r, "beta1", json_array_get(pv, 0), path);
-                set(r, "beta2", json_array_get(pv, 1), path);
-            } else if (strcmp(pk, "betas") == 0) refuse(r, path, "not a list of two numbers");
-            else if (strcmp(pk, "adam_w_mode") == 0) require_true(r, pv, path, "zerotrain's Adam decouples weight decay");
-            else if (strcmp(pk, "torch_adam") == 0) note_without_effect(r, path);
-            else refuse(r, path, "not supported by zerotrain");
-        }
-    }
+static void optimizer_key(reader *r, const char *key, json_t *val, const char *path) {
+    const char *type = json_string_value(val);
+    if (strcmp(key, "params") == 0) each_key(r, val, path, adam_key);
+    else if (strcmp(key, "type") != 0) refuse(r, path, "not supported by zerotrain");
+    else if (!type || (strcasecmp(type, "adamw") != 0 && strcasecmp(type, "adam") != 0))
+        refuse(r, path, "not Adam or AdamW (the only optimizer zerotrain has)");
 }
 
 /* DeepSpeed's top-level names of our options. */
@@ -179,9 +154,12 @@ static const char *const without_effect[] = {"steps_per_print", "wall_clock_brea
                                              "prescale_gradients", "dump_state"};
 
 static void read_key(reader *r, const char *key, json_t *val) {
-    if (strcmp(key, "zero_optimization") == 0) return read_zero(r, val);
-    if (strcmp(key, "bf16") == 0) return read_bf16(r, val);
-    if (strcmp(key, "optimizer") == 0) return read_optimizer(r, val);
+    if (strcmp(key, "zero_optimization") == 0) return each_key(r, val, key, zero_key);
+    if (strcmp(key, "bf16") == 0) return each_key(r, val, key, bf16_key);
+    if (strcmp(key, "optimizer") == 0) {
+        if (json_is_object(val) && !json_object_get(val, "type")) refuse(r, "optimizer.type", "missing");
+        return each_key(r, val, key, optimizer_key);
+    }
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
         if (strcmp(key, aliases[i].deepspeed) == 0) return set(r, aliases[i].option, val, key);
     for (size_t i = 0; i < sizeof without_effect / sizeof without_effect[0]; i++)

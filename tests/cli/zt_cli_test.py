@@ -139,6 +139,20 @@ def case_deepspeed_config(zt, work):
     with open(path, "w") as f:
         json.dump({"train_batch_size": 5, "train_micro_batch_size_per_gpu": 2}, f)
     expect_error(zt, ["--config", path], 2, "train_batch_size 5 is not micro-batch 2 x grad-accum 1 x 1 rank(s) = 2")
+    # reduce_bucket_size counts elements: 3e4 of them is --bucket-size 120000 (one bucket for this
+    # model's 28032 gradient elements), not 30000 bytes (three buckets)
+    calls = []
+    with open(path, "w") as f:
+        json.dump({"zero_optimization": {"stage": 2, "reduce_bucket_size": 3e4}}, f)
+    small = ["--layers", "2", "--d-model", "32", "--heads", "4", "--seq-len", "16", "--vocab", "32", "--micro-batch",
+             "2", "--threads", "1", "--quiet", "--steps", "1"]
+    for i, extra in enumerate((["--config", path], ["--stage", "2", "--bucket-size", "120000"],
+                               ["--stage", "2", "--bucket-size", "30000"])):
+        d = os.path.join(work, f"bucket{i}")
+        run(zt, small + extra + ["--log-dir", d], expect_rc=0)
+        with open(os.path.join(d, "rank0.jsonl")) as f:
+            calls.append([json.loads(line)["comm"]["reduce_scatter"]["calls"] for line in f])
+    assert calls[0] == calls[1] == [1] and calls[2] == [3], calls
     print("ok: DeepSpeed keys map onto zerotrain options in DeepSpeed's units")
 
 
