@@ -49,7 +49,21 @@ static zt_status read_at(int fd, void *buf, size_t n, size_t off, const char *pa
     return ZT_OK;
 }
 
+/* Rank file r has the size the manifest gives, checked before any buffer
+ * sized by the manifest is allocated (a manifest may claim any size). */
+static zt_status check_file_size(const zt_ckpt_info *info, int r, zt_error *err) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/rank%d.bin", info->dir, r);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return ZT_FAIL(err, ZT_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
+    if ((size_t)sb.st_size != ckpt_rank_file_bytes(info))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s: %lld bytes, the manifest says %zu (truncated or replaced)", path,
+                       (long long)sb.st_size, ckpt_rank_file_bytes(info));
+    return ZT_OK;
+}
+
 zt_status ckpt_read_block(const zt_ckpt_info *info, int r, int u, int kind, void *buf, zt_error *err) {
+    ZT_TRY(check_file_size(info, r, err));
     char path[1200];
     snprintf(path, sizeof path, "%s/rank%d.bin", info->dir, r);
     int fd = open(path, O_RDONLY);
@@ -61,12 +75,6 @@ zt_status ckpt_read_block(const zt_ckpt_info *info, int r, int u, int kind, void
     if (st == ZT_OK && memcmp(header, want, CKPT_HEADER) != 0)
         st = ZT_FAIL(err, ZT_ERR_INVALID, "%s: its header does not match the manifest (damaged)", path);
     if (st == ZT_OK) st = read_at(fd, buf, n, ckpt_block_offset(info, u, kind), path, err);
-    if (st == ZT_OK) {
-        off_t end = lseek(fd, 0, SEEK_END);
-        if (end >= 0 && (size_t)end != ckpt_rank_file_bytes(info))
-            st = ZT_FAIL(err, ZT_ERR_INVALID, "%s: %lld bytes, the manifest says %zu (truncated or replaced)", path,
-                         (long long)end, ckpt_rank_file_bytes(info));
-    }
     close(fd);
     ZT_TRY(st);
     char mine[17];
@@ -74,19 +82,6 @@ zt_status ckpt_read_block(const zt_ckpt_info *info, int r, int u, int kind, void
     if (strcmp(mine, block_hash(info, r, u, kind)) != 0)
         return ZT_FAIL(err, ZT_ERR_INVALID, "%s: the %s of unit %d do not match their checksum (corrupted)", path,
                        kind_name(kind), u);
-    return ZT_OK;
-}
-
-/* Rank file r has the size the manifest gives, checked before any buffer
- * sized by the manifest is allocated (a manifest may claim any size). */
-static zt_status check_file_size(const zt_ckpt_info *info, int r, zt_error *err) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/rank%d.bin", info->dir, r);
-    struct stat sb;
-    if (stat(path, &sb) != 0) return ZT_FAIL(err, ZT_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
-    if ((size_t)sb.st_size != ckpt_rank_file_bytes(info))
-        return ZT_FAIL(err, ZT_ERR_INVALID, "%s: %lld bytes, the manifest says %zu (truncated or replaced)", path,
-                       (long long)sb.st_size, ckpt_rank_file_bytes(info));
     return ZT_OK;
 }
 

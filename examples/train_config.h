@@ -44,7 +44,7 @@ typedef struct {
      * ZT_TEST_EXIT_RANK / ZT_TEST_EXIT_STEP make that rank exit abruptly. */
     int test_exit_rank, test_exit_step;
     /* ZT_TEST_KILL_SAVE=STEP:RANK:POINT: that rank dies (SIGKILL) at the
-     * POINT-th step of that save (zt_ckpt_point); ZT_TEST_SAVE_POINTS=1
+     * POINT-th crash point of that save (zt_ckpt_hooks); ZT_TEST_SAVE_POINTS=1
      * prints every point a save passes. */
     int test_kill_step, test_kill_rank, test_kill_point, test_list_points;
     /* which options were given (by flag or config file), by option index */
