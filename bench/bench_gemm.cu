@@ -1,9 +1,10 @@
 /* The bf16 GEMM peak of this GPU through cuBLAS (bf16 inputs, fp32
- * accumulate), the denominator of MFU in bench/gpu_check.sh; and, for
- * comparison, the rate of the path the model's matmuls take with
- * --dtype bf16: fp32 A, B, C with CUBLAS_COMPUTE_32F_FAST_16BF (operands
- * rounded to bf16 inside the kernel, fp32 accumulate; the backend issues it
- * through cuBLASLt, which cublasGemmEx uses underneath). The MFU
+ * accumulate), the denominator of MFU in bench/gpu_check.sh, and the shape
+ * of the model's --dtype bf16 matmuls (the CUDA backend's bf16 table passes
+ * bf16 A and B with CUBLAS_COMPUTE_32F through cuBLASLt, which cublasGemmEx
+ * uses underneath); and, for comparison, the fp32 table's path with
+ * zt_backend.matmul_bf16 set: fp32 A, B, C with CUBLAS_COMPUTE_32F_FAST_16BF
+ * (operands rounded to bf16 inside the kernel, fp32 accumulate). The MFU
  * denominator stays the bf16 peak.
  *   bench_gemm [M=N=K, default 8192] [iterations, default 50]
  * Prints "bf16_gemm_tflops <value>", then "fast16bf_f32io_gemm_tflops <value>". */
@@ -97,7 +98,7 @@ int main(int argc, char **argv) {
     cudaFree(b);
     cudaFree(c);
 
-    /* fp32 in and out, bf16 tensor-core math: the model's --dtype bf16 path. */
+    /* fp32 in and out, bf16 tensor-core math: the fp32 table with matmul_bf16. */
     float *fa, *fb, *fc;
     CHECK(cudaMalloc((void **)&fa, elems * 4), "cudaMalloc");
     CHECK(cudaMalloc((void **)&fb, elems * 4), "cudaMalloc");

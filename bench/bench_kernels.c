@@ -58,13 +58,13 @@ static void run(kernel_id k, bufs *u) {
     case K_ATT_F: o->attention_fwd(&g_s, u->y, u->att, u->qkv, B, T, C, NH); break;
     case K_ATT_B_GEMM:
         o->attention_bwd(&g_s, u->dqkv, u->datt, u->dy, u->qkv, u->att, B, T, C, NH, u->scratch,
-                         (size_t)NH * T * T);
+                         (size_t)NH * T * T * sizeof(float));
         break;
     case K_ATT_B_ROWS: o->attention_bwd(&g_s, u->dqkv, u->datt, u->dy, u->qkv, u->att, B, T, C, NH, NULL, 0); break;
     /* --attention fused: lse [B,NH,T] in the front of the att buffer */
     case K_ATT_FUSED_F: o->attention_fused_fwd(&g_s, u->y, u->att, u->qkv, B, T, C, NH); break;
     case K_ATT_FUSED_B:
-        o->attention_fused_bwd(&g_s, u->dqkv, u->datt, u->dy, u->qkv, u->y, u->att, B, T, C, NH);
+        o->attention_fused_bwd(&g_s, u->dqkv, u->datt, u->dy, u->qkv, u->y, u->att, B, T, C, NH, NULL, 0);
         break;
     case K_GELU_F: o->gelu_fwd(&g_s, u->y, u->x, (size_t)N * C); break;
     case K_GELU_B: o->gelu_bwd(&g_s, u->dx, u->x, u->dy, (size_t)N * C); break;

@@ -2,7 +2,9 @@
 # GPU check of zerotrain, for a machine with one NVIDIA GPU (H100/H200, sm_90).
 #   bench/gpu_check.sh OUT_DIR
 # Builds for sm_90 and runs, writing a log and a short table into OUT_DIR:
-#   1. every CUDA kernel against the CPU reference (tests/test_cuda_ops);
+#   1. every CUDA kernel against the CPU reference (tests/test_cuda_ops): the
+#      fp32 table, and the bf16 and fp16 tables against the CPU's bf16 and
+#      fp16 tables (its groups ending in 16);
 #   2. 200 steps on the GPU in bf16 vs the CPU in fp32: loss curves within 2%;
 #   3. stages 0-3 against each other at np=1, and at np=2 sharing the GPU
 #      (MPI with host staging, since NCCL refuses two ranks on one GPU), and
@@ -11,7 +13,9 @@
 #   3c. per-kernel times at one GPT-2-small block's shapes (kernels_time.md);
 #   4. a GPT-2-small-sized run (12 layers, d_model 768, 12 heads, seq 1024) at
 #      world size 1: tokens/s, MFU against the measured bf16 GEMM peak, and
-#      per-rank peak memory; 4b. the same with --attention fused (memory saved,
+#      per-rank peak memory, on the bf16 kernel table (no unit widened to an
+#      "fp32 view"; activations half of fp32's but for the fp32 statistics);
+#      4b. the same with --attention fused (memory saved,
 #      speed paid, losses within 1%);
 #   5. compute-sanitizer's racecheck and memcheck on the kernel test, for at
 #      most 150 s (where the machine lets the sanitizer attach).
@@ -106,6 +110,16 @@ run=launch/zt-run
 stamp "1. kernels vs CPU"
 if $bdir/tests/test_cuda_ops > "$out/kernels.log" 2>&1; then result "kernels vs CPU (fp32 < 1e-5, bf16 < 1e-2)" PASS "$(tail -1 "$out/kernels.log")"
 else result "kernels vs CPU" FAIL "$(tail -3 "$out/kernels.log" | tr '\n' ' ')"; fi
+# The bf16 and fp16 tables' share of it: ops against the CPU's 16-bit tables
+# (2 ulps of max|cpu| for 16-bit outputs, 1e-5 for fp32 ones).
+n16=$(grep -c -E '^ok .* (bf16|fp16)( |$)' "$out/kernels.log")
+f16=$(grep -c -E '^FAIL .* (bf16|fp16)' "$out/kernels.log")
+worst16=$(grep -o -E '[0-9.]+ ulps of max' "$out/kernels.log" | sort -g | tail -1 | cut -d' ' -f1)
+if [ "$n16" -gt 0 ] && [ "$f16" = 0 ]; then
+  result "bf16 and fp16 kernel tables vs the CPU's (<= 2 ulps)" PASS "$n16 checks, worst ${worst16:-?} ulps"
+else
+  result "bf16 and fp16 kernel tables vs the CPU's" FAIL "$n16 passed, $f16 failed"
+fi
 
 stamp "2. GPU bf16 vs CPU fp32, $steps_curve steps"
 timeout 180 $zt --device cuda --dtype bf16 --steps $steps_curve --quiet --log-dir "$out/gpu_bf16" 2> "$out/gpu_bf16.err"
@@ -225,6 +239,26 @@ except Exception:
     driver = ""
 print(f"| GPT-2-small ({L}x768, seq 1024, {P/1e6:.1f}M params, bf16, np=1) | INFO | {tps:.0f} tokens/s, MFU {mfu:.1%} of {peak:.0f} TFLOP/s bf16 GEMM peak, "
       f"peak memory {r['peak_bytes']/2**30:.2f} GiB (activations {r['peak_by_category']['activations']/2**30:.2f} GiB){driver} |")
+PY
+
+# The run above used the bf16 kernel table: a unit widened for fp32 kernels
+# would have an "fp32 view" allocation, and activations in bf16 are about
+# half of fp32's (the fp32 statistics aside).
+python3 - "$out" <<'PY' >> "$out/results.md" || fail=1
+import json, sys
+out = sys.argv[1]
+try:
+    labels = json.load(open(f"{out}/gpt2s/labels_rank0.json"))["device"]
+    s = json.load(open(f"{out}/gpt2s/summary.json"))
+except Exception as e:
+    print(f"| GPT-2-small runs on the bf16 kernels | FAIL | {e} |"); sys.exit(1)
+views = [l["label"] for l in labels if "fp32 view" in l["label"]]
+acts = sum(l["peak_bytes"] for l in labels if l["category"] == "activations")
+status = "PASS" if labels and not views else "FAIL"
+print(f"| GPT-2-small runs on the bf16 kernels (no fp32 view) | {status} | {len(views)} fp32 view labels of "
+      f"{len(labels)}; activations peak {s['ranks'][0]['peak_by_category']['activations']/2**30:.2f} GiB "
+      f"(labels: {acts/2**30:.2f} GiB) |")
+sys.exit(0 if status == "PASS" else 1)
 PY
 
 stamp "4b. GPT-2-small with --attention fused (probabilities recomputed)"

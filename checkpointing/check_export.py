@@ -20,7 +20,7 @@ if os.path.exists(os.path.join(ckpt, "latest")):
     ckpt = os.path.join(ckpt, open(os.path.join(ckpt, "latest")).read().strip())
 manifest = json.load(open(os.path.join(ckpt, "manifest.json")))
 tensors = load_file(model)
-dsize = 2 if manifest["dtype"] == "bf16" else 4
+dsize = 4 if manifest["dtype"] == "fp32" else 2
 offset = 32  # file header
 checked = 0
 for unit in manifest["units"]:

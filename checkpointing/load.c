@@ -65,6 +65,20 @@ static zt_status fail_together(zt_comm *comm, const char *step_dir, zt_status st
     return st;
 }
 
+/* The loss scaler continues where the checkpoint left it when it was
+ * saved by an fp16 run and this run is fp16 too; otherwise the fresh run's
+ * scaler stands (another dtype's scale of 1 means nothing to fp16). The
+ * count of skipped steps carries over either way. */
+static void restore_scaler(zt_engine *eng, zt_dtype saved, const json_t *s) {
+    if (!s) return;
+    eng->scaler.skipped_steps = (long)json_integer_value(json_object_get(s, "skipped_steps"));
+    if (eng->cfg.dtype != ZT_FP16 || saved != ZT_FP16) return;
+    eng->scaler.scale = json_number_value(json_object_get(s, "scale"));
+    eng->scaler.good_steps = (int)json_integer_value(json_object_get(s, "good_steps"));
+    eng->scaler.hysteresis_left = (int)json_integer_value(json_object_get(s, "hysteresis_left"));
+    eng->scaler.consecutive_skips = (int)json_integer_value(json_object_get(s, "consecutive_skips"));
+}
+
 zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *step_dir, const json_t *expect_model, int *step,
                        zt_error *err) {
     zt_ckpt_info info;
@@ -81,6 +95,7 @@ zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *step_dir, cons
     if (st == ZT_OK) {
         *step = info.step;
         eng->steps_taken = (int)json_integer_value(json_object_get(info.manifest, "optimizer_steps"));
+        restore_scaler(eng, info.dtype, json_object_get(info.manifest, "loss_scaler"));
     }
     zt_ckpt_close(&info);
     return st;

@@ -120,6 +120,19 @@ static int file_ok(const zt_ckpt_info *info, const json_t *fj, int r) {
     return json_is_integer(bytes) && (size_t)json_integer_value(bytes) == ckpt_rank_file_bytes(info);
 }
 
+/* The loss scaler's state: {scale > 0, good_steps, hysteresis_left >= 1,
+ * skipped_steps, consecutive_skips}; absent in checkpoints of runs before
+ * mixed precision (their scale was 1). */
+static int scaler_ok(const json_t *s) {
+    const json_t *scale = json_object_get(s, "scale");
+    if (!s) return 1;
+    return json_is_object(s) && json_is_number(scale) && json_number_value(scale) > 0 &&
+           json_number_value(scale) < 1e300 && int_in(json_object_get(s, "good_steps"), 0, INT_MAX) &&
+           int_in(json_object_get(s, "hysteresis_left"), 1, INT_MAX) &&
+           int_in(json_object_get(s, "skipped_steps"), 0, INT_MAX) &&
+           int_in(json_object_get(s, "consecutive_skips"), 0, INT_MAX);
+}
+
 /* The scalar fields; sets world_size, step, dtype. */
 static const char *header_problem(const json_t *m, zt_ckpt_info *info) {
     const char *fmt = json_string_value(json_object_get(m, "format"));
@@ -130,11 +143,11 @@ static const char *header_problem(const json_t *m, zt_ckpt_info *info) {
     const char *dt = json_string_value(json_object_get(m, "dtype"));
     if (!int_in(json_object_get(m, "world_size"), 1, 1 << 20) || !int_in(json_object_get(m, "step"), 0, INT_MAX) ||
         !int_in(json_object_get(m, "optimizer_steps"), 0, INT_MAX) || !int_in(json_object_get(m, "stage"), 0, 3) ||
-        !dt || (strcmp(dt, "fp32") != 0 && strcmp(dt, "bf16") != 0) || !json_is_object(json_object_get(m, "run")))
+        !dt || !zt_dtype_parse(dt, &info->dtype) || !json_is_object(json_object_get(m, "run")))
         return "a missing or out-of-range field (world_size, step, optimizer_steps, stage, dtype or run)";
+    if (!scaler_ok(json_object_get(m, "loss_scaler"))) return "a missing or out-of-range loss_scaler";
     info->world_size = (int)json_integer_value(json_object_get(m, "world_size"));
     info->step = (int)json_integer_value(json_object_get(m, "step"));
-    info->dtype = strcmp(dt, "bf16") == 0 ? ZT_BF16 : ZT_FP32;
     return NULL;
 }
 

@@ -145,6 +145,11 @@ static json_t *manifest_json(const saver *s, const json_t *run_info, const unsig
     json_object_set_new(m, "version", json_integer(ZT_CKPT_VERSION));
     json_object_set_new(m, "step", json_integer(s->step));
     json_object_set_new(m, "optimizer_steps", json_integer(eng->steps_taken));
+    const zt_loss_scaler *ls = &eng->scaler;
+    json_object_set_new(m, "loss_scaler",
+                        json_pack("{s:f,s:i,s:i,s:I,s:i}", "scale", ls->scale, "good_steps", ls->good_steps,
+                                  "hysteresis_left", ls->hysteresis_left, "skipped_steps",
+                                  (json_int_t)ls->skipped_steps, "consecutive_skips", ls->consecutive_skips));
     json_object_set_new(m, "world_size", json_integer(N));
     json_object_set_new(m, "stage", json_integer(eng->cfg.stage));
     json_object_set_new(m, "dtype", json_string(zt_dtype_name(eng->cfg.dtype)));

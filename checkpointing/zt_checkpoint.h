@@ -92,9 +92,9 @@ zt_status zt_ckpt_verify(const zt_ckpt_info *info, zt_error *err);
 zt_status zt_ckpt_read_range(const zt_ckpt_info *info, int u, int kind, size_t lo, size_t hi, float *dst,
                              zt_error *err);
 
-/* Writes the checkpoint's consolidated fp32 master values (bf16: rounded) as
+/* Writes the checkpoint's consolidated fp32 master values (bf16, fp16: rounded) as
  * one safetensors file, atomically: out.tmp, every write checked, fsync,
  * rename. Nothing is left at out on failure. */
-zt_status zt_export_safetensors(const char *dir, const char *out, int bf16, zt_error *err);
+zt_status zt_export_safetensors(const char *dir, const char *out, zt_dtype dtype, zt_error *err);
 
 #endif

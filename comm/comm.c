@@ -35,13 +35,14 @@ zt_status zt_comm_all_gather_start(zt_comm *c, const void *send, void *recv, siz
     return ZT_OK;
 }
 
-zt_status zt_comm_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out, size_t count,
-                                       void *ready, zt_comm_handle *h, zt_error *err) {
-    ZT_TRY(begin(h, ZT_COLL_REDUCE_SCATTER, count * sizeof(float) * (size_t)c->world_size, err));
+zt_status zt_comm_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out, size_t count,
+                                       zt_dtype dtype, void *ready, zt_comm_handle *h, zt_error *err) {
+    ZT_TRY(begin(h, ZT_COLL_REDUCE_SCATTER, count * zt_dtype_size(dtype) * (size_t)c->world_size, err));
     h->staging = staging;
     h->out = out;
     h->count = count;
-    ZT_TRY(c->ops->reduce_scatter_start(c, send, staging, out, count, ready, h, err));
+    h->dtype = dtype;
+    ZT_TRY(c->ops->reduce_scatter_start(c, send, staging, out, count, dtype, ready, h, err));
     h->active = 1;
     return ZT_OK;
 }

@@ -60,13 +60,15 @@ static zt_status mpi_all_gather_start(zt_comm *c, const void *send, void *recv, 
     return ZT_OK;
 }
 
-static zt_status mpi_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out, size_t count,
-                                          void *ready, zt_comm_handle *h, zt_error *err) {
+static zt_status mpi_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out, size_t count,
+                                          zt_dtype dtype, void *ready, zt_comm_handle *h, zt_error *err) {
     (void)out;
     ZT_TRY(check_host_ready(ready, "reduce_scatter", err));
     ZT_TRY(check_int(count, "reduce_scatter", err));
     ZT_TRY(new_request(h, err));
-    int rc = MPI_Ialltoall(send, (int)count, MPI_FLOAT, staging, (int)count, MPI_FLOAT, world_of(c), h->impl_req);
+    /* 16-bit values travel as their bits; only the sum interprets them. */
+    MPI_Datatype t = dtype == ZT_FP32 ? MPI_FLOAT : MPI_UINT16_T;
+    int rc = MPI_Ialltoall(send, (int)count, t, staging, (int)count, t, world_of(c), h->impl_req);
     if (rc != MPI_SUCCESS) {
         free(h->impl_req);
         h->impl_req = NULL;
@@ -81,12 +83,14 @@ static zt_status mpi_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
     h->impl_req = NULL;
     if (rc != MPI_SUCCESS) return mpi_fail(err, rc, zt_coll_name(h->kind), __FILE__, __LINE__);
     if (h->kind == ZT_COLL_REDUCE_SCATTER) {
-        /* The fixed summation order: rank 0's chunk, + rank 1's, + ... */
+        /* The fixed summation order, in fp32: rank 0's chunk, + rank 1's, + ... */
         size_t n = h->count;
-        memcpy(h->out, h->staging, n * sizeof(float));
-        for (int r = 1; r < c->world_size; r++) {
-            const float *src = h->staging + (size_t)r * n;
-            for (size_t i = 0; i < n; i++) h->out[i] += src[i];
+        for (int r = 0; r < c->world_size; r++) {
+            const char *chunk = (const char *)h->staging + (size_t)r * n * zt_dtype_size(h->dtype);
+            for (size_t i = 0; i < n; i++) {
+                float v = zt_dtype_load(chunk, h->dtype, i);
+                h->out[i] = r == 0 ? v : h->out[i] + v;
+            }
         }
     }
     return ZT_OK;

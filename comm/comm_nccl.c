@@ -134,20 +134,24 @@ static zt_status nccl_all_gather_start(zt_comm *c, const void *send, void *recv,
     return end_req(h, m->ag_stream, err);
 }
 
-static zt_status nccl_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out,
-                                           size_t count, void *ready, zt_comm_handle *h, zt_error *err) {
+static zt_status nccl_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out,
+                                           size_t count, zt_dtype dtype, void *ready, zt_comm_handle *h,
+                                           zt_error *err) {
     nccl_impl *m = impl_of(c);
     harvest(c, 0);
     ZT_TRY(begin_req(m->rs_stream, ready, h, err));
+    size_t chunk = count * zt_dtype_size(dtype);
+    ncclDataType_t t = dtype == ZT_FP32 ? ncclFloat : dtype == ZT_BF16 ? ncclBfloat16 : ncclFloat16;
     ncclResult_t rc = ncclGroupStart();
     for (int r = 0; r < c->world_size && rc == ncclSuccess; r++) {
-        rc = ncclSend(send + (size_t)r * count, count, ncclFloat, r, m->nccl, m->rs_stream);
-        if (rc == ncclSuccess) rc = ncclRecv(staging + (size_t)r * count, count, ncclFloat, r, m->nccl, m->rs_stream);
+        rc = ncclSend((const char *)send + (size_t)r * chunk, count, t, r, m->nccl, m->rs_stream);
+        if (rc == ncclSuccess)
+            rc = ncclRecv((char *)staging + (size_t)r * chunk, count, t, r, m->nccl, m->rs_stream);
     }
     ncclResult_t end_rc = ncclGroupEnd(); /* always closes the group */
     if (rc == ncclSuccess) rc = end_rc;
     if (rc != ncclSuccess) return fail_req(h, rc, "reduce-scatter (grouped ncclSend/ncclRecv)", err);
-    cudaError_t crc = zt_nccl_ordered_sum(out, staging, count, c->world_size, m->rs_stream);
+    cudaError_t crc = zt_nccl_ordered_sum(out, staging, (int)dtype, count, c->world_size, m->rs_stream);
     if (crc != cudaSuccess) {
         (void)cudaStreamSynchronize(m->rs_stream); /* the exchange is queued into staging */
         free_req(h->impl_req);

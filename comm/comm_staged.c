@@ -170,16 +170,18 @@ static zt_status staged_all_gather_start(zt_comm *c, const void *send, void *rec
     return ZT_OK;
 }
 
-static zt_status staged_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out,
-                                             size_t count, void *ready, zt_comm_handle *h, zt_error *err) {
+static zt_status staged_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out,
+                                             size_t count, zt_dtype dtype, void *ready, zt_comm_handle *h,
+                                             zt_error *err) {
     (void)staging; /* the device staging is replaced by host staging */
     staged_impl *m = impl_of(c);
     ZT_TRY(wait_ready(ready, err));
-    size_t N = (size_t)c->world_size, bytes = count * sizeof(float);
+    size_t N = (size_t)c->world_size, chunk = count * zt_dtype_size(dtype), bytes = count * sizeof(float);
     staged_req *r = NULL;
-    ZT_TRY(new_req(c, bytes * (2 * N + 1), &r, err)); /* send | received chunks | sum */
-    float *hsend = (float *)r->owned, *hrecv = hsend + N * count, *hout = hrecv + N * count;
-    cudaError_t rc = cudaMemcpy(hsend, send, bytes * N, cudaMemcpyDefault);
+    ZT_TRY(new_req(c, chunk * 2 * N + bytes, &r, err)); /* send | received chunks | fp32 sum */
+    char *hsend = r->owned, *hrecv = hsend + N * chunk;
+    float *hout = (float *)(hrecv + N * chunk);
+    cudaError_t rc = cudaMemcpy(hsend, send, chunk * N, cudaMemcpyDefault);
     if (rc != cudaSuccess) {
         free_req(c, r);
         return ZT_FAIL(err, ZT_ERR_COMM, "staging copy failed: %s", cudaGetErrorString(rc));
@@ -188,7 +190,8 @@ static zt_status staged_reduce_scatter_start(zt_comm *c, const float *send, floa
     r->mpi.staging = hrecv;
     r->mpi.out = hout;
     r->mpi.count = count;
-    zt_status st = m->host.ops->reduce_scatter_start(&m->host, hsend, hrecv, hout, count, NULL, &r->mpi, err);
+    r->mpi.dtype = dtype;
+    zt_status st = m->host.ops->reduce_scatter_start(&m->host, hsend, hrecv, hout, count, dtype, NULL, &r->mpi, err);
     if (st != ZT_OK) {
         free_req(c, r);
         return st;

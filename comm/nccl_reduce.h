@@ -9,9 +9,11 @@
 extern "C" {
 #endif
 
-/* out[count] = sum over r = 0..world-1 (in that order) of staging[r * count + i],
- * enqueued on stream. */
-cudaError_t zt_nccl_ordered_sum(float *out, const float *staging, size_t count, int world, cudaStream_t stream);
+/* out[count] (fp32) = sum over r = 0..world-1 (in that order, in fp32) of
+ * staging[r * count + i], whose elements are fp32, bf16 or fp16 (dtype: a
+ * zt_dtype), enqueued on stream. */
+cudaError_t zt_nccl_ordered_sum(float *out, const void *staging, int dtype, size_t count, int world,
+                                cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 
+#include "zt_dtype.h"
 #include "zt_error.h"
 #include "zt_trace.h"
 
@@ -42,10 +43,12 @@ typedef struct {
     double t_start;
     size_t bytes;
     void *impl_req;  /* implementation request (MPI_Request) */
-    /* reduce-scatter completion: out[count] = sum over ranks of staging[r][count] */
-    const float *staging;
+    /* reduce-scatter completion: out[count] (fp32) = sum over ranks of
+     * staging[r][count] (dtype), added in fp32 */
+    const void *staging;
     float *out;
     size_t count;
+    zt_dtype dtype;
 } zt_comm_handle;
 
 /* One implementation of the collectives (MPI on host buffers, NCCL on
@@ -57,8 +60,8 @@ typedef struct {
     int takes_events;
     zt_status (*all_gather_start)(struct zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
                                   void *ready, zt_comm_handle *h, zt_error *err);
-    zt_status (*reduce_scatter_start)(struct zt_comm *c, const float *send, float *staging, float *out,
-                                      size_t count, void *ready, zt_comm_handle *h, zt_error *err);
+    zt_status (*reduce_scatter_start)(struct zt_comm *c, const void *send, void *staging, float *out,
+                                      size_t count, zt_dtype dtype, void *ready, zt_comm_handle *h, zt_error *err);
     /* Blocks until h completes (and, for reduce-scatter, out holds the sum). */
     zt_status (*wait)(struct zt_comm *c, zt_comm_handle *h, zt_error *err);
     /* Orders work queued later on `stream` (a cudaStream_t) after h without
@@ -124,10 +127,12 @@ zt_status zt_comm_progress(zt_comm *c, zt_comm_handle *h, zt_error *err);
 zt_status zt_comm_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank, void *ready,
                                    zt_comm_handle *h, zt_error *err);
 /* send[N * count] (chunk r goes to rank r) -> out[count] = sum over ranks in
- * rank order. staging[N * count] receives the chunks and must stay untouched
- * until zt_comm_wait; out may alias neither. */
-zt_status zt_comm_reduce_scatter_start(zt_comm *c, const float *send, float *staging, float *out, size_t count,
-                                       void *ready, zt_comm_handle *h, zt_error *err);
+ * rank order. send and staging are in `dtype` (what travels: fp32, or a
+ * 16-bit dtype at half the bytes); the sum is accumulated in fp32 and out is
+ * fp32 either way. staging[N * count] receives the chunks and must stay
+ * untouched until zt_comm_wait; out may alias neither. */
+zt_status zt_comm_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out, size_t count,
+                                       zt_dtype dtype, void *ready, zt_comm_handle *h, zt_error *err);
 /* Blocks the host until h completes; its outputs are then valid everywhere. */
 zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err);
 /* Completes h for the work queued on `stream` (zt_stream.handle: a

@@ -123,45 +123,80 @@ void zt_gpt_init_param(void *arg, int unit, int param, float *dst) {
     for (size_t i = 0; i < ps->numel; i++) dst[i] = stddev > 0.0f ? stddev * zt_rng_normal(&r) : fill;
 }
 
-zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int T) {
-    size_t BT = (size_t)B * T, C = (size_t)cfg->d_model, NH = (size_t)cfg->heads;
+/* Places an array of n elements of `size` bytes at *o, on a 4-byte
+ * boundary (fp32 statistics after an odd number of 16-bit values; in fp32
+ * nothing moves). */
+static size_t place(size_t *o, size_t n, size_t size) {
+    size_t at = (*o + 3) & ~(size_t)3;
+    *o = at + n * size;
+    return at;
+}
+
+zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act) {
+    size_t BT = (size_t)B * T, C = (size_t)cfg->d_model, NH = (size_t)cfg->heads, d = zt_dtype_size(act);
     zt_gpt_block_layout l;
     size_t o = 0;
-    l.ln1 = o; o += BT * C;
-    l.ln1_mean = o; o += BT;
-    l.ln1_rstd = o; o += BT;
-    l.qkv = o; o += BT * 3 * C;
-    l.att = o; o += (size_t)B * NH * T * (cfg->attention_fused ? 1 : (size_t)T);
-    l.atty = o; o += BT * C;
-    l.res2 = o; o += BT * C;
-    l.ln2 = o; o += BT * C;
-    l.ln2_mean = o; o += BT;
-    l.ln2_rstd = o; o += BT;
-    l.fch = o; o += BT * 4 * C;
-    l.fch_gelu = o; o += BT * 4 * C;
-    l.res3 = o; o += BT * C;
-    l.total = o;
+    l.ln1 = place(&o, BT * C, d);
+    l.ln1_mean = place(&o, BT, 4);
+    l.ln1_rstd = place(&o, BT, 4);
+    l.qkv = place(&o, BT * 3 * C, d);
+    if (cfg->attention_fused) l.att = place(&o, (size_t)B * NH * T, 4); /* lse, fp32 */
+    else l.att = place(&o, (size_t)B * NH * T * T, d);
+    l.atty = place(&o, BT * C, d);
+    l.res2 = place(&o, BT * C, d);
+    l.ln2 = place(&o, BT * C, d);
+    l.ln2_mean = place(&o, BT, 4);
+    l.ln2_rstd = place(&o, BT, 4);
+    l.fch = place(&o, BT * 4 * C, d);
+    l.fch_gelu = place(&o, BT * 4 * C, d);
+    l.res3 = place(&o, BT * C, d);
+    l.total = (o + 3) & ~(size_t)3;
     return l;
 }
 
-static zt_status alloc_f32(zt_ctx *ctx, zt_tensor *t, size_t numel, zt_category cat, const char *label) {
-    int64_t shape[1] = {(int64_t)numel};
+zt_gpt_head_layout zt_gpt_head_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act) {
+    size_t N = (size_t)B * T, d = zt_dtype_size(act), o = 0;
+    zt_gpt_head_layout h;
+    h.lnf = place(&o, N * (size_t)cfg->d_model, d);
+    h.lnf_mean = place(&o, N, 4);
+    h.lnf_rstd = place(&o, N, 4);
+    h.probs = place(&o, N * (size_t)cfg->vocab, d);
+    h.losses = place(&o, N, 4);
+    h.total = (o + 3) & ~(size_t)3;
+    return h;
+}
+
+size_t zt_gpt_backward_workspace_bytes(const zt_gpt_config *cfg, int B, int T, zt_dtype act) {
+    size_t NC = (size_t)B * T * cfg->d_model, o = 0;
+    place(&o, NC * 14, zt_dtype_size(act));
+    place(&o, (size_t)B * cfg->heads * T, 4);
+    return (o + 3) & ~(size_t)3;
+}
+
+/* An activation buffer of `bytes` (element type: the layout's business). */
+static zt_status alloc_bytes(zt_ctx *ctx, zt_tensor *t, size_t bytes, zt_category cat, const char *label) {
+    int64_t shape[1] = {(int64_t)((bytes + 3) / 4)};
     return zt_tensor_alloc(t, &ctx->device_mem, ctx->be->device, ZT_FP32, 1, shape, cat, label, &ctx->err);
 }
 
-/* Output [B,T,C] of block l: kept alone under recompute, else inside its activations. */
-static const float *block_output(const zt_gpt *g, int l, const zt_gpt_block_layout *lay) {
-    return g->cfg.recompute ? zt_f32(&g->block_out[l]) : zt_f32(&g->block_acts[l]) + lay->res3;
+/* Byte offset `off` into tensor t. */
+static char *at(const zt_tensor *t, size_t off) { return (char *)t->data + off; }
+
+/* Output [B,T,C] act of block l: kept alone under recompute, else inside its activations. */
+static const void *block_output(const zt_gpt *g, int l, const zt_gpt_block_layout *lay) {
+    return g->cfg.recompute ? g->block_out[l].data : at(&g->block_acts[l], lay->res3);
 }
 
-/* Input [B,T,C] of block l. */
-static const float *block_input(const zt_gpt *g, int l, const zt_gpt_block_layout *lay) {
-    return l > 0 ? block_output(g, l - 1, lay) : zt_f32(&g->encoded);
+/* Input [B,T,C] act of block l. */
+static const void *block_input(const zt_gpt *g, int l, const zt_gpt_block_layout *lay) {
+    return l > 0 ? block_output(g, l - 1, lay) : g->encoded.data;
 }
 
-static const float *param_ptr(const zt_gpt *g, const float *unit_base, int unit, int param) {
-    return unit_base + g->spec->units[unit].params[param].offset;
+/* Parameter `param` of `unit` in a gathered unit (compute dtype). */
+static const void *param_ptr(const zt_gpt *g, const void *unit_base, int unit, int param) {
+    return (const char *)unit_base + g->spec->units[unit].params[param].offset * zt_dtype_size(g->act);
 }
+/* Its gradient in the unit's fp32 gradient buffer. */
 static float *grad_ptr(const zt_gpt *g, float *unit_base, int unit, int param) {
     return unit_base + g->spec->units[unit].params[param].offset;
 }
@@ -215,32 +250,32 @@ void zt_gpt_free_activations(zt_gpt *g, zt_engine *eng) {
 }
 
 /* One block's forward from x[B,T,C] into its activation buffer (res3 is the output). */
-static void block_forward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, float *acts,
-                          const zt_gpt_block_layout *lay, const float *x, const float *w, int u) {
+static void block_forward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, char *acts,
+                          const zt_gpt_block_layout *lay, const void *x, const void *w, int u) {
     int B = g->B, T = g->T, C = g->cfg.d_model, NH = g->cfg.heads, N = B * T;
 #define W(p) param_ptr(g, w, u, p)
-    ops->layernorm_fwd(s, acts + lay->ln1, acts + lay->ln1_mean, acts + lay->ln1_rstd, x, W(GPT_LN1_W),
-                       W(GPT_LN1_B), N, C);
-    ops->matmul_fwd(s, acts + lay->qkv, acts + lay->ln1, W(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * C);
-    if (g->cfg.attention_fused)
-        ops->attention_fused_fwd(s, acts + lay->atty, acts + lay->att, acts + lay->qkv, B, T, C, NH);
-    else
-        ops->attention_fwd(s, acts + lay->atty, acts + lay->att, acts + lay->qkv, B, T, C, NH);
-    ops->matmul_fwd(s, acts + lay->res2, acts + lay->atty, W(GPT_ATTPROJ_W), W(GPT_ATTPROJ_B), N, C, C);
-    ops->residual_fwd(s, acts + lay->res2, acts + lay->res2, x, (size_t)N * C);
-    ops->layernorm_fwd(s, acts + lay->ln2, acts + lay->ln2_mean, acts + lay->ln2_rstd, acts + lay->res2,
-                       W(GPT_LN2_W), W(GPT_LN2_B), N, C);
-    ops->matmul_fwd(s, acts + lay->fch, acts + lay->ln2, W(GPT_FC_W), W(GPT_FC_B), N, C, 4 * C);
-    ops->gelu_fwd(s, acts + lay->fch_gelu, acts + lay->fch, (size_t)N * 4 * C);
-    ops->matmul_fwd(s, acts + lay->res3, acts + lay->fch_gelu, W(GPT_FCPROJ_W), W(GPT_FCPROJ_B), N, 4 * C, C);
-    ops->residual_fwd(s, acts + lay->res3, acts + lay->res3, acts + lay->res2, (size_t)N * C);
+#define A(f) (acts + lay->f)
+#define F(f) ((float *)(acts + lay->f))
+    ops->layernorm_fwd(s, A(ln1), F(ln1_mean), F(ln1_rstd), x, W(GPT_LN1_W), W(GPT_LN1_B), N, C);
+    ops->matmul_fwd(s, A(qkv), A(ln1), W(GPT_QKV_W), W(GPT_QKV_B), N, C, 3 * C);
+    if (g->cfg.attention_fused) ops->attention_fused_fwd(s, A(atty), F(att), A(qkv), B, T, C, NH);
+    else ops->attention_fwd(s, A(atty), A(att), A(qkv), B, T, C, NH);
+    ops->matmul_fwd(s, A(res2), A(atty), W(GPT_ATTPROJ_W), W(GPT_ATTPROJ_B), N, C, C);
+    ops->residual_fwd(s, A(res2), A(res2), x, (size_t)N * C);
+    ops->layernorm_fwd(s, A(ln2), F(ln2_mean), F(ln2_rstd), A(res2), W(GPT_LN2_W), W(GPT_LN2_B), N, C);
+    ops->matmul_fwd(s, A(fch), A(ln2), W(GPT_FC_W), W(GPT_FC_B), N, C, 4 * C);
+    ops->gelu_fwd(s, A(fch_gelu), A(fch), (size_t)N * 4 * C);
+    ops->matmul_fwd(s, A(res3), A(fch_gelu), W(GPT_FCPROJ_W), W(GPT_FCPROJ_B), N, 4 * C, C);
+    ops->residual_fwd(s, A(res3), A(res3), A(res2), (size_t)N * C);
 #undef W
+#undef A
+#undef F
 }
 
 zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const int32_t *targets,
                          int B, int T, float *mean_loss) {
     zt_ctx *ctx = eng->ctx;
-    const zt_ops *ops = ctx->be->ops;
+    const zt_ops *ops = eng->kernels;
     zt_stream *s = &ctx->compute;
     int C = g->cfg.d_model, V = g->cfg.vocab, L = g->cfg.layers;
     if (B <= 0 || T <= 0 || T > g->cfg.seq_len)
@@ -249,11 +284,12 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
     zt_gpt_free_activations(g, eng);
     g->B = B;
     g->T = T;
-    size_t N = (size_t)B * T;
+    g->act = eng->compute_dtype;
+    size_t N = (size_t)B * T, d = zt_dtype_size(g->act);
 
-    /* Token ids live on the device; int32 has the size of a float. */
-    ZT_TRY(alloc_f32(ctx, &g->tokens, N, ZT_CAT_OTHER, "input tokens"));
-    ZT_TRY(alloc_f32(ctx, &g->targets, N, ZT_CAT_OTHER, "target tokens"));
+    /* Token ids live on the device. */
+    ZT_TRY(alloc_bytes(ctx, &g->tokens, N * sizeof(int32_t), ZT_CAT_OTHER, "input tokens"));
+    ZT_TRY(alloc_bytes(ctx, &g->targets, N * sizeof(int32_t), ZT_CAT_OTHER, "target tokens"));
     /* Through pinned staging: from the caller's pageable arrays a copy would
      * first wait for everything queued on the stream. */
     int32_t *ids = NULL; /* set by staging_take */
@@ -264,42 +300,43 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
     ZT_TRY(ctx->be->memcpy_async(ctx->be, g->targets.data, ids + N, N * 4, ZT_COPY_H2D, s, &ctx->err));
     const int32_t *dtok = g->tokens.data, *dtgt = g->targets.data;
 
-    const float *w;
-    ZT_TRY(alloc_f32(ctx, &g->encoded, N * C, ZT_CAT_ACTIVATIONS, "embedding out"));
+    const void *w;
+    ZT_TRY(alloc_bytes(ctx, &g->encoded, N * C * d, ZT_CAT_ACTIVATIONS, "embedding out"));
     ZT_TRY(zt_engine_gather(eng, g->unit_embed, &w));
-    ops->embedding_fwd(s, zt_f32(&g->encoded), dtok, param_ptr(g, w, g->unit_embed, g->p_wte),
+    ops->embedding_fwd(s, g->encoded.data, dtok, param_ptr(g, w, g->unit_embed, g->p_wte),
                        param_ptr(g, w, g->unit_embed, g->p_wpe), B, T, C);
     zt_engine_release(eng, g->unit_embed);
 
-    zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T);
+    zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T, g->act);
     for (int l = 0; l < L; l++) {
         int u = g->first_block + l;
         char label[32];
         snprintf(label, sizeof label, "block%d acts", l);
-        ZT_TRY(alloc_f32(ctx, &g->block_acts[l], lay.total, ZT_CAT_ACTIVATIONS, label));
+        ZT_TRY(alloc_bytes(ctx, &g->block_acts[l], lay.total, ZT_CAT_ACTIVATIONS, label));
         ZT_TRY(zt_engine_gather(eng, u, &w));
-        block_forward(g, s, ops, zt_f32(&g->block_acts[l]), &lay, block_input(g, l, &lay), w, u);
+        block_forward(g, s, ops, g->block_acts[l].data, &lay, block_input(g, l, &lay), w, u);
         zt_engine_release(eng, u);
         if (g->cfg.recompute) {
             /* Keep only the output (the next block's input); the rest is replayed. */
             snprintf(label, sizeof label, "block%d out", l);
-            ZT_TRY(alloc_f32(ctx, &g->block_out[l], N * C, ZT_CAT_ACTIVATIONS, label));
-            ZT_TRY(ctx->be->memcpy_async(ctx->be, g->block_out[l].data, zt_f32(&g->block_acts[l]) + lay.res3,
-                                         N * C * sizeof(float), ZT_COPY_D2D, s, &ctx->err));
+            ZT_TRY(alloc_bytes(ctx, &g->block_out[l], N * C * d, ZT_CAT_ACTIVATIONS, label));
+            ZT_TRY(ctx->be->memcpy_async(ctx->be, g->block_out[l].data, at(&g->block_acts[l], lay.res3), N * C * d,
+                                         ZT_COPY_D2D, s, &ctx->err));
             zt_tensor_free(&g->block_acts[l], &ctx->device_mem);
         }
     }
-    const float *x = L > 0 ? block_output(g, L - 1, &lay) : zt_f32(&g->encoded);
+    const void *x = L > 0 ? block_output(g, L - 1, &lay) : g->encoded.data;
 
-    /* Head: lnf [N,C] | lnf_mean [N] | lnf_rstd [N] | probs [N,V] | losses [N] */
-    ZT_TRY(alloc_f32(ctx, &g->head_acts, N * C + 2 * N + N * V + N, ZT_CAT_ACTIVATIONS, "head acts"));
-    float *lnf = zt_f32(&g->head_acts), *lnf_mean = lnf + N * C, *lnf_rstd = lnf_mean + N;
-    float *probs = lnf_rstd + N, *losses = probs + N * V;
+    zt_gpt_head_layout hl = zt_gpt_head_layout_for(&g->cfg, B, T, g->act);
+    ZT_TRY(alloc_bytes(ctx, &g->head_acts, hl.total, ZT_CAT_ACTIVATIONS, "head acts"));
+    void *lnf = at(&g->head_acts, hl.lnf), *probs = at(&g->head_acts, hl.probs);
+    float *lnf_mean = (float *)at(&g->head_acts, hl.lnf_mean), *lnf_rstd = (float *)at(&g->head_acts, hl.lnf_rstd);
+    float *losses = (float *)at(&g->head_acts, hl.losses);
     ZT_TRY(zt_engine_gather(eng, g->unit_head, &w));
-    const float *wemb = NULL;
+    const void *wemb = NULL;
     if (g->cfg.tied) ZT_TRY(zt_engine_gather(eng, g->unit_embed, &wemb));
-    const float *lm_w = g->cfg.tied ? param_ptr(g, wemb, g->unit_embed, g->p_wte)
-                                    : param_ptr(g, w, g->unit_head, g->p_lm_head);
+    const void *lm_w = g->cfg.tied ? param_ptr(g, wemb, g->unit_embed, g->p_wte)
+                                   : param_ptr(g, w, g->unit_head, g->p_lm_head);
     ops->layernorm_fwd(s, lnf, lnf_mean, lnf_rstd, x, param_ptr(g, w, g->unit_head, g->p_lnf_w),
                        param_ptr(g, w, g->unit_head, g->p_lnf_b), (int)N, C);
     ops->matmul_fwd(s, probs, lnf, lm_w, NULL, (int)N, C, V); /* logits, then probs in place */
@@ -321,90 +358,98 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
     return ZT_OK;
 }
 
+/* Gradients of activations, in the compute dtype, and the attention scratch. */
 typedef struct {
     zt_tensor buf;
-    float *dres;  /* [N,C] gradient of the residual stream, carried through the blocks */
-    float *dln;   /* [N,C] */
-    float *datty; /* [N,C] */
-    float *dqkv;  /* [N,3C] */
-    float *dfch;  /* [N,4C] */
-    float *dfchg; /* [N,4C] */
-    float *datt;  /* [B,NH,T] attention scratch */
+    void *dres;  /* [N,C] gradient of the residual stream, carried through the blocks */
+    void *dln;   /* [N,C] */
+    void *datty; /* [N,C] */
+    void *dqkv;  /* [N,3C] */
+    void *dfch;  /* [N,4C] */
+    void *dfchg; /* [N,4C] */
+    float *datt; /* [B,NH,T] fp32 attention scratch */
+    size_t elem; /* bytes per element of the compute dtype */
 } backward_ws;
 
-/* Zeroes n floats of device memory on the compute stream. */
-static void zero(zt_stream *s, float *p, size_t n) {
+/* Zeroes n elements of `size` bytes of device memory on the compute stream. */
+static void zero(zt_stream *s, void *p, size_t n, size_t size) {
     zt_error ignore = {0}; /* a memset on a valid buffer; the next sync reports device errors */
-    s->be->memset_async(s->be, p, 0, n * sizeof(float), s, &ignore);
+    s->be->memset_async(s->be, p, 0, n * size, s, &ignore);
 }
 
-static void block_backward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, const float *acts,
-                           const zt_gpt_block_layout *lay, const float *x, const float *w, float *dw,
+static void block_backward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, const char *acts,
+                           const zt_gpt_block_layout *lay, const void *x, const void *w, float *dw,
                            int u, backward_ws *ws) {
     int B = g->B, T = g->T, C = g->cfg.d_model, NH = g->cfg.heads, N = B * T;
-    size_t NC = (size_t)N * C;
+    size_t NC = (size_t)N * C, e = ws->elem;
 #define W(p) param_ptr(g, w, u, p)
 #define DW(p) grad_ptr(g, dw, u, p)
+#define A(f) (acts + lay->f)
+#define F(f) ((const float *)(acts + lay->f))
     /* res3 = res2 + fcproj(gelu(fc(ln2(res2)))): dres passes through unchanged. */
-    zero(s, ws->dfchg, NC * 4);
-    ops->matmul_bwd(s, ws->dfchg, DW(GPT_FCPROJ_W), DW(GPT_FCPROJ_B), ws->dres, acts + lay->fch_gelu,
-                    W(GPT_FCPROJ_W), N, 4 * C, C);
-    zero(s, ws->dfch, NC * 4);
-    ops->gelu_bwd(s, ws->dfch, acts + lay->fch, ws->dfchg, NC * 4);
-    zero(s, ws->dln, NC);
-    ops->matmul_bwd(s, ws->dln, DW(GPT_FC_W), DW(GPT_FC_B), ws->dfch, acts + lay->ln2, W(GPT_FC_W), N, C, 4 * C);
-    ops->layernorm_bwd(s, ws->dres, DW(GPT_LN2_W), DW(GPT_LN2_B), ws->dln, acts + lay->res2, W(GPT_LN2_W),
-                       acts + lay->ln2_mean, acts + lay->ln2_rstd, N, C);
+    zero(s, ws->dfchg, NC * 4, e);
+    ops->matmul_bwd(s, ws->dfchg, DW(GPT_FCPROJ_W), DW(GPT_FCPROJ_B), ws->dres, A(fch_gelu), W(GPT_FCPROJ_W), N,
+                    4 * C, C);
+    zero(s, ws->dfch, NC * 4, e);
+    ops->gelu_bwd(s, ws->dfch, A(fch), ws->dfchg, NC * 4);
+    zero(s, ws->dln, NC, e);
+    ops->matmul_bwd(s, ws->dln, DW(GPT_FC_W), DW(GPT_FC_B), ws->dfch, A(ln2), W(GPT_FC_W), N, C, 4 * C);
+    ops->layernorm_bwd(s, ws->dres, DW(GPT_LN2_W), DW(GPT_LN2_B), ws->dln, A(res2), W(GPT_LN2_W), F(ln2_mean),
+                       F(ln2_rstd), N, C);
     /* res2 = x + attproj(attn(qkv(ln1(x)))) */
-    zero(s, ws->datty, NC);
-    ops->matmul_bwd(s, ws->datty, DW(GPT_ATTPROJ_W), DW(GPT_ATTPROJ_B), ws->dres, acts + lay->atty,
-                    W(GPT_ATTPROJ_W), N, C, C);
-    zero(s, ws->dqkv, NC * 3);
-    if (g->cfg.attention_fused) {
-        ops->attention_fused_bwd(s, ws->dqkv, ws->datt, ws->datty, acts + lay->qkv, acts + lay->atty,
-                                 acts + lay->att, B, T, C, NH);
-    } else {
-        /* dfch and dfchg (8 x NC, adjacent) are dead once the MLP's backward
-         * is done: lent as scratch, they let a GPU run this backward as GEMMs. */
-        ops->attention_bwd(s, ws->dqkv, ws->datt, ws->datty, acts + lay->qkv, acts + lay->att, B, T, C, NH,
-                           ws->dfch, NC * 8);
-    }
-    zero(s, ws->dln, NC);
-    ops->matmul_bwd(s, ws->dln, DW(GPT_QKV_W), DW(GPT_QKV_B), ws->dqkv, acts + lay->ln1, W(GPT_QKV_W), N, C, 3 * C);
-    ops->layernorm_bwd(s, ws->dres, DW(GPT_LN1_W), DW(GPT_LN1_B), ws->dln, x, W(GPT_LN1_W),
-                       acts + lay->ln1_mean, acts + lay->ln1_rstd, N, C);
+    zero(s, ws->datty, NC, e);
+    ops->matmul_bwd(s, ws->datty, DW(GPT_ATTPROJ_W), DW(GPT_ATTPROJ_B), ws->dres, A(atty), W(GPT_ATTPROJ_W), N, C,
+                    C);
+    zero(s, ws->dqkv, NC * 3, e);
+    /* dfch and dfchg (8 x NC, adjacent) are dead once the MLP's backward is
+     * done: lent as scratch, they let a GPU run this backward as GEMMs and
+     * a 16-bit CPU run sum its gradients in fp32. */
+    if (g->cfg.attention_fused)
+        ops->attention_fused_bwd(s, ws->dqkv, ws->datt, ws->datty, A(qkv), A(atty), F(att), B, T, C, NH, ws->dfch,
+                                 NC * 8 * e);
+    else
+        ops->attention_bwd(s, ws->dqkv, ws->datt, ws->datty, A(qkv), A(att), B, T, C, NH, ws->dfch, NC * 8 * e);
+    zero(s, ws->dln, NC, e);
+    ops->matmul_bwd(s, ws->dln, DW(GPT_QKV_W), DW(GPT_QKV_B), ws->dqkv, A(ln1), W(GPT_QKV_W), N, C, 3 * C);
+    ops->layernorm_bwd(s, ws->dres, DW(GPT_LN1_W), DW(GPT_LN1_B), ws->dln, x, W(GPT_LN1_W), F(ln1_mean),
+                       F(ln1_rstd), N, C);
 #undef W
 #undef DW
+#undef A
+#undef F
 }
 
 zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
     zt_ctx *ctx = eng->ctx;
-    const zt_ops *ops = ctx->be->ops;
+    const zt_ops *ops = eng->kernels;
     zt_stream *s = &ctx->compute;
-    int B = g->B, T = g->T, C = g->cfg.d_model, V = g->cfg.vocab, L = g->cfg.layers, NH = g->cfg.heads;
-    size_t N = (size_t)B * T, NC = N * C;
+    int B = g->B, T = g->T, C = g->cfg.d_model, V = g->cfg.vocab, L = g->cfg.layers;
+    size_t N = (size_t)B * T, NC = N * C, e = zt_dtype_size(g->act);
     if (!g->head_acts.data) return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "backward without forward");
 
     backward_ws ws;
     memset(&ws, 0, sizeof ws);
-    ZT_TRY(alloc_f32(ctx, &ws.buf, NC * (1 + 1 + 1 + 3 + 4 + 4) + (size_t)B * NH * T, ZT_CAT_WORKSPACE,
-                     "backward grads"));
-    ws.dres = zt_f32(&ws.buf);
-    ws.dln = ws.dres + NC;
-    ws.datty = ws.dln + NC;
-    ws.dqkv = ws.datty + NC;
-    ws.dfch = ws.dqkv + 3 * NC;
-    ws.dfchg = ws.dfch + 4 * NC; /* adjacent to dfch: block_backward lends both as one scratch */
-    ws.datt = ws.dfchg + 4 * NC;
+    ZT_TRY(alloc_bytes(ctx, &ws.buf, zt_gpt_backward_workspace_bytes(&g->cfg, B, T, g->act), ZT_CAT_WORKSPACE,
+                       "backward grads"));
+    char *base = ws.buf.data;
+    ws.elem = e;
+    ws.dres = base;
+    ws.dln = base + NC * e;
+    ws.datty = base + 2 * NC * e;
+    ws.dqkv = base + 3 * NC * e;
+    ws.dfch = base + 6 * NC * e;
+    ws.dfchg = base + 10 * NC * e; /* adjacent to dfch: block_backward lends both as one scratch */
+    ws.datt = (float *)(base + ((14 * NC * e + 3) & ~(size_t)3));
 
     const int32_t *dtok = g->tokens.data, *dtgt = g->targets.data;
-    float *lnf = zt_f32(&g->head_acts), *lnf_mean = lnf + NC, *lnf_rstd = lnf_mean + N;
-    float *probs = lnf_rstd + N;
-    zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T);
-    const float *xL = L > 0 ? block_output(g, L - 1, &lay) : zt_f32(&g->encoded);
+    zt_gpt_head_layout hl = zt_gpt_head_layout_for(&g->cfg, B, T, g->act);
+    void *lnf = at(&g->head_acts, hl.lnf), *probs = at(&g->head_acts, hl.probs);
+    float *lnf_mean = (float *)at(&g->head_acts, hl.lnf_mean), *lnf_rstd = (float *)at(&g->head_acts, hl.lnf_rstd);
+    zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T, g->act);
+    const void *xL = L > 0 ? block_output(g, L - 1, &lay) : g->encoded.data;
 
     /* Head. */
-    const float *w, *wemb = NULL;
+    const void *w, *wemb = NULL;
     float *dw, *dwemb = NULL;
     ZT_TRY(zt_engine_gather(eng, g->unit_head, &w));
     ZT_TRY(zt_engine_grad_buffer(eng, g->unit_head, &dw));
@@ -412,14 +457,14 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
         ZT_TRY(zt_engine_gather(eng, g->unit_embed, &wemb));
         ZT_TRY(zt_engine_grad_buffer(eng, g->unit_embed, &dwemb));
     }
-    const float *lm_w = g->cfg.tied ? param_ptr(g, wemb, g->unit_embed, g->p_wte)
-                                    : param_ptr(g, w, g->unit_head, g->p_lm_head);
+    const void *lm_w = g->cfg.tied ? param_ptr(g, wemb, g->unit_embed, g->p_wte)
+                                   : param_ptr(g, w, g->unit_head, g->p_lm_head);
     float *dlm_w = g->cfg.tied ? grad_ptr(g, dwemb, g->unit_embed, g->p_wte)
                                : grad_ptr(g, dw, g->unit_head, g->p_lm_head);
     ops->softmax_xent_bwd(s, probs, probs, dtgt, (int)N, V, dloss); /* dlogits in place */
-    zero(s, ws.dln, NC);
+    zero(s, ws.dln, NC, e);
     ops->matmul_bwd(s, ws.dln, dlm_w, NULL, probs, lnf, lm_w, (int)N, C, V);
-    zero(s, ws.dres, NC);
+    zero(s, ws.dres, NC, e);
     ops->layernorm_bwd(s, ws.dres, grad_ptr(g, dw, g->unit_head, g->p_lnf_w),
                        grad_ptr(g, dw, g->unit_head, g->p_lnf_b), ws.dln, xL,
                        param_ptr(g, w, g->unit_head, g->p_lnf_w), lnf_mean, lnf_rstd, (int)N, C);
@@ -431,22 +476,22 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
     /* Blocks, last to first. */
     for (int l = L - 1; l >= 0; l--) {
         int u = g->first_block + l;
-        const float *x = block_input(g, l, &lay);
+        const void *x = block_input(g, l, &lay);
         ZT_TRY(zt_engine_gather(eng, u, &w));
         if (g->cfg.recompute) {
             /* Replay the forward with the parameters just gathered for
              * backward (one gather at stage 3, not two). */
             char label[32];
             snprintf(label, sizeof label, "block%d acts", l);
-            ZT_TRY(alloc_f32(ctx, &g->block_acts[l], lay.total, ZT_CAT_ACTIVATIONS, label));
+            ZT_TRY(alloc_bytes(ctx, &g->block_acts[l], lay.total, ZT_CAT_ACTIVATIONS, label));
             /* Host time: the replay itself on the CPU; on a GPU the time to
              * enqueue it (a wait here would stall the stream pipeline). */
             double t0 = zt_now_s();
-            block_forward(g, s, ops, zt_f32(&g->block_acts[l]), &lay, x, w, u);
+            block_forward(g, s, ops, g->block_acts[l].data, &lay, x, w, u);
             g->recompute_time_s += zt_now_s() - t0;
         }
         ZT_TRY(zt_engine_grad_buffer(eng, u, &dw));
-        block_backward(g, s, ops, zt_f32(&g->block_acts[l]), &lay, x, w, dw, u, &ws);
+        block_backward(g, s, ops, g->block_acts[l].data, &lay, x, w, dw, u, &ws);
         zt_engine_release(eng, u);
         ZT_TRY(zt_engine_grads_ready(eng, u));
         zt_tensor_free(&g->block_acts[l], &ctx->device_mem);
@@ -463,15 +508,16 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
     return ZT_OK;
 }
 
-void zt_gpt_activation_bytes(const zt_gpt *g, int B, int T, int recompute, size_t *per_unit,
+void zt_gpt_activation_bytes(const zt_gpt *g, int B, int T, int recompute, zt_dtype act, size_t *per_unit,
                              size_t *transient_bytes) {
-    size_t N = (size_t)B * T, C = (size_t)g->cfg.d_model, V = (size_t)g->cfg.vocab, NH = (size_t)g->cfg.heads;
-    zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T);
+    size_t N = (size_t)B * T, C = (size_t)g->cfg.d_model, d = zt_dtype_size(act);
+    zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T, act);
+    size_t out = (N * C * d + 3) / 4 * 4; /* a block output or the embedding's, in whole words */
     for (int u = 0; u < g->spec->nunits; u++) per_unit[u] = 0;
-    per_unit[g->unit_embed] = N * C * 4;
-    for (int l = 0; l < g->cfg.layers; l++) per_unit[g->first_block + l] = (recompute ? N * C : lay.total) * 4;
-    per_unit[g->unit_head] = (N * C + 2 * N + N * V + N) * 4;
+    per_unit[g->unit_embed] = out;
+    for (int l = 0; l < g->cfg.layers; l++) per_unit[g->first_block + l] = recompute ? out : lay.total;
+    per_unit[g->unit_head] = zt_gpt_head_layout_for(&g->cfg, B, T, act).total;
     /* backward workspace (see zt_gpt_backward) plus, under recompute, one replayed block */
-    size_t ws = (N * C * 14 + (size_t)B * NH * T) * 4;
-    *transient_bytes = ws + (recompute && g->cfg.layers > 0 ? lay.total * 4 : 0);
+    size_t ws = zt_gpt_backward_workspace_bytes(&g->cfg, B, T, act);
+    *transient_bytes = ws + (recompute && g->cfg.layers > 0 ? lay.total : 0);
 }

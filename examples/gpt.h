@@ -29,9 +29,11 @@ enum {
     GPT_LN2_W, GPT_LN2_B, GPT_FC_W, GPT_FC_B, GPT_FCPROJ_W, GPT_FCPROJ_B, GPT_BLOCK_NPARAMS
 };
 
-/* What one block keeps from forward for its backward, as offsets (in floats)
- * into the block's single activation buffer. `att` holds the probabilities
- * [B,NH,T,T], or lse [B,NH,T] when attention_fused. */
+/* What one block keeps from forward for its backward, as byte offsets into
+ * the block's single activation buffer, each array on a 4-byte boundary.
+ * Activations are in the compute dtype; the layernorm statistics
+ * (*_mean, *_rstd) are fp32, and so is lse. `att` holds the probabilities
+ * [B,NH,T,T] (compute dtype), or lse [B,NH,T] (fp32) when attention_fused. */
 typedef struct {
     size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
     size_t total;
@@ -56,13 +58,14 @@ typedef struct {
 
     /* Per micro-batch state between forward and backward. */
     int B, T;                  /* shapes of the current micro-batch */
+    zt_dtype act;              /* compute dtype of its activations (the engine's) */
     zt_tensor tokens;          /* [B,T] int32 (as fp32-sized words), category other */
     zt_tensor targets;         /* [B,T] int32 */
-    zt_tensor encoded;         /* [B,T,C] activations: embedding output */
+    zt_tensor encoded;         /* [B,T,C] act: embedding output */
     zt_tensor *block_acts;     /* [layers] one buffer each, laid out by zt_gpt_block_layout */
-    zt_tensor *block_out;      /* [layers] [B,T,C] block outputs kept under recompute */
+    zt_tensor *block_out;      /* [layers] [B,T,C] act: block outputs kept under recompute */
     double recompute_time_s;   /* forward replays since the last reset */
-    zt_tensor head_acts;       /* lnf [B,T,C], lnf_mean [B*T], lnf_rstd [B*T], probs [B,T,V], losses [B*T] */
+    zt_tensor head_acts;       /* zt_gpt_head_layout: lnf, lnf_mean, lnf_rstd, probs, losses */
 
     /* Per-position losses of the micro-batches forwarded since the last
      * zt_gpt_take_losses, copied to the host behind the compute stream so
@@ -79,7 +82,20 @@ zt_status zt_gpt_create(zt_gpt *gpt, const zt_gpt_config *cfg, zt_error *err);
 void zt_gpt_destroy(zt_gpt *gpt);
 /* Initial parameter values (GPT-2 style), a zt_param_init_fn; arg is the zt_gpt. */
 void zt_gpt_init_param(void *arg, int unit, int param, float *dst);
-zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int T);
+zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act);
+
+/* The head's activations, as byte offsets: lnf [B*T,C] act, lnf_mean and
+ * lnf_rstd [B*T] fp32, probs [B*T,V] act (the logits, then the softmax, then
+ * its gradient), losses [B*T] fp32. */
+typedef struct {
+    size_t lnf, lnf_mean, lnf_rstd, probs, losses, total;
+} zt_gpt_head_layout;
+zt_gpt_head_layout zt_gpt_head_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act);
+
+/* Bytes of the backward's workspace for a [B,T] micro-batch: six gradients
+ * of activations in the compute dtype (14 x [B*T,C]) and the fp32 attention
+ * scratch [B,NH,T]. */
+size_t zt_gpt_backward_workspace_bytes(const zt_gpt_config *cfg, int B, int T, zt_dtype act);
 
 /* Forward over tokens/targets (host arrays of B*T ids, T <= seq_len): keeps
  * activations for backward. With mean_loss, waits and returns the mean loss
@@ -95,10 +111,11 @@ zt_status zt_gpt_take_losses(zt_gpt *gpt, zt_ctx *ctx, double *sum_of_means);
  * (1/(B*T*grad_accum) for a mean). Frees the activations as it goes. */
 zt_status zt_gpt_backward(zt_gpt *gpt, zt_engine *eng, float dloss);
 /* Planner hook: bytes of activations each unit keeps from its forward to its
- * backward for a [B,T] micro-batch (per_unit[nunits]), and the transient
- * bytes the largest step adds on top (a block replayed under recompute, or the
- * backward workspace). Token ids (category other) are not included. */
-void zt_gpt_activation_bytes(const zt_gpt *gpt, int B, int T, int recompute, size_t *per_unit,
+ * backward for a [B,T] micro-batch in compute dtype `act` (per_unit[nunits]),
+ * and the transient bytes the largest step adds on top (a block replayed
+ * under recompute, or the backward workspace). Token ids (category other)
+ * are not included. */
+void zt_gpt_activation_bytes(const zt_gpt *gpt, int B, int T, int recompute, zt_dtype act, size_t *per_unit,
                              size_t *transient_bytes);
 
 /* Frees any activations still held (after an error, or forward without backward). */

@@ -38,6 +38,8 @@ typedef struct {
     size_t filling_numel, waiting;   /* the filling bucket: its elements; its units' full grads (stages 2-3) */
     int filling_units;
     size_t in_flight;                /* the bucket sent last: send + receive + sums */
+    int waits;                       /* full fp32 gradients wait for their bucket (stages 2-3, or 16-bit) */
+    zt_category wait_cat;            /* where they are counted: comm_buffers (2-3) or workspace (0-1) */
     size_t best_c[ZT_NUM_CATEGORIES], best_total, cat_peak[ZT_NUM_CATEGORIES];
     const char *best;
 } sim;
@@ -56,12 +58,18 @@ static void consider(sim *S, const moment *m) {
 /* Sends the filling bucket at moment m (what else is alive then): the bucket
  * in flight is freed first, then the new one's buffers are allocated while
  * its units' full gradients are still there. */
+static void add_waiting(const sim *S, moment *m, size_t bytes) {
+    if (S->waits) m->c[S->wait_cat] += bytes;
+}
+
 static void flush(sim *S, const moment *m, const char *name) {
     if (S->filling_units == 0) return;
-    size_t n = S->filling_numel, bufs = (2 * n + n / (size_t)S->in->world) * 4;
+    size_t n = S->filling_numel, rd = zt_dtype_size(S->in->reduce_dtype);
+    size_t bufs = 2 * n * rd + n / (size_t)S->in->world * 4; /* send, receive (reduce dtype); fp32 sums */
     moment F = *m;
     F.name = name;
-    F.c[ZT_CAT_COMM_BUFFERS] += bufs + (S->in->stage >= 2 ? S->waiting : 0);
+    F.c[ZT_CAT_COMM_BUFFERS] += bufs;
+    add_waiting(S, &F, S->waiting);
     consider(S, &F);
     S->in_flight = S->in->overlap_comm ? bufs : 0; /* without overlap it completed on the spot */
     S->filling_numel = 0;
@@ -73,7 +81,7 @@ static void flush(sim *S, const moment *m, const char *name) {
 static void grads_ready(sim *S, int u, const moment *m, const char *name) {
     S->filling_numel += padded(S->in, u);
     S->filling_units++;
-    if (S->in->stage >= 2) S->waiting += padded(S->in, u) * 4;
+    if (S->waits) S->waiting += padded(S->in, u) * 4;
     if (S->filling_numel * 4 >= S->bucket || S->filling_units == S->cap) flush(S, m, name);
 }
 
@@ -86,9 +94,9 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     if (in->prefetch_params > 0 && spec->largest_unit_numel > 0)
         resolved.prefetch = (int)(in->prefetch_params / (long long)spec->largest_unit_numel);
     in = &resolved;
-    int s = in->stage, bf16 = in->dtype == ZT_BF16, L = in->layers;
-    size_t B = (size_t)in->micro_batch, T = (size_t)in->seq_len, C = (size_t)in->d_model;
-    size_t V = (size_t)in->vocab, NH = (size_t)in->heads, BT = B * T;
+    int s = in->stage, L = in->layers;
+    int half = in->dtype != ZT_FP32, widen = in->compute_dtype != in->dtype;
+    size_t B = (size_t)in->micro_batch, T = (size_t)in->seq_len, C = (size_t)in->d_model, BT = B * T;
 
     zt_state_bytes sb = zt_engine_state_bytes(spec, s, in->dtype, in->offload);
     moment base;
@@ -99,14 +107,17 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     base.c[ZT_CAT_OPTIMIZER] = sb.optimizer;
     out->persistent_bytes = sb.params + sb.grads + sb.master_params + sb.optimizer;
 
-    /* Activations, as zt_gpt_forward allocates them (fp32). */
+    /* Activations, as zt_gpt_forward allocates them (compute dtype, fp32
+     * statistics; buffers in whole 4-byte words). */
     zt_gpt_config gc = {in->layers, in->d_model, in->heads, in->seq_len, in->vocab, in->micro_batch, in->tied, 0,
                         in->recompute, in->attention_fused};
-    zt_gpt_block_layout lay = zt_gpt_block_layout_for(&gc, (int)B, (int)T);
-    size_t enc = BT * C * 4, blk_full = lay.total * 4, blk_kept = in->recompute ? BT * C * 4 : blk_full;
-    size_t head = (BT * C + 2 * BT + BT * V + BT) * 4;
+    zt_dtype act = in->compute_dtype;
+    zt_gpt_block_layout lay = zt_gpt_block_layout_for(&gc, (int)B, (int)T, act);
+    size_t enc = (BT * C * zt_dtype_size(act) + 3) / 4 * 4, blk_full = lay.total;
+    size_t blk_kept = in->recompute ? enc : blk_full;
+    size_t head = zt_gpt_head_layout_for(&gc, (int)B, (int)T, act).total;
     size_t tokens = 2 * BT * 4;
-    size_t ws_bwd = (14 * BT * C + B * NH * T) * 4;
+    size_t ws_bwd = zt_gpt_backward_workspace_bytes(&gc, (int)B, (int)T, act);
     out->activations_kept_bytes = enc + (size_t)L * blk_kept + head;
 
     /* Backward, step by step as zt_gpt_backward and the engine run it
@@ -123,13 +134,16 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     S.in = in;
     S.bucket = in->bucket_bytes ? in->bucket_bytes : 1;
     S.cap = (int)(sizeof ((zt_bucket *)0)->units / sizeof ((zt_bucket *)0)->units[0]);
+    /* A unit's full-size fp32 gradients (grad32) live from its backward until
+     * its bucket is packed: comm buffers at stages 2-3, a workspace at stages
+     * 0-1 in a 16-bit dtype; at stages 0-1 in fp32 they are the persistent
+     * grads themselves. A tied embedding's are open from the head's backward
+     * to the end. Where the backend computes in fp32 on 16-bit parameters
+     * (widen), each gathered unit in use also has an fp32 view (workspace).
+     * tied32: the fp32 bytes of a tied embedding (its gradients or view). */
+    S.waits = s >= 2 || half;
+    S.wait_cat = s >= 2 ? ZT_CAT_COMM_BUFFERS : ZT_CAT_WORKSPACE;
     int uh = in->unit_head, ue = in->unit_embed;
-    /* A unit's full-size fp32 gradients during its backward are comm buffers
-     * at stages 2-3 (until their bucket is sent), a workspace at stages 0-1 in
-     * bf16 (until folded into the bf16 store), nothing at stages 0-1 in fp32
-     * (they accumulate in place). A tied embedding's are open from the head's
-     * backward to the end. tied32: the fp32 bytes of a tied embedding (its
-     * gradients, or its fp32 view in bf16). */
     size_t tied32 = in->tied ? padded(in, ue) * 4 : 0;
 
     /* H: the head's backward, every activation still alive. */
@@ -137,12 +151,8 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     H.name = "start of backward (head)";
     H.c[ZT_CAT_OTHER] = tokens;
     H.c[ZT_CAT_ACTIVATIONS] = enc + (size_t)L * blk_kept + head;
-    H.c[ZT_CAT_WORKSPACE] = ws_bwd;
-    if (bf16) {
-        H.c[ZT_CAT_WORKSPACE] += padded(in, uh) * 4 + tied32; /* fp32 views of the head (and embedding) */
-        if (s < 2) H.c[ZT_CAT_WORKSPACE] += padded(in, uh) * 4 + tied32;
-    }
-    if (s >= 2) H.c[ZT_CAT_COMM_BUFFERS] = padded(in, uh) * 4 + tied32;
+    H.c[ZT_CAT_WORKSPACE] = ws_bwd + (widen ? padded(in, uh) * 4 + tied32 : 0);
+    add_waiting(&S, &H, padded(in, uh) * 4 + tied32);
     /* Stage 3: the head and the units prefetched below it, and a tied
      * embedding gathered for the head too, unless it is one of those; the
      * head's release frees both (a prefetched unit once used is released). */
@@ -158,8 +168,8 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     moment after = base;
     after.c[ZT_CAT_OTHER] = tokens;
     after.c[ZT_CAT_ACTIVATIONS] = H.c[ZT_CAT_ACTIVATIONS];
-    after.c[ZT_CAT_WORKSPACE] = ws_bwd + (bf16 && s < 2 ? tied32 : 0);
-    after.c[ZT_CAT_COMM_BUFFERS] = s >= 2 ? tied32 : 0;
+    after.c[ZT_CAT_WORKSPACE] = ws_bwd;
+    add_waiting(&S, &after, tied32);
     if (s == 3) after.c[ZT_CAT_GATHERED_PARAMS] = head_window - padded(in, uh) * dsz - (emb_in_window ? tied_emb : 0);
     grads_ready(&S, uh, &after, "gradient reduction after the head's backward");
 
@@ -177,13 +187,15 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
                               : "a middle block's backward";
         M.c[ZT_CAT_OTHER] = tokens;
         M.c[ZT_CAT_ACTIVATIONS] = acts;
-        M.c[ZT_CAT_WORKSPACE] = ws_bwd + (bf16 ? g : 0) + (bf16 && s < 2 ? g + tied32 : 0);
-        M.c[ZT_CAT_COMM_BUFFERS] = S.in_flight + (s >= 2 ? S.waiting + g + tied32 : 0);
+        M.c[ZT_CAT_WORKSPACE] = ws_bwd + (widen ? g : 0);
+        M.c[ZT_CAT_COMM_BUFFERS] = S.in_flight;
+        add_waiting(&S, &M, S.waiting + g + tied32);
         if (s == 3) M.c[ZT_CAT_GATHERED_PARAMS] = gathered_bytes(in, u, -1);
         consider(&S, &M);
         after = M;
-        after.c[ZT_CAT_WORKSPACE] = ws_bwd + (bf16 && s < 2 ? tied32 : 0);
-        after.c[ZT_CAT_COMM_BUFFERS] = s >= 2 ? tied32 : 0;
+        after.c[ZT_CAT_WORKSPACE] = ws_bwd;
+        after.c[ZT_CAT_COMM_BUFFERS] = 0;
+        add_waiting(&S, &after, tied32);
         if (s == 3) after.c[ZT_CAT_GATHERED_PARAMS] -= padded(in, u) * dsz;
         grads_ready(&S, u, &after, "gradient reduction after a block's backward");
     }
@@ -197,8 +209,9 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     Em.name = "embedding's backward";
     Em.c[ZT_CAT_OTHER] = tokens;
     Em.c[ZT_CAT_ACTIVATIONS] = enc;
-    Em.c[ZT_CAT_WORKSPACE] = ws_bwd + (bf16 && s < 2 ? ge + tied32 : 0);
-    Em.c[ZT_CAT_COMM_BUFFERS] = S.in_flight + (s >= 2 ? S.waiting + ge + tied32 : 0);
+    Em.c[ZT_CAT_WORKSPACE] = ws_bwd;
+    Em.c[ZT_CAT_COMM_BUFFERS] = S.in_flight;
+    add_waiting(&S, &Em, S.waiting + ge + tied32);
     Em.c[ZT_CAT_GATHERED_PARAMS] = emb_gathered;
     consider(&S, &Em);
     after = Em;
@@ -214,7 +227,14 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     /* O: the optimizer step. */
     moment O = base;
     O.name = "optimizer step";
-    if (bf16 && !in->offload) O.c[ZT_CAT_WORKSPACE] = spec->largest_unit_numel * 4;
+    if (half) { /* one chunk of widened gradients (zt_engine_optimizer_chunk) */
+        size_t most = 0;
+        for (int u = 0; u < spec->nunits; u++) {
+            size_t n = s == 0 ? padded(in, u) : spec->units[u].shard_numel;
+            if (n > most) most = n;
+        }
+        O.c[ZT_CAT_WORKSPACE] = 4 * (most < ZT_OPTIMIZER_CHUNK ? most : ZT_OPTIMIZER_CHUNK);
+    }
     consider(&S, &O);
 
     memcpy(out->by_category, S.best_c, sizeof out->by_category);
@@ -226,10 +246,10 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
         /* master + m + v of the owned part, plus the transfer buffers at
          * their fullest (shard/offload_step.c): after backward every unit's
          * reduced gradients wait on the host as sent (g bytes each: fp32, or
-         * bf16 widened later); the step then gives unit u an fp32 copy (bf16),
+         * 16-bit widened later); the step then gives unit u an fp32 copy (16-bit),
          * takes its output buffer while u-1's copy to the device may still be
          * reading its own, and only then frees u's gradients. */
-        size_t d = zt_dtype_size(in->dtype), g = in->dtype == ZT_BF16 ? 2 : 4;
+        size_t d = zt_dtype_size(in->dtype), g = d;
         size_t owned = 0;
         for (int u = 0; u < spec->nunits; u++) owned += s == 0 ? padded(in, u) : spec->units[u].shard_numel;
         size_t transfer = owned * g, waiting = owned, prev = 0;

@@ -21,7 +21,9 @@ typedef struct {
     int overlap_comm; /* 0: each bucket's reduce-scatter completes (and frees) as it is sent */
     long long prefetch_params; /* DeepSpeed's stage3_prefetch_bucket_size: sets prefetch (0: unused) */
     int attention_fused; /* --attention fused: lse[B,NH,T] kept instead of [B,NH,T,T] */
-    zt_dtype dtype;
+    zt_dtype dtype;         /* of params and grads (zt-train's --dtype) */
+    zt_dtype compute_dtype; /* of activations: dtype where the backend has kernels in it, else fp32 */
+    zt_dtype reduce_dtype;  /* of gradient buckets */
     size_t bucket_bytes;
     /* model shape (activations) */
     int layers, d_model, heads, seq_len, vocab, micro_batch;

@@ -58,7 +58,19 @@ static const opt_spec options[] = {
     {"recompute", OPT_CHOICE, S(recompute), 0, 0, "none|full", "activation recomputation"},
     {"attention", OPT_CHOICE, S(attention), 0, 0, "materialized|fused",
      "keep attention's [B,NH,T,T] probabilities for backward, or only each row's log-sum-exp (fused)"},
-    {"dtype", OPT_CHOICE, S(dtype), 0, 0, "fp32|bf16", "storage dtype of params and grads (compute is fp32)"},
+    {"dtype", OPT_CHOICE, S(dtype), 0, 0, "fp32|bf16|fp16",
+     "compute dtype: params, grads, gathered units, activations (fp32 master and Adam state either way)"},
+    {"reduce-dtype", OPT_CHOICE, S(reduce_dtype), 0, 0, "fp32|bf16|fp16",
+     "dtype gradient buckets travel in (summed in fp32 either way)"},
+    {"loss-scale", OPT_FLOAT, F(loss_scale), 0, 0, 1e30, NULL, "fp16: a fixed loss scale (0: dynamic)"},
+    {"initial-scale-power", OPT_INT, F(initial_scale_power), 0, 0, 64, NULL, "fp16 dynamic: the first scale is 2^this"},
+    {"loss-scale-window", OPT_INT, F(loss_scale_window), 0, 1, INT_MAX, NULL,
+     "fp16 dynamic: overflow-free steps before the scale doubles"},
+    {"hysteresis", OPT_INT, F(hysteresis), 0, 1, INT_MAX, NULL, "fp16 dynamic: overflows tolerated before the scale halves"},
+    {"min-loss-scale", OPT_FLOAT, F(min_loss_scale), 0, 1e-30, 1e30, NULL,
+     "fp16 dynamic: an overflow at this scale stops the run (exit 1)"},
+    {"max-skipped-steps", OPT_INT, F(max_skipped_steps), 0, 1, INT_MAX, NULL,
+     "this many steps in a row with non-finite gradients stop the run (exit 1; fp16 dynamic: see --min-loss-scale)"},
     {"device", OPT_CHOICE, S(device), 0, 0, "cpu|cuda|auto", "compute device (auto: cuda when a GPU is visible, else cpu)"},
     {"bucket-size", OPT_SIZE, F(bucket_size), 0, 1, 1e15, NULL,
      "gradient reduction bucket size in bytes of fp32 gradients (DeepSpeed's reduce_bucket_size counts elements: x 4)"},
@@ -114,6 +126,13 @@ void zt_train_config_defaults(zt_train_config *c) {
     snprintf(c->recompute, sizeof c->recompute, "none");
     snprintf(c->attention, sizeof c->attention, "materialized");
     snprintf(c->dtype, sizeof c->dtype, "fp32");
+    snprintf(c->reduce_dtype, sizeof c->reduce_dtype, "fp32");
+    c->loss_scale = 0.0; /* DeepSpeed's defaults */
+    c->initial_scale_power = 16;
+    c->loss_scale_window = 1000;
+    c->hysteresis = 2;
+    c->min_loss_scale = 1.0;
+    c->max_skipped_steps = 10;
     snprintf(c->device, sizeof c->device, "cpu");
     c->bucket_size = 25u << 20;
     c->overlap_comm = 1;
@@ -123,6 +142,7 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->test_exit_rank = -1;
     c->test_exit_step = -1;
     c->test_kill_step = -1;
+    c->test_overflow_step = -1;
 }
 
 static const opt_spec *find_option(const char *name, int json_key, int *index) {

@@ -26,7 +26,10 @@ typedef struct {
     double seq_len_jitter; /* each rank's T per step drawn in [(1 - F) seq_len, seq_len] */
     int64_t trace_max_events;
     int64_t prefetch_bucket_size; /* DeepSpeed's stage3_prefetch_bucket_size (parameters); 0: use prefetch */
-    char offload[16], recompute[16], dtype[16], device[16], attention[16];
+    char offload[16], recompute[16], dtype[16], reduce_dtype[16], device[16], attention[16];
+    /* fp16 loss scaling (DeepSpeed's fp16 block) and the non-finite guard */
+    double loss_scale, min_loss_scale;
+    int initial_scale_power, loss_scale_window, hysteresis, max_skipped_steps;
     size_t bucket_size, mem_limit;
     char log_dir[512];
     int save_every;
@@ -47,8 +50,11 @@ typedef struct {
      * POINT-th crash point of that save (zt_ckpt_hooks); ZT_TEST_SAVE_POINTS=1
      * prints every point a save passes. */
     int test_kill_step, test_kill_rank, test_kill_point, test_list_points;
+    /* ZT_TEST_OVERFLOW=STEP:RANK: that rank's loss gradient is inf at that
+     * step (1-based), as an fp16 overflow on one rank. */
+    int test_overflow_step, test_overflow_rank;
     /* which options were given (by flag or config file), by option index */
-    unsigned char given[64];
+    unsigned char given[80];
 } zt_train_config;
 
 #define ZT_DS_AUTO_REDUCE_BUCKET 1   /* reduce_bucket_size "auto": d_model^2 elements */

@@ -109,12 +109,38 @@ static void zero_key(reader *r, const char *key, json_t *val, const char *path) 
     else refuse(r, path, "not supported by zerotrain");
 }
 
-static void bf16_key(reader *r, const char *key, json_t *val, const char *path) {
-    if (strcmp(key, "enabled") != 0) return refuse(r, path, "not supported by zerotrain");
+/* bf16.enabled / fp16.enabled: true selects that dtype; false leaves the
+ * dtype to the other block, the flags or the default (fp32). */
+static void enable_dtype(reader *r, json_t *val, const char *path, const char *dtype) {
     if (!json_is_boolean(val)) return refuse(r, path, "not a boolean");
-    json_t *dt = json_string(json_is_true(val) ? "bf16" : "fp32");
+    if (!json_is_true(val)) return;
+    json_t *dt = json_string(dtype);
     set(r, "dtype", dt, path);
     json_decref(dt);
+}
+
+static void bf16_key(reader *r, const char *key, json_t *val, const char *path) {
+    if (strcmp(key, "enabled") != 0) return refuse(r, path, "not supported by zerotrain");
+    enable_dtype(r, val, path, "bf16");
+}
+
+/* DeepSpeed's fp16 block: its loss-scaling knobs are ours under the same names. */
+static void fp16_key(reader *r, const char *key, json_t *val, const char *path) {
+    static const struct {
+        const char *key, *option;
+    } same[] = {{"loss_scale", "loss-scale"},     {"initial_scale_power", "initial-scale-power"},
+                {"loss_scale_window", "loss-scale-window"}, {"hysteresis", "hysteresis"},
+                {"min_loss_scale", "min-loss-scale"}};
+    if (strcmp(key, "enabled") == 0) return enable_dtype(r, val, path, "fp16");
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        if (strcmp(key, same[i].key) == 0) return set(r, same[i].option, val, path);
+    if (strcmp(key, "consecutive_hysteresis") == 0 || strcmp(key, "fp16_master_weights_and_grads") == 0) {
+        if (!json_is_boolean(val)) return refuse(r, path, "not a boolean");
+        if (json_is_true(val))
+            refuse(r, path, "true, which zerotrain does not support (fp32 master weights; hysteresis reset on growth)");
+        return;
+    }
+    refuse(r, path, "not supported by zerotrain");
 }
 
 static void adam_key(reader *r, const char *key, json_t *val, const char *path) {
@@ -147,6 +173,7 @@ static const struct {
     {"train_micro_batch_size_per_gpu", "micro-batch"},
     {"gradient_accumulation_steps", "grad-accum"},
     {"gradient_clipping", "grad-clip"},
+    {"communication_data_type", "reduce-dtype"},
 };
 
 /* Top-level DeepSpeed keys that change nothing here (logging, checks). */
@@ -156,6 +183,7 @@ static const char *const without_effect[] = {"steps_per_print", "wall_clock_brea
 static void read_key(reader *r, const char *key, json_t *val) {
     if (strcmp(key, "zero_optimization") == 0) return each_key(r, val, key, zero_key);
     if (strcmp(key, "bf16") == 0) return each_key(r, val, key, bf16_key);
+    if (strcmp(key, "fp16") == 0) return each_key(r, val, key, fp16_key);
     if (strcmp(key, "optimizer") == 0) {
         if (json_is_object(val) && !json_object_get(val, "type")) refuse(r, "optimizer.type", "missing");
         return each_key(r, val, key, optimizer_key);
@@ -164,8 +192,9 @@ static void read_key(reader *r, const char *key, json_t *val) {
         if (strcmp(key, aliases[i].deepspeed) == 0) return set(r, aliases[i].option, val, key);
     for (size_t i = 0; i < sizeof without_effect / sizeof without_effect[0]; i++)
         if (strcmp(key, without_effect[i]) == 0) return note_without_effect(r, key);
-    if (strcmp(key, "scheduler") == 0 || strcmp(key, "fp16") == 0 || strcmp(key, "amp") == 0)
-        return refuse(r, key, "not supported by zerotrain yet (its warm-up + cosine schedule and bf16/fp32 only)");
+    if (strcmp(key, "scheduler") == 0)
+        return refuse(r, key, "not supported by zerotrain yet (its warm-up + cosine schedule only)");
+    if (strcmp(key, "amp") == 0) return refuse(r, key, "not supported by zerotrain (use bf16 or fp16)");
     if (strcmp(key, "train_batch_size") == 0) {
         if (is_auto(val)) return;
         if (!json_whole(val) || json_number_value(val) < 1) return refuse(r, key, "not a positive whole number");

@@ -80,6 +80,7 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     json_object_set_new(o, "recompute", json_string(c->recompute));
     json_object_set_new(o, "attention", json_string(c->attention));
     json_object_set_new(o, "dtype", json_string(c->dtype));
+    json_object_set_new(o, "reduce_dtype", json_string(c->reduce_dtype));
     json_object_set_new(o, "device", json_string(c->device));
     json_object_set_new(o, "params", json_integer((json_int_t)s->params));
     json_object_set_new(o, "steps", json_integer(s->steps));
@@ -129,4 +130,26 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     if (rc != 0) return ZT_FAIL(err, ZT_ERR_IO, "cannot write %s", tmp);
     if (rename(tmp, path) != 0) return ZT_FAIL(err, ZT_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     return ZT_OK;
+}
+
+static json_t *labels_json(const zt_mem *m) {
+    json_t *list = json_array();
+    for (int i = 0; i < m->nlabels; i++) {
+        const zt_label_stat *l = &m->labels[i];
+        json_array_append_new(list, json_pack("{s:s,s:s,s:I}", "label", l->label, "category",
+                                              zt_category_name(l->category), "peak_bytes", (json_int_t)l->bytes.peak));
+    }
+    return list;
+}
+
+zt_status zt_labels_write(const char *dir, int rank, const zt_mem *device, const zt_mem *host, zt_error *err) {
+    json_t *o = json_pack("{s:i,s:o,s:o}", "rank", rank, "device", labels_json(device), "host", labels_json(host));
+    char *text = o ? json_dumps(o, JSON_INDENT(1)) : NULL;
+    json_decref(o);
+    if (!text) return ZT_FAIL(err, ZT_ERR_OOM, "cannot write the label table");
+    char path[1100];
+    snprintf(path, sizeof path, "%s/labels_rank%d.json", dir, rank);
+    zt_status st = zt_write_file_atomic(path, text, strlen(text), err);
+    free(text);
+    return st;
 }

@@ -37,6 +37,9 @@ typedef struct {
 
 /* Writes DIR/summary.json (via a temporary file and a rename). */
 zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err);
+/* Writes DIR/labels_rank<r>.json: for the device and the host pool, every
+ * allocation label with its category and peak bytes (zt_mem.labels). */
+zt_status zt_labels_write(const char *dir, int rank, const zt_mem *device, const zt_mem *host, zt_error *err);
 /* Opens DIR/rank<r>.jsonl for writing, creating DIR. */
 zt_status zt_jsonl_open(const char *dir, int rank, FILE **out, zt_error *err);
 

@@ -183,6 +183,30 @@ static void print_rank_table(const zt_ctx *ctx, int N, const size_t *table, cons
     free(cats);
 }
 
+/* After a step: a skipped one is reported; too many in a row, or an fp16
+ * overflow at the smallest loss scale allowed, stop the run. */
+static zt_status check_skipped(const zt_train_config *c, zt_ctx *ctx, const zt_engine *eng, int step) {
+    const zt_loss_scaler *s = &eng->scaler;
+    if (!eng->last_step_skipped) return ZT_OK;
+    int dynamic = eng->cfg.dtype == ZT_FP16 && eng->cfg.loss.loss_scale == 0.0;
+    if (s->exhausted)
+        return ZT_FAIL(&ctx->err, ZT_ERR_NUMERIC,
+                       "step %d: fp16 gradients overflowed at loss scale %g, and halving it would go below "
+                       "--min-loss-scale %g; the run stops (a lower --lr, or bf16, may help)",
+                       step, s->scale, eng->cfg.loss.min_loss_scale);
+    if (!dynamic && s->consecutive_skips >= c->max_skipped_steps)
+        return ZT_FAIL(&ctx->err, ZT_ERR_NUMERIC,
+                       "step %d: the gradients were not finite in %d step(s) in a row (--max-skipped-steps %d); "
+                       "the run stops", step, s->consecutive_skips, c->max_skipped_steps);
+    if (dynamic)
+        zt_log_rank0(&ctx->log, "step %d skipped: fp16 gradients overflowed (loss scale now %g; %ld skipped so far)",
+                     step, s->scale, s->skipped_steps);
+    else
+        zt_log_rank0(&ctx->log, "step %d skipped: the gradient norm is %g (%ld skipped so far)", step,
+                     eng->last_grad_norm, s->skipped_steps);
+    return ZT_OK;
+}
+
 static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, trainer *t) {
     zt_error *err = &ctx->err;
     int file_data = strcmp(c->data, "markov") != 0;
@@ -209,18 +233,21 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
     int prefetch = c->prefetch;
     if (c->prefetch_bucket_size > 0) /* DeepSpeed's knob counts parameters; ours counts units */
         prefetch = (int)(c->prefetch_bucket_size / (int64_t)t->gpt.spec->largest_unit_numel);
-    zt_engine_config ec = {c->stage,
-                           strcmp(c->dtype, "bf16") == 0 ? ZT_BF16 : ZT_FP32,
-                           (float)c->beta1,
-                           (float)c->beta2,
-                           (float)c->eps,
-                           (float)c->weight_decay,
-                           (float)c->grad_clip,
-                           c->bucket_size,
-                           prefetch,
-                           c->overlap_comm,
-                           strcmp(c->offload, "cpu") == 0,
-                           ctx->be->nthreads};
+    zt_engine_config ec = {.stage = c->stage,
+                           .beta1 = (float)c->beta1,
+                           .beta2 = (float)c->beta2,
+                           .eps = (float)c->eps,
+                           .weight_decay = (float)c->weight_decay,
+                           .grad_clip = (float)c->grad_clip,
+                           .bucket_bytes = c->bucket_size,
+                           .prefetch = prefetch,
+                           .overlap_comm = c->overlap_comm,
+                           .offload = strcmp(c->offload, "cpu") == 0,
+                           .host_threads = ctx->be->nthreads,
+                           .loss = {c->loss_scale, c->initial_scale_power, c->loss_scale_window, c->hysteresis,
+                                    c->min_loss_scale}};
+    if (!zt_dtype_parse(c->dtype, &ec.dtype) || !zt_dtype_parse(c->reduce_dtype, &ec.reduce_dtype))
+        return ZT_FAIL(err, ZT_ERR_INTERNAL, "trainer: dtype %s / reduce dtype %s", c->dtype, c->reduce_dtype);
     zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_INIT);
     ZT_TRY(zt_engine_init(&t->eng, ctx, comm, t->gpt.spec, &ec, zt_gpt_init_param, &t->gpt));
     zt_log_rank0(&ctx->log, "model: %zu parameters in %d units (largest %zu padded), dtype %s, ZeRO stage %d on %d rank(s)",
@@ -290,7 +317,10 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
             zt_trace_span(ctx->trace, "forward", "phase", 0, tf);
             zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_BACKWARD);
             double tb = zt_now_s();
-            ZT_TRY(zt_gpt_backward(&t->gpt, &t->eng, 1.0f / ((float)B * (float)Tstep * (float)c->grad_accum)));
+            /* The mean's gradient, times the loss scale (1 unless fp16). */
+            float dloss = (float)t->eng.scaler.scale / ((float)B * (float)Tstep * (float)c->grad_accum);
+            if (step + 1 == c->test_overflow_step && ctx->rank == c->test_overflow_rank) dloss = INFINITY;
+            ZT_TRY(zt_gpt_backward(&t->gpt, &t->eng, dloss));
             ZT_TRY(zt_engine_sync_grads(&t->eng));
             zt_trace_span(ctx->trace, "backward", "phase", 0, tb);
         }
@@ -301,7 +331,9 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         float lr = lr_at(c, step);
         zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_OPTIMIZER);
         double to = zt_now_s();
+        double scale_used = t->eng.scaler.scale;
         ZT_TRY(zt_engine_step(&t->eng, lr));
+        ZT_TRY(check_skipped(c, ctx, &t->eng, step + 1));
         ZT_TRY(zt_gpt_take_losses(&t->gpt, ctx, &loss_sum)); /* waits for the step's kernels */
         zt_trace_span(ctx->trace, "optimizer", "phase", 0, to);
         char step_name[32];
@@ -326,7 +358,12 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
             json_object_set_new(o, "step", json_integer(step + 1));
             json_object_set_new(o, "loss", json_real(loss));
             json_object_set_new(o, "lr", json_real(lr));
-            json_object_set_new(o, "grad_norm", json_real(t->eng.last_grad_norm));
+            /* JSON has no inf or NaN: a skipped step's norm is null */
+            json_object_set_new(o, "grad_norm", isfinite(t->eng.last_grad_norm) ? json_real(t->eng.last_grad_norm)
+                                                                                 : json_null());
+            json_object_set_new(o, "skipped", json_boolean(t->eng.last_step_skipped));
+            json_object_set_new(o, "skipped_steps", json_integer(t->eng.scaler.skipped_steps));
+            json_object_set_new(o, "loss_scale", json_real(scale_used));
             json_object_set_new(o, "step_time_s", json_real(dt));
             json_object_set_new(o, "recompute_time_s", json_real(t->gpt.recompute_time_s));
             json_object_set_new(o, "tokens_per_s", json_real(tps));
@@ -402,6 +439,7 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
                      t->losses[ran - 1], floor, t->losses[ran - 1] - floor, tps, digest);
     else
         zt_log_rank0(&ctx->log, "done: no steps to run (at step %d), params digest %s", start, digest);
+    if (c->log_dir[0]) ZT_TRY(zt_labels_write(c->log_dir, ctx->rank, &ctx->device_mem, &ctx->host_mem, err));
     int N = comm->world_size;
     size_t *table = calloc((size_t)N * RANK_ROW, sizeof *table);
     if (!table) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");

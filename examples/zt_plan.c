@@ -177,7 +177,11 @@ int main(int argc, char **argv) {
     in.prefetch_params = (long long)c.prefetch_bucket_size;
     in.overlap_comm = c.overlap_comm;
     in.tied = c.tied;
-    in.dtype = strcmp(c.dtype, "bf16") == 0 ? ZT_BF16 : ZT_FP32;
+    /* Activations in the compute dtype, as both backends and DeepSpeed's
+     * and FSDP's mixed precision keep them. */
+    (void)zt_dtype_parse(c.dtype, &in.dtype);
+    (void)zt_dtype_parse(c.reduce_dtype, &in.reduce_dtype);
+    in.compute_dtype = in.dtype;
     in.bucket_bytes = c.bucket_size;
     in.layers = c.layers;
     in.d_model = c.d_model;
@@ -232,11 +236,11 @@ int main(int argc, char **argv) {
                "recompute %s, attention %s\n", P, spec->nunits, (double)spec->largest_unit_numel, zt_dtype_name(in.dtype),
                c.stage, pf.world, c.offload, c.recompute, c.attention);
         gb(a, sizeof a, P * (double)d);
-        gb(b2, sizeof b2, P * (double)(2 * d + 4 * (in.dtype == ZT_BF16 || in.offload) + 8));
+        gb(b2, sizeof b2, P * (double)(2 * d + 4 * (in.dtype != ZT_FP32 || in.offload) + 8));
         gb(c2, sizeof c2, (double)p.persistent_bytes);
         printf("  weights alone (%s): %s\n  model state (params %zu + grads %zu + fp32 master %d + Adam 8 bytes/param): %s in all\n"
                "  model state per rank at this stage: %s\n",
-               zt_dtype_name(in.dtype), a, d, d, (in.dtype == ZT_BF16 || in.offload) ? 4 : 0, b2, c2);
+               zt_dtype_name(in.dtype), a, d, d, (in.dtype != ZT_FP32 || in.offload) ? 4 : 0, b2, c2);
         printf("  per-rank device memory at the peak (%s):\n", p.peak_moment);
         for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
             gb(a, sizeof a, (double)p.by_category[cc]);

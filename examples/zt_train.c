@@ -136,6 +136,9 @@ static void read_test_hooks(zt_train_config *cfg) {
     const char *kill = getenv("ZT_TEST_KILL_SAVE");
     if (kill && sscanf(kill, "%d:%d:%d", &cfg->test_kill_step, &cfg->test_kill_rank, &cfg->test_kill_point) != 3)
         cfg->test_kill_step = -1;
+    const char *overflow = getenv("ZT_TEST_OVERFLOW");
+    if (overflow && sscanf(overflow, "%d:%d", &cfg->test_overflow_step, &cfg->test_overflow_rank) != 2)
+        cfg->test_overflow_step = -1;
 }
 
 /* ---- what the ranks agree on ---- */
@@ -289,8 +292,11 @@ static int start(const job *j, const zt_train_config *cfg, zt_comm *comm, zt_ctx
     int threads = threads_for(cfg, comm);
     /* The GPU is the one NCCL uses: this rank's index on its node. */
     zt_status st = zt_ctx_init_on(ctx, device, comm->local_rank, threads, cfg->mem_limit, j->rank, j->world, cfg->quiet);
-    /* bf16 storage on a GPU: its GEMMs run on the bf16 tensor cores too. */
-    if (st == ZT_OK && device == ZT_DEVICE_CUDA && strcmp(cfg->dtype, "bf16") == 0) ctx->be->matmul_bf16 = 1;
+    /* bf16 on a backend without bf16 kernels (CUDA, for now): its fp32
+     * GEMMs round their operands to bf16 (tensor cores). */
+    zt_dtype dt = ZT_FP32;
+    (void)zt_dtype_parse(cfg->dtype, &dt);
+    if (st == ZT_OK && dt == ZT_BF16 && !ctx->be->ops_for[ZT_BF16]) ctx->be->matmul_bf16 = 1;
     code = settle(j, st, &ctx->err, " to start");
     if (code) return code;
     inject_oom(ctx, j->rank);

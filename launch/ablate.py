@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Ablation sweep of the toy GPT: ZeRO stage x optimizer offload x recompute.
+"""Ablation sweep of the toy GPT: ZeRO stage x optimizer offload x recompute
+(x dtype).
 
     python3 launch/ablate.py [--np 2] [--steps 30] [--out out/ablation]
+                             [--dtype fp32[,bf16,fp16]]
                              [--build build | --zt-train PATH] [--zt-run PATH]
                              [-- EXTRA ZT-TRAIN FLAGS ...]
 
 Runs the 16 configurations stage {0,1,2,3} x --offload {none,cpu} x
---recompute {none,full}, each as
+--recompute {none,full} for each dtype of --dtype (default fp32 alone), each as
 
-    launch/zt-run -np NP zt-train --stage S --offload O --recompute R
+    launch/zt-run -np NP zt-train --stage S --offload O --recompute R --dtype D
                   --steps K --log-dir OUT/runs/NAME --quiet EXTRA...
 
 and reads OUT/runs/NAME/summary.json and rank0.jsonl. A configuration that
@@ -51,10 +53,11 @@ OFFLOADS = ["none", "cpu"]
 RECOMPUTES = ["none", "full"]
 # Flags whose value the sweep decides; passing them after `--` would silently
 # turn the ablation into 16 runs of one configuration (or mix their logs).
-OWNED_FLAGS = ["--stage", "--offload", "--recompute", "--steps", "--log-dir"]
+OWNED_FLAGS = ["--stage", "--offload", "--recompute", "--dtype", "--steps", "--log-dir"]
+DTYPES = ["fp32", "bf16", "fp16"]
 MIB = 1024.0 * 1024.0
 
-COLUMNS = (["name", "stage", "offload", "recompute", "status",
+COLUMNS = (["name", "stage", "offload", "recompute", "dtype", "status",
             "peak_mean_bytes", "peak_max_bytes", "imbalance_max_over_mean"]
            + [f"peak_{c}_mean_bytes" for c in CATEGORIES]
            + ["host_peak_mean_bytes", "host_peak_max_bytes", "reserved_peak_max_bytes", "os_peak_max_bytes",
@@ -71,12 +74,14 @@ class ToolError(Exception):
     """A failure of the sweep itself (not of a configuration)."""
 
 
-def config_name(stage, offload, recompute):
+def config_name(stage, offload, recompute, dtype="fp32"):
     name = f"s{stage}"
     if offload != "none":
         name += "-offload"
     if recompute != "none":
         name += "-recompute"
+    if dtype != "fp32":
+        name += f"-{dtype}"
     return name
 
 
@@ -127,6 +132,8 @@ def parse_args(argv):
     p.add_argument("--zt-train", default=None, help="path of zt-train (overrides --build)")
     p.add_argument("--zt-run", default=os.path.join(here, "zt-run"),
                    help="path of the mpirun wrapper [default: zt-run beside this script]")
+    p.add_argument("--dtype", default="fp32",
+                   help="comma-separated dtypes to sweep (fp32, bf16, fp16) [default: fp32]")
     p.add_argument("--gnuplot", default="gnuplot", help="gnuplot program [default: gnuplot]")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="seconds one configuration may run before it is stopped and marked failed "
@@ -138,11 +145,15 @@ def parse_args(argv):
         p.error("--steps must be at least 1")
     if args.timeout <= 0:
         p.error("--timeout must be positive")
+    args.dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    bad = [d for d in args.dtypes if d not in DTYPES]
+    if not args.dtypes or bad or len(set(args.dtypes)) != len(args.dtypes):
+        p.error(f"--dtype {args.dtype!r}: give distinct dtypes among {', '.join(DTYPES)}")
     for a in extra:
         for f in OWNED_FLAGS:
             if a == f or a.startswith(f + "="):
                 p.error(f"{f} is set by the sweep; it cannot be passed after `--`"
-                        + (" (use ablate.py --steps)" if f == "--steps" else ""))
+                        + (f" (use ablate.py {f})" if f in ("--steps", "--dtype") else ""))
     args.extra = extra
     args.zt_train = os.path.abspath(args.zt_train or os.path.join(args.build, "examples", "zt-train"))
     args.zt_run = os.path.abspath(args.zt_run)
@@ -225,15 +236,16 @@ def metrics(run_dir):
     return row
 
 
-def run_config(args, out, stage, offload, recompute, index, total):
-    name = config_name(stage, offload, recompute)
+def run_config(args, out, stage, offload, recompute, dtype, index, total):
+    name = config_name(stage, offload, recompute, dtype)
     run_dir = os.path.join(out, "runs", name)
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)  # a stale summary.json must not pass for this run's
     cmd = ([args.zt_run, "-np", str(args.np), args.zt_train,
-            "--stage", str(stage), "--offload", offload, "--recompute", recompute,
+            "--stage", str(stage), "--offload", offload, "--recompute", recompute, "--dtype", dtype,
             "--steps", str(args.steps)] + args.extra + ["--log-dir", run_dir, "--quiet"])
-    row = {"name": name, "stage": stage, "offload": offload, "recompute": recompute, "run_dir": run_dir,
+    row = {"name": name, "stage": stage, "offload": offload, "recompute": recompute, "dtype": dtype,
+           "run_dir": run_dir,
            "command": shlex.join(cmd), "mpirun": ""}
     print(f"[{index:2d}/{total}] {name:<22s} ", end="", flush=True)
     t0 = time.monotonic()
@@ -346,7 +358,8 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
         lines.append(f"`--mem-limit` = {cap} bytes ({cap / MIB:.3f} MiB); the cap applies to *reserved* "
                      "bytes (live + cached), so a run can fail with a peak below it.")
     lines.append("")
-    lines.append("Config `sS[-offload][-recompute]`: ZeRO stage S, `--offload cpu`, `--recompute full`.")
+    lines.append("Config `sS[-offload][-recompute][-DTYPE]`: ZeRO stage S, `--offload cpu`, `--recompute full`, "
+                 "`--dtype DTYPE` (fp32 when absent).")
     lines.append("")
     head = (["config", "status", "peak mean", "peak max", "max/mean"]
             + CATEGORIES + ["host peak", "step ms", "tokens/s", "final loss", "comm MiB/step"])
@@ -571,12 +584,12 @@ def main(argv):
     out = os.path.abspath(args.out)
     invocation = shlex.join([sys.executable, os.path.abspath(__file__)] + argv)
     cap = parse_size(flag_value(args.extra, "--mem-limit") or "") or None
-    configs = [(s, o, r) for s in STAGES for o in OFFLOADS for r in RECOMPUTES]
+    configs = [(s, o, r, d) for d in args.dtypes for s in STAGES for o in OFFLOADS for r in RECOMPUTES]
     try:
         os.makedirs(os.path.join(out, "runs"), exist_ok=True)
         print(f"ablate: {len(configs)} configurations, np {args.np}, {args.steps} steps, zt-train {args.zt_train}"
               + (f", extra flags: {shlex.join(args.extra)}" if args.extra else ""), flush=True)
-        rows = [run_config(args, out, s, o, r, i + 1, len(configs)) for i, (s, o, r) in enumerate(configs)]
+        rows = [run_config(args, out, s, o, r, d, i + 1, len(configs)) for i, (s, o, r, d) in enumerate(configs)]
 
         subtitle = (f"np {args.np}, {args.steps} steps"
                     + (f", {shlex.join(args.extra)}" if args.extra else ", default toy GPT"))

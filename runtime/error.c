@@ -37,6 +37,7 @@ const char *zt_status_name(zt_status code) {
     case ZT_ERR_UNSUPPORTED: return "unsupported";
     case ZT_ERR_COMM: return "communication";
     case ZT_ERR_INTERNAL: return "internal";
+    case ZT_ERR_NUMERIC: return "numeric";
     }
     return "unknown";
 }

@@ -111,6 +111,9 @@ void zt_mem_release_cache(zt_mem *m) {
 }
 
 void zt_mem_destroy(zt_mem *m) {
+    free(m->labels);
+    m->labels = NULL;
+    m->nlabels = m->labels_cap = 0;
     zt_mem_release_cache(m);
     while (m->live) {
         zt_block *b = m->live;
@@ -169,6 +172,25 @@ static zt_block *new_block(zt_mem *m, size_t block_bytes) {
     return b;
 }
 
+/* The entry of (label, category) in m->labels, added if new; -1 when the
+ * table cannot grow. */
+static int label_entry(zt_mem *m, const char *label, zt_category cat) {
+    for (int i = m->nlabels - 1; i >= 0; i--)
+        if (m->labels[i].category == cat && strcmp(m->labels[i].label, label) == 0) return i;
+    if (m->nlabels == m->labels_cap) {
+        int cap = m->labels_cap ? 2 * m->labels_cap : 64;
+        zt_label_stat *t = realloc(m->labels, (size_t)cap * sizeof *t);
+        if (!t) return -1;
+        m->labels = t;
+        m->labels_cap = cap;
+    }
+    zt_label_stat *e = &m->labels[m->nlabels];
+    memset(e, 0, sizeof *e);
+    snprintf(e->label, sizeof e->label, "%s", label);
+    e->category = cat;
+    return m->nlabels++;
+}
+
 zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *label,
                        zt_block **out, zt_error *err) {
     *out = NULL;
@@ -199,6 +221,8 @@ zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *lab
     b->category = cat;
     snprintf(b->label, sizeof b->label, "%s", label ? label : "");
     list_push(&m->live, b);
+    b->label_id = label_entry(m, b->label, cat);
+    if (b->label_id >= 0) bump(&m->labels[b->label_id].bytes, bytes);
 
     bump(&m->by_category[cat], bytes);
     bump(&m->allocated, bytes);
@@ -218,6 +242,7 @@ void zt_mem_free(zt_mem *m, zt_block *b) {
     list_remove(&m->live, b);
     m->by_category[b->category].current -= b->requested_bytes;
     m->allocated.current -= b->requested_bytes;
+    if (b->label_id >= 0) m->labels[b->label_id].bytes.current -= b->requested_bytes;
     b->requested_bytes = 0;
     list_push(&m->cached, b);
     if (m->observer) m->observer(m->observer_arg, m, b->category);

@@ -25,105 +25,115 @@ typedef struct {
 
 typedef enum { ZT_COPY_H2D, ZT_COPY_D2H, ZT_COPY_D2D } zt_copy_kind;
 
-/* Kernel table. All tensors are contiguous fp32 on the backend's device unless
- * the name says otherwise. Backward kernels ACCUMULATE (+=) into parameter
- * gradients and into input gradients, so callers zero those buffers once;
- * forward kernels overwrite their outputs. Shapes are in the comments:
- * B batch, T sequence, C channels, NH heads, V vocabulary, N rows. */
+/* Kernel table of one compute dtype (`dtype`). The model's tensors, its
+ * activations, their gradients and the gathered parameters, are `void *` in
+ * that dtype; parameter gradients (`float *` dw, db, dbias, dwte, dwpe),
+ * layernorm mean/rstd, attention log-sum-exp, its datt scratch and the
+ * losses are fp32 in every dtype, and every kernel accumulates in fp32.
+ * All tensors are contiguous on the backend's device. Backward kernels
+ * ACCUMULATE (+=) into parameter gradients and into input gradients, so
+ * callers zero those buffers once; forward kernels overwrite their outputs.
+ * Shapes are in the comments: B batch, T sequence, C channels, NH heads,
+ * V vocabulary, N rows. The engine's operations at the end (adamw ..
+ * sum_squares) are the same in every table. */
 typedef struct {
+    zt_dtype dtype;
     /* out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :] */
-    void (*embedding_fwd)(zt_stream *s, float *out, const int32_t *tokens, const float *wte,
-                          const float *wpe, int B, int T, int C);
+    void (*embedding_fwd)(zt_stream *s, void *out, const int32_t *tokens, const void *wte, const void *wpe, int B,
+                          int T, int C);
     /* dwte[V,C] += scatter(dout), dwpe[T,C] += sum_b dout */
-    void (*embedding_bwd)(zt_stream *s, float *dwte, float *dwpe, const float *dout,
-                          const int32_t *tokens, int B, int T, int C);
+    void (*embedding_bwd)(zt_stream *s, float *dwte, float *dwpe, const void *dout, const int32_t *tokens, int B,
+                          int T, int C);
     /* out[N,C] = (inp - mean) * rstd * w + b; mean[N], rstd[N] saved for backward */
-    void (*layernorm_fwd)(zt_stream *s, float *out, float *mean, float *rstd, const float *inp,
-                          const float *w, const float *b, int N, int C);
+    void (*layernorm_fwd)(zt_stream *s, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                          const void *b, int N, int C);
     /* dinp[N,C], dw[C], db[C] += ... */
-    void (*layernorm_bwd)(zt_stream *s, float *dinp, float *dw, float *db, const float *dout,
-                          const float *inp, const float *w, const float *mean, const float *rstd,
-                          int N, int C);
+    void (*layernorm_bwd)(zt_stream *s, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                          const void *w, const float *mean, const float *rstd, int N, int C);
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
-    void (*matmul_fwd)(zt_stream *s, float *out, const float *inp, const float *w,
-                       const float *bias, int N, int C, int OC);
+    void (*matmul_fwd)(zt_stream *s, void *out, const void *inp, const void *w, const void *bias, int N, int C,
+                       int OC);
     /* dinp[N,C] += dout @ w; dw[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout (dinp, dbias may be NULL) */
-    void (*matmul_bwd)(zt_stream *s, float *dinp, float *dw, float *dbias, const float *dout,
-                       const float *inp, const float *w, int N, int C, int OC);
+    void (*matmul_bwd)(zt_stream *s, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
+                       const void *w, int N, int C, int OC);
     /* qkv[B,T,3C] -> out[B,T,C]; att[B,NH,T,T] holds the causal softmax
      * probabilities, exactly 0 above the diagonal (backward's GEMMs run over
      * the full T x T blocks and rely on it) */
-    void (*attention_fwd)(zt_stream *s, float *out, float *att, const float *qkv, int B, int T,
-                          int C, int NH);
+    void (*attention_fwd)(zt_stream *s, void *out, void *att, const void *qkv, int B, int T, int C, int NH);
     /* dqkv[B,T,3C] += ...; datt[B,NH,T] is scratch (overwritten).
-     * scratch[scratch_numel] is more memory the kernel may overwrite (dead
+     * scratch[scratch_bytes] is more memory the kernel may overwrite (dead
      * buffers the caller lends; NULL and 0 when none): the CUDA backend runs
-     * the backward as batched GEMMs through [NH,T,T] blocks when it holds at
-     * least NH*T*T floats, and row by row otherwise (so the path can depend
-     * on B and T); the CPU ignores it. */
-    void (*attention_bwd)(zt_stream *s, float *dqkv, float *datt, const float *dout,
-                          const float *qkv, const float *att, int B, int T, int C, int NH,
-                          float *scratch, size_t scratch_numel);
+     * the backward as batched GEMMs through [NH,T,T] fp32 blocks when it
+     * holds at least NH*T*T floats, and row by row otherwise (so the path can
+     * depend on B and T); the CPU, in a 16-bit dtype, sums the gradients in
+     * an fp32 [B,T,3C] there when it fits (one rounding instead of one per
+     * term). */
+    void (*attention_bwd)(zt_stream *s, void *dqkv, float *datt, const void *dout, const void *qkv, const void *att,
+                          int B, int T, int C, int NH, void *scratch, size_t scratch_bytes);
     /* Memory-efficient attention (--attention fused): out[B,T,C] as
      * attention_fwd, but what it keeps for backward is lse[B,NH,T], the log
      * of each causal row's softmax normaliser,
      *   lse[t] = m + log(sum_{t2 <= t} exp(s[t2] - m)),  s = scale q.k, m = max s,
      * instead of the [B,NH,T,T] probabilities (T times less memory). */
-    void (*attention_fused_fwd)(zt_stream *s, float *out, float *lse, const float *qkv, int B, int T,
-                                int C, int NH);
+    void (*attention_fused_fwd)(zt_stream *s, void *out, float *lse, const void *qkv, int B, int T, int C, int NH);
     /* dqkv[B,T,3C] += ..., the probabilities recomputed as
      * exp(scale q.k - lse); out[B,T,C] is the forward's output (the softmax
      * gradient's D[t] = dout[t] . out[t], per head); datt[B,NH,T] is scratch
-     * (overwritten with D). */
-    void (*attention_fused_bwd)(zt_stream *s, float *dqkv, float *datt, const float *dout,
-                                const float *qkv, const float *out, const float *lse, int B, int T,
-                                int C, int NH);
+     * (overwritten with D); scratch as for attention_bwd (the CPU's fp32
+     * gradient sums). */
+    void (*attention_fused_bwd)(zt_stream *s, void *dqkv, float *datt, const void *dout, const void *qkv,
+                                const void *out, const float *lse, int B, int T, int C, int NH, void *scratch,
+                                size_t scratch_bytes);
     /* out[N] = gelu_tanh(inp[N]) */
-    void (*gelu_fwd)(zt_stream *s, float *out, const float *inp, size_t N);
+    void (*gelu_fwd)(zt_stream *s, void *out, const void *inp, size_t N);
     /* dinp[N] += gelu'(inp) * dout */
-    void (*gelu_bwd)(zt_stream *s, float *dinp, const float *inp, const float *dout, size_t N);
+    void (*gelu_bwd)(zt_stream *s, void *dinp, const void *inp, const void *dout, size_t N);
     /* out[N] = a[N] + b[N]  (the residual connection) */
-    void (*residual_fwd)(zt_stream *s, float *out, const float *a, const float *b, size_t N);
+    void (*residual_fwd)(zt_stream *s, void *out, const void *a, const void *b, size_t N);
     /* da[N] += dout; db[N] += dout */
-    void (*residual_bwd)(zt_stream *s, float *da, float *db, const float *dout, size_t N);
+    void (*residual_bwd)(zt_stream *s, void *da, void *db, const void *dout, size_t N);
     /* probs[N,V] = softmax(logits[N,V]); losses[N] = -log probs[n, targets[n]]; probs may alias logits */
-    void (*softmax_xent_fwd)(zt_stream *s, float *losses, float *probs, const float *logits,
-                             const int32_t *targets, int N, int V);
-    /* dlogits[N,V] = (probs - onehot(targets)) * dloss (overwrite) */
-    void (*softmax_xent_bwd)(zt_stream *s, float *dlogits, const float *probs,
-                             const int32_t *targets, int N, int V, float dloss);
+    void (*softmax_xent_fwd)(zt_stream *s, float *losses, void *probs, const void *logits, const int32_t *targets,
+                             int N, int V);
+    /* dlogits[N,V] = (probs - onehot(targets)) * dloss (overwrite; may alias probs) */
+    void (*softmax_xent_bwd)(zt_stream *s, void *dlogits, const void *probs, const int32_t *targets, int N, int V,
+                             float dloss);
     /* AdamW on n contiguous elements, t = 1-based step for bias correction:
      * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p) */
-    void (*adamw)(zt_stream *s, float *p, const float *g, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float wd, int t);
-    /* dst[n] = bf16(src[n]) with round-to-nearest-even, and back */
-    void (*cast_f32_to_bf16)(zt_stream *s, zt_bf16 *dst, const float *src, size_t n);
-    void (*cast_bf16_to_f32)(zt_stream *s, float *dst, const zt_bf16 *src, size_t n);
+    void (*adamw)(zt_stream *s, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float wd, int t);
+    /* dst[n] (dst_dtype) = src[n] (src_dtype), through fp32, rounded to
+     * nearest even */
+    void (*cast)(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype, size_t n);
     /* x[n] *= alpha */
     void (*scale)(zt_stream *s, float *x, float alpha, size_t n);
-    /* dst[n] = src * alpha, or dst += src * alpha when accumulate (no add
-     * otherwise, so a -0 survives as it would without it) */
-    void (*scaled_store_f32)(zt_stream *s, float *dst, const float *src, float alpha, int accumulate, size_t n);
-    /* dst[n] = bf16(src * alpha), or bf16(f32(dst) + src * alpha) when accumulate */
-    void (*scaled_store_bf16)(zt_stream *s, zt_bf16 *dst, const float *src, float alpha, int accumulate, size_t n);
-    /* *out = sum x[i]^2, accumulated in double in a fixed order */
+    /* dst[n] (dtype) = src * alpha, or dst + src * alpha when accumulate,
+     * added in fp32 and rounded once (no add otherwise, so a -0 survives as
+     * it would without it) */
+    void (*scaled_store)(zt_stream *s, void *dst, zt_dtype dtype, const float *src, float alpha, int accumulate,
+                         size_t n);
+    /* *out = sum x[i]^2, accumulated in double in a fixed order (inf or NaN
+     * when any x[i] is) */
     void (*sum_squares)(zt_stream *s, double *out, const float *x, size_t n);
 } zt_ops;
 
 typedef struct zt_backend {
     zt_device device;
     const char *name;
-    const zt_ops *ops;
+    const zt_ops *ops; /* fp32 kernels: ops_for[ZT_FP32] */
+    /* Kernels in each compute dtype; NULL where this backend has none (then
+     * the engine widens 16-bit parameters to fp32 and computes in fp32). */
+    const zt_ops *ops_for[ZT_NDTYPES];
     zt_raw_allocator raw_device; /* blocks for the tracked device allocator */
     /* Blocks for the host offload pool: pinned (cudaHostAlloc) on CUDA; when
      * alloc is NULL (CPU) the context uses mlock'ed host memory. */
     zt_raw_allocator raw_host;
     int nthreads;
-    /* When set, matmul_fwd/bwd and attention_fwd's GEMMs round their
-     * operands to bf16 and accumulate in fp32 (tensor cores); fp32
-     * throughout otherwise. Set for --dtype bf16 on CUDA; the CPU backend
-     * computes in fp32 regardless. */
+    /* When set, the fp32 kernels' GEMMs (matmul_fwd/bwd, attention_fwd)
+     * round their operands to bf16 and accumulate in fp32 (tensor cores);
+     * fp32 throughout otherwise. Set for --dtype bf16 on a backend without
+     * bf16 kernels (CUDA, for now); the CPU ignores it. */
     int matmul_bf16;
     /* Copies and fills, ordered on stream s. */
     zt_status (*memcpy_async)(struct zt_backend *be, void *dst, const void *src, size_t bytes,

@@ -14,6 +14,7 @@ typedef enum {
     ZT_ERR_UNSUPPORTED = 4, /* named but not available in this build/issue */
     ZT_ERR_COMM = 5,        /* collective or MPI failure */
     ZT_ERR_INTERNAL = 6,    /* broken invariant */
+    ZT_ERR_NUMERIC = 7,     /* training cannot go on: gradients not finite */
 } zt_status;
 
 typedef struct {

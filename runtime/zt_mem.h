@@ -54,6 +54,7 @@ typedef struct zt_block {
     size_t requested_bytes; /* size the caller asked for; 0 while cached */
     zt_category category;
     char label[40];
+    int label_id;                 /* its entry in zt_mem.labels (-1: none) */
     struct zt_block *prev, *next; /* in the live list or the cache list */
 } zt_block;
 
@@ -61,6 +62,14 @@ typedef struct {
     size_t current;
     size_t peak;
 } zt_counter;
+
+/* Bytes held under one label ("block0 fp32 grad", "engine bucket send"),
+ * now and at most: what each category is made of. */
+typedef struct {
+    char label[40];
+    zt_category category;
+    zt_counter bytes;
+} zt_label_stat;
 
 typedef struct zt_mem {
     char space_name[16]; /* "device" or "host" */
@@ -81,6 +90,10 @@ typedef struct zt_mem {
     size_t window_allocated_peak;
     size_t window_reserved_peak;
     size_t window_phase_peak[ZT_NUM_PHASES];
+
+    zt_label_stat *labels; /* [nlabels], in order of first use (a label whose
+                            * table could not grow is simply not listed) */
+    int nlabels, labels_cap;
 
     zt_block *live;   /* doubly linked, newest first */
     zt_block *cached; /* doubly linked */

@@ -46,7 +46,7 @@ zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dt
             b.host_master_params += owned * 4;
             b.host_optimizer += owned * 8;
         } else {
-            if (dtype == ZT_BF16) b.master_params += owned * 4;
+            if (dtype != ZT_FP32) b.master_params += owned * 4;
             b.optimizer += owned * 8;
         }
     }
@@ -60,7 +60,7 @@ static zt_status check_agreement(zt_engine *e) {
     XXH64_state_t *h = XXH64_createState();
     if (!h) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate hash state");
     XXH64_reset(h, 0);
-    int head[3] = {e->spec->nunits, e->cfg.stage, (int)e->cfg.dtype};
+    int head[4] = {e->spec->nunits, e->cfg.stage, (int)e->cfg.dtype, (int)e->cfg.reduce_dtype};
     XXH64_update(h, head, sizeof head);
     for (int u = 0; u < e->spec->nunits; u++) {
         size_t sizes[2] = {e->spec->units[u].numel, e->spec->units[u].padded_numel};
@@ -91,11 +91,14 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
     e->cfg = *cfg;
     if (cfg->stage < 0 || cfg->stage > 3) return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "ZeRO stage %d", cfg->stage);
     if (cfg->bucket_bytes == 0) e->cfg.bucket_bytes = 1;
+    e->kernels = ctx->be->ops_for[cfg->dtype] ? ctx->be->ops_for[cfg->dtype] : ctx->be->ops;
+    e->compute_dtype = e->kernels->dtype;
+    e->scaler = zt_loss_scaler_initial(cfg);
     e->units = calloc((size_t)spec->nunits, sizeof *e->units);
     if (!e->units) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate unit table");
     ZT_TRY(check_agreement(e));
 
-    int bf16 = cfg->dtype == ZT_BF16;
+    int half = cfg->dtype != ZT_FP32; /* 16-bit params: fp32 master copy */
     for (int u = 0; u < spec->nunits; u++) {
         const zt_unit_spec *us = &spec->units[u];
         zt_unit_state *st = &e->units[u];
@@ -108,42 +111,42 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
             ZT_TRY(zt_engine_alloc_host(e, &st->host_m, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam m", u));
             ZT_TRY(zt_engine_alloc_host(e, &st->host_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u));
         } else {
-            if (bf16) ZT_TRY(zt_engine_alloc(e, &st->master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
+            if (half) ZT_TRY(zt_engine_alloc(e, &st->master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
             ZT_TRY(zt_engine_alloc(e, &st->adam_m, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam m", u));
             ZT_TRY(zt_engine_alloc(e, &st->adam_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u));
         }
 
         /* The full initial values are made on the host, then each buffer
-         * takes its part (a copy to the device; bf16 rounded on the host with
-         * the same rounding as the cast kernels). */
+         * takes its part (a copy to the device; 16-bit values rounded on the
+         * host with the same rounding as the cast kernels). */
         float *vals = malloc(P * sizeof(float)); /* [P] */
-        zt_bf16 *half = bf16 ? malloc(P * sizeof(zt_bf16)) : NULL;
-        if (!vals || (bf16 && !half)) {
+        uint16_t *vals16 = half ? malloc(P * sizeof(uint16_t)) : NULL; /* [P] dtype */
+        if (!vals || (half && !vals16)) {
             free(vals);
-            free(half);
+            free(vals16);
             return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate init values for unit %d", u);
         }
         memset(vals, 0, P * sizeof(float));
         for (int p = 0; p < us->nparams; p++) init(init_arg, u, p, vals + us->params[p].offset);
-        zt_tensor *fp32_store = cfg->offload ? &st->host_master : bf16 ? &st->master : &st->params;
-        int store_full = cfg->offload || bf16 ? full_optim(e) : full_params(e);
+        zt_tensor *fp32_store = cfg->offload ? &st->host_master : half ? &st->master : &st->params;
+        int store_full = cfg->offload || half ? full_optim(e) : full_params(e);
         size_t slo = store_full ? 0 : lo, sn = store_full ? P : S;
         size_t plo = full_params(e) ? 0 : lo, pn = full_params(e) ? P : S;
         zt_status s = ZT_OK;
         if (cfg->offload) memcpy(fp32_store->data, vals + slo, sn * sizeof(float)); /* host pool */
         else s = ctx->be->memcpy_async(ctx->be, fp32_store->data, vals + slo, sn * sizeof(float), ZT_COPY_H2D,
                                        &ctx->compute, &ctx->err);
-        if (s == ZT_OK && cfg->offload && !bf16) /* fp32 offload: the device params copy the host master */
+        if (s == ZT_OK && cfg->offload && !half) /* fp32 offload: the device params copy the host master */
             s = ctx->be->memcpy_async(ctx->be, st->params.data, vals + plo, pn * sizeof(float), ZT_COPY_H2D,
                                       &ctx->compute, &ctx->err);
-        if (s == ZT_OK && bf16) {
-            for (size_t k = 0; k < pn; k++) half[k] = zt_f32_to_bf16(vals[plo + k]);
-            s = ctx->be->memcpy_async(ctx->be, st->params.data, half, pn * sizeof(zt_bf16), ZT_COPY_H2D,
+        if (s == ZT_OK && half) {
+            for (size_t k = 0; k < pn; k++) zt_dtype_store(vals16, cfg->dtype, k, vals[plo + k]);
+            s = ctx->be->memcpy_async(ctx->be, st->params.data, vals16, pn * sizeof(uint16_t), ZT_COPY_H2D,
                                       &ctx->compute, &ctx->err);
         }
         if (s == ZT_OK) s = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
         free(vals);
-        free(half);
+        free(vals16);
         ZT_TRY(s);
     }
     return ZT_OK;

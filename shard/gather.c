@@ -1,5 +1,6 @@
 /* Parameter access for compute: just-in-time all-gather with prefetch at
- * stage 3, and the fp32 up-cast of bf16 parameters. */
+ * stage 3, and the fp32 up-cast of 16-bit parameters on a backend that has
+ * no kernels in their dtype. */
 #include <stdio.h>
 #include <string.h>
 
@@ -45,7 +46,7 @@ static zt_status prefetch_after(zt_engine *e, int u) {
     return ZT_OK;
 }
 
-zt_status zt_engine_gather(zt_engine *e, int unit, const float **params32) {
+zt_status zt_engine_gather(zt_engine *e, int unit, const void **params) {
     ZT_TRY(check_unit(e, unit));
     ZT_TRY(zt_engine_progress(e));
     zt_ctx *ctx = e->ctx;
@@ -62,13 +63,14 @@ zt_status zt_engine_gather(zt_engine *e, int unit, const float **params32) {
         if (st->gather_count == 0) ZT_TRY(prefetch_after(e, unit));
         full = st->gathered.data;
     }
-    if (e->cfg.dtype == ZT_BF16 && st->gather_count == 0) {
+    int widen = e->compute_dtype != e->cfg.dtype;
+    if (widen && st->gather_count == 0) {
         size_t P = e->spec->units[unit].padded_numel;
         ZT_TRY(zt_engine_alloc(e, &st->view32, ZT_FP32, P, ZT_CAT_WORKSPACE, "fp32 view", unit));
-        ctx->be->ops->cast_bf16_to_f32(&ctx->compute, zt_f32(&st->view32), full, P);
+        ctx->be->ops->cast(&ctx->compute, st->view32.data, ZT_FP32, full, e->cfg.dtype, P);
     }
     st->gather_count++;
-    *params32 = e->cfg.dtype == ZT_BF16 ? zt_f32(&st->view32) : (const float *)full;
+    *params = widen ? st->view32.data : full;
     return ZT_OK;
 }
 

@@ -12,9 +12,9 @@
 #include "engine_internal.h"
 #include "zt_cpu_adam.h"
 
-/* Where unit u's gradients land on the host: fp32 directly, or bf16 as sent. */
+/* Where unit u's gradients land on the host: fp32 directly, or 16-bit as sent. */
 static zt_tensor *grads_in_flight(zt_engine *e, zt_unit_state *st) {
-    return e->cfg.dtype == ZT_BF16 ? &st->host_grads16 : &st->host_grads;
+    return e->cfg.dtype != ZT_FP32 ? &st->host_grads16 : &st->host_grads;
 }
 
 zt_status zt_engine_offload_grads(zt_engine *e, int u) {
@@ -23,13 +23,13 @@ zt_status zt_engine_offload_grads(zt_engine *e, int u) {
     zt_unit_state *st = &e->units[u];
     size_t n = owned_numel(e, u), lo = owned_lo(e, u), at = local_index(full_grads(e), lo, shard_lo(e, u));
     size_t d = zt_dtype_size(e->cfg.dtype);
-    /* bf16 crosses as bf16 (half the bytes) and is widened to fp32 at the
+    /* 16-bit crosses as 16-bit (half the bytes) and is widened to fp32 at the
      * step, one unit at a time, so the host holds 2 bytes per waiting
      * parameter, not 6. */
     zt_tensor *dst = grads_in_flight(e, st);
     if (!dst->data)
         ZT_TRY(zt_engine_alloc_host(e, dst, e->cfg.dtype, n, ZT_CAT_COMM_BUFFERS,
-                                    e->cfg.dtype == ZT_BF16 ? "grad staging" : "host grads", u));
+                                    e->cfg.dtype != ZT_FP32 ? "grad staging" : "host grads", u));
     double t0 = zt_now_s();
     /* The copy follows the kernels that stored the reduced gradients. */
     ZT_TRY(zt_stream_after(be, &ctx->d2h, &ctx->compute, &ctx->err));
@@ -70,9 +70,8 @@ static zt_status host_grads_ready(zt_engine *e, int u, size_t n) {
     ZT_TRY(s);
     if (st->host_grads16.data) {
         ZT_TRY(zt_engine_alloc_host(e, &st->host_grads, ZT_FP32, n, ZT_CAT_COMM_BUFFERS, "host grads", u));
-        const zt_bf16 *src = st->host_grads16.data;
         float *dst = zt_f32(&st->host_grads);
-        for (size_t i = 0; i < n; i++) dst[i] = zt_bf16_to_f32(src[i]);
+        for (size_t i = 0; i < n; i++) dst[i] = zt_dtype_load(st->host_grads16.data, e->cfg.dtype, i);
         zt_tensor_free(&st->host_grads16, &ctx->host_mem);
     }
     return ZT_OK;
@@ -118,17 +117,14 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
         if (a >= b) continue;
         size_t j = a - lo;
         float wd = ps->decay ? e->cfg.weight_decay : 0.0f;
-        zt_cpu_adam_fused(isa, e->cfg.host_threads, p + j, g + j, m + j, v + j, (char *)out->data + j * d,
-                          e->cfg.dtype, b - a, clip, lr, e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
+        /* The fused pass writes fp32 and bf16 copies; fp16 is rounded below. */
+        void *o = e->cfg.dtype == ZT_FP16 ? NULL : (char *)out->data + j * d;
+        zt_cpu_adam_fused(isa, e->cfg.host_threads, p + j, g + j, m + j, v + j, o, e->cfg.dtype, b - a, clip, lr,
+                          e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
     }
     /* Padding never changes, but the device copy is rewritten whole. */
-    for (size_t j = 0; j < n; j++) {
-        size_t i = lo + j;
-        if (i >= us->numel) {
-            if (e->cfg.dtype == ZT_FP32) ((float *)out->data)[j] = p[j];
-            else ((zt_bf16 *)out->data)[j] = zt_f32_to_bf16(p[j]);
-        }
-    }
+    for (size_t j = 0; j < n; j++)
+        if (lo + j >= us->numel || e->cfg.dtype == ZT_FP16) zt_dtype_store(out->data, e->cfg.dtype, j, p[j]);
     zt_tensor_free(&st->host_grads, &ctx->host_mem);
     double t0 = zt_now_s();
     size_t at = local_index(full_params(e), lo, shard_lo(e, u));

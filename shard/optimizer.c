@@ -1,21 +1,53 @@
-/* The optimizer step on each rank's part of the state: global-norm clipping
- * and AdamW (weight decay only where the model asked for it), then the
- * all-gather of updated parameters where the stage keeps them full. */
+/* The optimizer step on each rank's part of the state: the non-finite check
+ * (and fp16's unscaling), global-norm clipping and AdamW (weight decay only
+ * where the model asked for it), then the all-gather of updated parameters
+ * where the stage keeps them full. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine_internal.h"
 
-/* fp32 view of this rank's reduced gradient slice [lo, lo+S) of unit u; bf16
- * gradients are up-cast into ws. */
-static float *grad_slice_f32(zt_engine *e, int u, zt_tensor *ws) {
-    zt_unit_state *st = &e->units[u];
-    size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
-    size_t at = local_index(full_grads(e), lo, lo);
-    if (e->cfg.dtype == ZT_FP32) return zt_f32(&st->grads) + at;
-    e->ctx->be->ops->cast_bf16_to_f32(&e->ctx->compute, zt_f32(ws), (const zt_bf16 *)st->grads.data + at, S);
-    return zt_f32(ws);
+/* Unit u's gradients over [lo, lo + n) (unit coordinates) as fp32 pieces:
+ * the grads themselves in fp32 (one piece), else widened chunk by chunk into
+ * ws (ZT_OPTIMIZER_CHUNK elements at most, so no fp32 copy of a unit's
+ * gradients ever exists). */
+typedef struct {
+    zt_engine *e;
+    int u;
+    size_t next, end;
+    zt_tensor *ws;
+} grad_pieces;
+
+static grad_pieces pieces_of(zt_engine *e, int u, size_t lo, size_t n, zt_tensor *ws) {
+    grad_pieces it = {e, u, lo, lo + n, ws};
+    return it;
+}
+
+/* The next piece: *g holds elements [*at, *at + *n); 0 when none is left. */
+static int next_piece(grad_pieces *it, float **g, size_t *at, size_t *n) {
+    zt_engine *e = it->e;
+    zt_unit_state *st = &e->units[it->u];
+    if (it->next >= it->end) return 0;
+    size_t i = local_index(full_grads(e), it->next, shard_lo(e, it->u)); /* in the grads buffer */
+    *at = it->next;
+    if (e->cfg.dtype == ZT_FP32) {
+        *n = it->end - it->next;
+        *g = zt_f32(&st->grads) + i;
+    } else {
+        *n = it->end - it->next < ZT_OPTIMIZER_CHUNK ? it->end - it->next : ZT_OPTIMIZER_CHUNK;
+        e->ctx->be->ops->cast(&e->ctx->compute, it->ws->data, ZT_FP32, (const uint16_t *)st->grads.data + i,
+                              e->cfg.dtype, *n);
+        *g = zt_f32(it->ws);
+    }
+    it->next += *n;
+    return 1;
+}
+
+/* Pieces the norm of unit u's slice is summed in (1 in fp32). */
+static size_t norm_pieces(const zt_engine *e, int u) {
+    size_t S = e->spec->units[u].shard_numel;
+    return e->cfg.dtype == ZT_FP32 ? 1 : (S + ZT_OPTIMIZER_CHUNK - 1) / ZT_OPTIMIZER_CHUNK;
 }
 
 /* AdamW over unit coordinates [lo, hi) on buffers p, g, m, v whose element 0
@@ -36,32 +68,41 @@ static void adamw_range(zt_engine *e, int u, size_t lo, size_t hi, float *p, siz
 }
 
 /* *local = sum over units (in unit order) of the squared norm of this rank's
- * gradient slice. On a GPU each unit's sum lands in a device slot and all
- * come back in one copy: one host wait per step instead of one per unit. */
+ * gradient slice (summed piece by piece in 16-bit dtypes). On a GPU each
+ * piece's sum lands in a device slot and all come back in one copy: one host
+ * wait per step instead of one per unit. */
 static zt_status unit_norms_squared(zt_engine *e, zt_tensor *ws, double *local) {
     zt_ctx *ctx = e->ctx;
     const zt_ops *ops = ctx->be->ops;
     int n = e->spec->nunits;
+    float *g;
+    size_t at, gn;
     *local = 0.0;
     if (!ctx->be->event_record) { /* CPU: results are on the host at once */
-        for (int u = 0; u < n; u++) {
-            double s = 0.0;
-            ops->sum_squares(&ctx->compute, &s, grad_slice_f32(e, u, ws), e->spec->units[u].shard_numel);
-            *local += s;
-        }
+        for (int u = 0; u < n; u++)
+            for (grad_pieces it = pieces_of(e, u, shard_lo(e, u), e->spec->units[u].shard_numel, ws);
+                 next_piece(&it, &g, &at, &gn);) {
+                double s = 0.0;
+                ops->sum_squares(&ctx->compute, &s, g, gn);
+                *local += s;
+            }
         return ZT_OK;
     }
-    zt_tensor slots; /* [n] double, as 2n fp32 words */
-    ZT_TRY(zt_engine_alloc(e, &slots, ZT_FP32, 2 * (size_t)n, ZT_CAT_WORKSPACE, "norm slots", -1));
-    double *dev = slots.data, *host = malloc((size_t)n * sizeof *host);
-    zt_status st = host ? ZT_OK : ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate %d norms", n);
+    size_t nslots = 0;
+    for (int u = 0; u < n; u++) nslots += norm_pieces(e, u);
+    zt_tensor slots; /* [nslots] double, as 2 nslots fp32 words */
+    ZT_TRY(zt_engine_alloc(e, &slots, ZT_FP32, 2 * nslots, ZT_CAT_WORKSPACE, "norm slots", -1));
+    double *dev = slots.data, *host = malloc(nslots * sizeof *host);
+    zt_status st = host ? ZT_OK : ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate %zu norms", nslots);
+    size_t k = 0;
     for (int u = 0; st == ZT_OK && u < n; u++)
-        ops->sum_squares(&ctx->compute, dev + u, grad_slice_f32(e, u, ws), e->spec->units[u].shard_numel);
+        for (grad_pieces it = pieces_of(e, u, shard_lo(e, u), e->spec->units[u].shard_numel, ws);
+             next_piece(&it, &g, &at, &gn);)
+            ops->sum_squares(&ctx->compute, dev + k++, g, gn);
     if (st == ZT_OK)
-        st = ctx->be->memcpy_async(ctx->be, host, dev, (size_t)n * sizeof *host, ZT_COPY_D2H, &ctx->compute,
-                                   &ctx->err);
+        st = ctx->be->memcpy_async(ctx->be, host, dev, nslots * sizeof *host, ZT_COPY_D2H, &ctx->compute, &ctx->err);
     if (st == ZT_OK) st = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
-    for (int u = 0; st == ZT_OK && u < n; u++) *local += host[u];
+    for (size_t i = 0; st == ZT_OK && i < nslots; i++) *local += host[i];
     free(host);
     zt_tensor_free(&slots, &ctx->device_mem);
     return st;
@@ -71,14 +112,13 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
     zt_ctx *ctx = e->ctx;
     const zt_ops *ops = ctx->be->ops;
     const zt_model_spec *spec = e->spec;
-    int bf16 = e->cfg.dtype == ZT_BF16;
+    int half = e->cfg.dtype != ZT_FP32;
     ZT_TRY(zt_engine_sync_grads(e));
     ZT_TRY(zt_engine_drop_prefetched(e));
 
-    /* Work buffer: the largest unit's fp32 gradients (bf16 up-cast). Stage 0
-     * steps on the full buffer; the others on their slice. */
+    /* Work buffer: one chunk of widened 16-bit gradients. */
     zt_tensor ws = {0};
-    if (bf16) ZT_TRY(zt_engine_alloc(e, &ws, ZT_FP32, spec->largest_unit_numel, ZT_CAT_WORKSPACE, "optimizer", -1));
+    if (half) ZT_TRY(zt_engine_alloc(e, &ws, ZT_FP32, zt_engine_optimizer_chunk(e), ZT_CAT_WORKSPACE, "optimizer", -1));
 
     /* Gradient norm: per-unit sums over this rank's slice, added in unit
      * order, then over ranks in rank order: the same partition at every stage. */
@@ -88,10 +128,18 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
     double total;
     st = zt_comm_sum_f64(e->comm, local, &total, &ctx->err);
     if (st != ZT_OK) goto done;
-    double norm = sqrt(total);
+    /* Every rank holds the same total (added in rank order), so a
+     * non-finite gradient anywhere skips the step everywhere. */
+    double inv_scale = 1.0 / e->scaler.scale; /* exact: scales are powers of two or 1 */
+    double norm = sqrt(total) * inv_scale;
     e->last_grad_norm = norm;
+    e->last_step_skipped = !isfinite(norm);
+    zt_loss_scaler_update(&e->scaler, &e->cfg, !e->last_step_skipped);
+    if (e->last_step_skipped) goto done;
     float clip = 1.0f;
     if (e->cfg.grad_clip > 0.0f && norm > e->cfg.grad_clip) clip = (float)(e->cfg.grad_clip / (norm + 1e-6));
+    /* Unscaling and clipping in one multiply (clip itself when the scale is 1). */
+    float mult = clip * (float)inv_scale;
 
     int t = e->steps_taken + 1;
     /* Stages 1-2: each unit's updated slices are all-gathered while later
@@ -107,7 +155,7 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
         zt_unit_state *us = &e->units[u];
         size_t P = spec->units[u].padded_numel, S = spec->units[u].shard_numel, lo = shard_lo(e, u);
         if (e->cfg.offload) {
-            st = zt_engine_offload_step_unit(e, u, clip, lr, t);
+            st = zt_engine_offload_step_unit(e, u, mult, lr, t);
             /* The new slice arrives on the h2d stream; the gather follows it. */
             if (st == ZT_OK && (e->cfg.stage == 1 || e->cfg.stage == 2))
                 st = zt_engine_all_gather_start_after(e, us->params.data, S * zt_dtype_size(e->cfg.dtype), &ctx->h2d,
@@ -116,35 +164,25 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
         }
         /* Stage 0 updates everything on every rank; others their slice. */
         size_t rlo = full_optim(e) ? 0 : lo, rn = full_optim(e) ? P : S;
-        float *g;
-        size_t g_at;
-        if (full_optim(e)) {
-            if (bf16) {
-                ops->cast_bf16_to_f32(&ctx->compute, zt_f32(&ws), us->grads.data, P);
-                g = zt_f32(&ws);
-            } else {
-                g = zt_f32(&us->grads);
-            }
-            g_at = 0;
-        } else {
-            g = grad_slice_f32(e, u, &ws);
-            g_at = lo;
-        }
-        if (clip != 1.0f) ops->scale(&ctx->compute, g, clip, rn);
         float *p;
         size_t p_at;
-        if (bf16) {
+        if (half) {
             p = zt_f32(&us->master);
             p_at = full_optim(e) ? 0 : lo;
         } else {
             p = zt_f32(&us->params);
             p_at = full_params(e) ? 0 : lo;
         }
-        adamw_range(e, u, rlo, rlo + rn, p, p_at, g, g_at, zt_f32(&us->adam_m), zt_f32(&us->adam_v),
-                    full_optim(e) ? 0 : lo, lr, t);
-        if (bf16) {
-            zt_bf16 *dst = (zt_bf16 *)us->params.data + local_index(full_params(e), rlo, lo);
-            ops->cast_f32_to_bf16(&ctx->compute, dst, p + (rlo - p_at), rn);
+        float *g;
+        size_t at, gn;
+        for (grad_pieces it = pieces_of(e, u, rlo, rn, &ws); next_piece(&it, &g, &at, &gn);) {
+            if (mult != 1.0f) ops->scale(&ctx->compute, g, mult, gn);
+            adamw_range(e, u, at, at + gn, p, p_at, g, at, zt_f32(&us->adam_m), zt_f32(&us->adam_v),
+                        full_optim(e) ? 0 : lo, lr, t);
+        }
+        if (half) {
+            uint16_t *dst = (uint16_t *)us->params.data + local_index(full_params(e), rlo, lo);
+            ops->cast(&ctx->compute, dst, e->cfg.dtype, p + (rlo - p_at), ZT_FP32, rn);
         }
         if (e->cfg.stage == 1 || e->cfg.stage == 2)
             /* Everyone needs everyone's updated slice of the full params. */
@@ -164,4 +202,14 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
 done:
     zt_tensor_free(&ws, &ctx->device_mem);
     return st;
+}
+
+size_t zt_engine_optimizer_chunk(const zt_engine *e) {
+    if (e->cfg.dtype == ZT_FP32) return 0;
+    size_t most = 0; /* the largest part widened at once: an owned range, or a slice for the norm */
+    for (int u = 0; u < e->spec->nunits; u++) {
+        size_t n = owned_numel(e, u);
+        if (n > most) most = n;
+    }
+    return most < ZT_OPTIMIZER_CHUNK ? most : ZT_OPTIMIZER_CHUNK;
 }

@@ -1,4 +1,11 @@
-/* Gradient buffers and their bucketed, deterministic reduce-scatter. */
+/* Gradient buffers and their bucketed, deterministic reduce-scatter.
+ *
+ * One rounding point at every stage: backward sums a micro-batch's
+ * gradients in fp32 (grad32, or the fp32 grads themselves); they travel in
+ * the reduce dtype, are summed in fp32 in rank order, scaled by 1/N, and only
+ * then stored in the grads' dtype. Stages 0-1 reduce once per step, so in a
+ * 16-bit dtype their grad32 sums every micro-batch of the step; stages 2-3
+ * reduce each micro-batch and add it to their shard. */
 #include <string.h>
 
 #include "engine_internal.h"
@@ -8,6 +15,10 @@ zt_status zt_engine_zero_grads(zt_engine *e) {
     for (int u = 0; u < e->spec->nunits; u++) {
         zt_tensor *g = &e->units[u].grads;
         ZT_TRY(ctx->be->memset_async(ctx->be, g->data, 0, zt_tensor_bytes(g), &ctx->compute, &ctx->err));
+        /* fp32 gradients of a step that was never reduced (no micro-batch
+         * was marked last) must not leak into this one. */
+        zt_tensor_free(&e->units[u].grad32, &ctx->device_mem);
+        e->units[u].grad_open = 0;
     }
     return ZT_OK;
 }
@@ -26,35 +37,35 @@ zt_status zt_engine_grad_buffer(zt_engine *e, int unit, float **grads32) {
         *grads32 = zt_f32(&st->grads);
         return ZT_OK;
     }
-    if (!st->grad_open) {
+    if (!st->grad32.data) {
         /* Full-size grads waiting to be reduce-scattered are comm buffers. */
         zt_category cat = full_grads(e) ? ZT_CAT_WORKSPACE : ZT_CAT_COMM_BUFFERS;
         ZT_TRY(zt_engine_alloc(e, &st->grad32, ZT_FP32, e->spec->units[unit].padded_numel, cat, "fp32 grad", unit));
-        st->grad_open = 1;
     }
+    st->grad_open = 1;
     *grads32 = zt_f32(&st->grad32);
     return ZT_OK;
 }
 
-/* Packs slice r of every unit of the bucket into send (rank-major), so that
- * the all-to-all delivers to rank r exactly its slices. */
+/* Packs slice r of every unit of the bucket into send (rank-major, in the
+ * reduce dtype), so that the all-to-all delivers to rank r exactly its
+ * slices. */
 static zt_status pack_bucket(zt_engine *e, zt_bucket *b) {
     zt_ctx *ctx = e->ctx;
     int N = e->comm->world_size;
-    float *dst = zt_f32(&b->send);
+    zt_dtype rd = e->cfg.reduce_dtype;
+    char *dst = b->send.data;
     for (int r = 0; r < N; r++)
         for (int i = 0; i < b->nunits; i++) {
             int u = b->units[i];
             zt_unit_state *st = &e->units[u];
             size_t S = e->spec->units[u].shard_numel, off = (size_t)r * S;
-            if (st->grad32.data || e->cfg.dtype == ZT_FP32) {
-                const float *src = (st->grad32.data ? zt_f32(&st->grad32) : zt_f32(&st->grads)) + off;
+            const float *src = (st->grad32.data ? zt_f32(&st->grad32) : zt_f32(&st->grads)) + off; /* fp32 */
+            if (rd == ZT_FP32)
                 ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, src, S * sizeof(float), ZT_COPY_D2D, &ctx->compute,
                                              &ctx->err));
-            } else {
-                ctx->be->ops->cast_bf16_to_f32(&ctx->compute, dst, (const zt_bf16 *)st->grads.data + off, S);
-            }
-            dst += S;
+            else ctx->be->ops->cast(&ctx->compute, dst, rd, src, ZT_FP32, S);
+            dst += S * zt_dtype_size(rd);
         }
     return ZT_OK;
 }
@@ -72,14 +83,12 @@ static zt_status unpack_bucket(zt_engine *e, zt_bucket *b) {
         /* Full grads were reduced once per step: overwrite. A shard
          * accumulates across micro-batches (0 + x is exact for the first). */
         int accumulate = !full_grads(e);
-        if (e->cfg.dtype == ZT_FP32)
-            ctx->be->ops->scaled_store_f32(&ctx->compute, zt_f32(&st->grads) + at, src, inv_n, accumulate, S);
-        else
-            ctx->be->ops->scaled_store_bf16(&ctx->compute, (zt_bf16 *)st->grads.data + at, src, inv_n, accumulate, S);
+        size_t d = zt_dtype_size(e->cfg.dtype);
+        ctx->be->ops->scaled_store(&ctx->compute, (char *)st->grads.data + at * d, e->cfg.dtype, src, inv_n,
+                                   accumulate, S);
         src += S;
         if (e->cfg.stage == 0) {
             /* Stage 0 all-reduces as reduce-scatter + all-gather over the same layout. */
-            size_t d = zt_dtype_size(e->cfg.dtype);
             ZT_TRY(zt_engine_all_gather_after(e, st->grads.data, S * d, &ctx->compute));
         }
         /* Offload: the reduced gradients leave for the host now, while the
@@ -119,8 +128,9 @@ static zt_status flush_bucket(zt_engine *e) {
     if (b->nunits == 0) return ZT_OK;
     ZT_TRY(zt_engine_complete_bucket(e));
     int N = e->comm->world_size;
-    ZT_TRY(zt_engine_alloc(e, &b->send, ZT_FP32, b->numel, ZT_CAT_COMM_BUFFERS, "bucket send", -1));
-    ZT_TRY(zt_engine_alloc(e, &b->staging, ZT_FP32, b->numel, ZT_CAT_COMM_BUFFERS, "bucket recv", -1));
+    zt_dtype rd = e->cfg.reduce_dtype;
+    ZT_TRY(zt_engine_alloc(e, &b->send, rd, b->numel, ZT_CAT_COMM_BUFFERS, "bucket send", -1));
+    ZT_TRY(zt_engine_alloc(e, &b->staging, rd, b->numel, ZT_CAT_COMM_BUFFERS, "bucket recv", -1));
     ZT_TRY(zt_engine_alloc(e, &b->reduced, ZT_FP32, b->numel / (size_t)N, ZT_CAT_COMM_BUFFERS, "bucket reduced", -1));
     ZT_TRY(pack_bucket(e, b));
     for (int i = 0; i < b->nunits; i++) zt_tensor_free(&e->units[b->units[i]].grad32, &e->ctx->device_mem);
@@ -128,8 +138,8 @@ static zt_status flush_bucket(zt_engine *e) {
     zt_ctx *ctx = e->ctx;
     void *ready = NULL;
     ZT_TRY(zt_engine_ready_event(e, &ctx->compute, &ready));
-    zt_status st = zt_comm_reduce_scatter_start(e->comm, zt_f32(&b->send), zt_f32(&b->staging), zt_f32(&b->reduced),
-                                                b->numel / (size_t)N, ready, &b->handle, &ctx->err);
+    zt_status st = zt_comm_reduce_scatter_start(e->comm, b->send.data, b->staging.data, zt_f32(&b->reduced),
+                                                b->numel / (size_t)N, rd, ready, &b->handle, &ctx->err);
     zt_event_destroy(ctx->be, ready);
     ZT_TRY(st);
     e->in_flight = *b;
@@ -143,15 +153,9 @@ zt_status zt_engine_grads_ready(zt_engine *e, int unit) {
     zt_unit_state *st = &e->units[unit];
     if (!st->grad_open) return ZT_OK; /* no gradient flowed into this unit */
     st->grad_open = 0;
-    if (full_grads(e)) {
-        if (e->cfg.dtype == ZT_BF16) {
-            /* Fold this micro-batch into the bf16 store (one rounding per micro-batch). */
-            e->ctx->be->ops->scaled_store_bf16(&e->ctx->compute, st->grads.data, zt_f32(&st->grad32), 1.0f, 1,
-                                               st->grads.numel);
-            zt_tensor_free(&st->grad32, &e->ctx->device_mem);
-        }
-        if (!e->sync_this_micro) return ZT_OK; /* stages 0-1 reduce once per step */
-    }
+    /* Stages 0-1 reduce once per step; until then grad32 (or the fp32
+     * grads) keeps summing micro-batches. */
+    if (full_grads(e) && !e->sync_this_micro) return ZT_OK;
     zt_bucket *b = &e->filling;
     if (st->queued) return ZT_FAIL(&e->ctx->err, ZT_ERR_INTERNAL, "unit %d reported ready twice", unit);
     st->queued = 1;

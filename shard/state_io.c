@@ -9,7 +9,7 @@ static const zt_tensor *fp32_source(zt_engine *e, int u, zt_state_kind kind, int
     zt_unit_state *st = &e->units[u];
     if (kind == ZT_STATE_MASTER) {
         if (e->cfg.offload) return *is_full = full_optim(e), &st->host_master;
-        if (e->cfg.dtype == ZT_BF16) return *is_full = full_optim(e), &st->master;
+        if (e->cfg.dtype != ZT_FP32) return *is_full = full_optim(e), &st->master;
         return *is_full = full_params(e), &st->params;
     }
     *is_full = full_optim(e);
@@ -73,13 +73,14 @@ zt_status zt_engine_set_owned(zt_engine *e, int u, const float *master, const fl
         ZT_TRY(ctx->be->memcpy_async(ctx->be, zt_f32(&st->params) + pat, master, on * sizeof(float), ZT_COPY_H2D,
                                      &ctx->compute, &ctx->err));
     else ZT_TRY(put_f32(e, master_t->data, master, on * sizeof(float)));
-    /* Compute params of the owned part from the master values (bf16 rounded
-     * on the host, as at init); the rest arrives by zt_engine_gather_params. */
-    if (e->cfg.dtype == ZT_BF16) {
-        zt_bf16 *half = malloc(on * sizeof(zt_bf16));
+    /* Compute params of the owned part from the master values (16-bit
+     * values rounded on the host, as at init); the rest arrives by
+     * zt_engine_gather_params. */
+    if (e->cfg.dtype != ZT_FP32) {
+        uint16_t *half = malloc(on * sizeof(uint16_t)); /* [on] dtype */
         if (!half) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate a staging buffer");
-        for (size_t k = 0; k < on; k++) half[k] = zt_f32_to_bf16(master[k]);
-        zt_status s = ctx->be->memcpy_async(ctx->be, (zt_bf16 *)st->params.data + pat, half, on * sizeof(zt_bf16),
+        for (size_t k = 0; k < on; k++) zt_dtype_store(half, e->cfg.dtype, k, master[k]);
+        zt_status s = ctx->be->memcpy_async(ctx->be, (uint16_t *)st->params.data + pat, half, on * sizeof(uint16_t),
                                             ZT_COPY_H2D, &ctx->compute, &ctx->err);
         if (s == ZT_OK) s = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
         free(half);

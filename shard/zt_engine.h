@@ -1,7 +1,7 @@
 /* The engine owns each unit's persistent state and implements the runtime API
  * the model calls:
- *   gather(u)      -> an fp32 view of u's full parameters, valid until release(u)
- *   grad_buffer(u) -> an fp32 buffer u's backward accumulates into
+ *   gather(u)      -> u's full parameters in the compute dtype, valid until release(u)
+ *   grad_buffer(u) -> an fp32 buffer u's backward accumulates into (every dtype)
  *   grads_ready(u) -> u's backward is complete for this micro-batch
  * and the optimizer step. What these allocate, reduce or communicate is
  * decided here by the ZeRO stage, never by the model:
@@ -13,9 +13,10 @@
  *   3     | shard    shard    shard       (params gathered just in time, freed after use)
  *
  * Every stage reduces gradients with the same deterministic reduce-scatter over
- * the same padded layout, averages once (x 1/N) after it, and computes the
- * gradient norm per shard, summed over ranks in rank order; so in fp32 all
- * stages give bitwise-identical results at a given world size. */
+ * the same padded layout, averages once (x 1/N) after it, rounds to the
+ * storage dtype only then, and computes the gradient norm per shard, summed
+ * over ranks in rank order; so all stages give bitwise-identical results at
+ * a given world size (in bf16 and fp16 too, with an fp32 reduce). */
 #ifndef ZT_ENGINE_H
 #define ZT_ENGINE_H
 
@@ -24,16 +25,43 @@
 #include "zt_tensor.h"
 #include "zt_units.h"
 
+/* fp16 loss scaling, with DeepSpeed's fp16 block's knobs and rules: the loss
+ * is multiplied by `scale` before backward and the gradients divided by it
+ * (in fp32) before the optimizer. A step whose gradients are not finite on
+ * any rank is skipped by every rank (they share the summed norm). Dynamic
+ * scaling halves the scale after `hysteresis` such overflows and doubles it
+ * after `window` overflow-free steps. In bf16 and fp32 the scale is 1. */
+typedef struct {
+    double loss_scale;       /* 0: dynamic; > 0: this fixed scale */
+    int initial_scale_power; /* dynamic: the first scale is 2^this */
+    int window;              /* dynamic: overflow-free steps before the scale doubles */
+    int hysteresis;          /* dynamic: overflows tolerated before the scale halves */
+    double min_loss_scale;   /* dynamic: an overflow at this scale cannot be answered */
+} zt_loss_scale_config;
+
+typedef struct {
+    double scale;          /* the loss is multiplied by this before backward */
+    int good_steps;        /* overflow-free steps since the scale last changed or overflowed */
+    int hysteresis_left;   /* overflows still tolerated before the scale halves */
+    long skipped_steps;    /* steps skipped so far (not-finite gradients) */
+    int consecutive_skips; /* skipped in a row, up to the last step */
+    int exhausted;         /* the last step overflowed at min_loss_scale (dynamic only) */
+} zt_loss_scaler;
+
 typedef struct {
     int stage;      /* ZeRO stage 0..3 */
-    zt_dtype dtype; /* storage dtype of params and grads; compute is fp32 */
+    /* dtype of params and grads, and the compute dtype of gathered units
+     * (when the backend has kernels in it; else compute is fp32) */
+    zt_dtype dtype;
+    zt_dtype reduce_dtype; /* what gradient buckets travel in; summed in fp32 either way */
     float beta1, beta2, eps, weight_decay;
     float grad_clip;     /* global-norm clipping threshold; 0 disables */
-    size_t bucket_bytes; /* reduce-scatter bucket size (fp32 gradient bytes) */
+    size_t bucket_bytes; /* reduce-scatter bucket size (bytes of fp32 gradients it holds) */
     int prefetch;        /* stage 3: units gathered ahead of the one in use */
     int overlap_comm;    /* 0: wait for every collective right after starting it */
     int offload;         /* 1: fp32 master and Adam m, v of the owned part live in the host pool */
     int host_threads;    /* threads of the CPU Adam under offload */
+    zt_loss_scale_config loss; /* fp16 only */
 } zt_engine_config;
 
 typedef enum { ZT_GATHER_NONE = 0, ZT_GATHER_IN_FLIGHT, ZT_GATHER_READY } zt_gather_state;
@@ -41,18 +69,21 @@ typedef enum { ZT_GATHER_NONE = 0, ZT_GATHER_IN_FLIGHT, ZT_GATHER_READY } zt_gat
 typedef struct {
     zt_tensor params;   /* [padded] or [shard] dtype: the compute copy */
     zt_tensor grads;    /* [padded] or [shard] dtype */
-    zt_tensor master;   /* [padded] or [shard] fp32, only when dtype is bf16 */
+    zt_tensor master;   /* [padded] or [shard] fp32, only when dtype is 16-bit */
     zt_tensor adam_m;   /* [padded] or [shard] fp32 */
     zt_tensor adam_v;   /* [padded] or [shard] fp32 */
     zt_tensor gathered; /* [padded] dtype, stage 3 while gathered (gathered_params) */
-    zt_tensor view32;   /* [padded] fp32 up-cast of params while in use (bf16 only) */
-    zt_tensor grad32;   /* [padded] fp32 gradients of this micro-batch (bf16, or stage >= 2) */
+    zt_tensor view32;   /* [padded] fp32 up-cast of 16-bit params while in use, only on a
+                         * backend without kernels in that dtype (workspace) */
+    zt_tensor grad32;   /* [padded] fp32 gradients until reduced: one micro-batch at stage
+                         * >= 2 (comm_buffers); the step's micro-batches at stages 0-1 in
+                         * a 16-bit dtype (workspace) */
     /* Offload (host pool): the owned part ([padded] at stage 0, else [shard]). */
     zt_tensor host_master; /* fp32 master_params */
     zt_tensor host_m;      /* fp32 optimizer */
     zt_tensor host_v;      /* fp32 optimizer */
     zt_tensor host_grads;  /* fp32 reduced gradients copied device->host (comm_buffers, one step) */
-    zt_tensor host_grads16; /* bf16 runs: the same as sent (bf16), widened into host_grads at the step */
+    zt_tensor host_grads16; /* 16-bit runs: the same as sent (16-bit), widened into host_grads at the step */
     void *d2h_done;        /* backend event: the device->host gradient copy has landed */
     zt_gather_state gather_state;
     zt_comm_handle gather_handle;
@@ -66,8 +97,8 @@ typedef struct {
     int units[ZT_MAX_UNITS > 64 ? 64 : ZT_MAX_UNITS];
     int nunits;
     size_t numel;       /* sum of padded sizes */
-    zt_tensor send;     /* [numel] fp32, packed rank-major: slice r of every unit, then r+1 */
-    zt_tensor staging;  /* [numel] fp32, the chunks received from every rank */
+    zt_tensor send;     /* [numel] reduce dtype, packed rank-major: slice r of every unit, then r+1 */
+    zt_tensor staging;  /* [numel] reduce dtype, the chunks received from every rank */
     zt_tensor reduced;  /* [numel / N] fp32, this rank's summed slices */
     zt_comm_handle handle;
 } zt_bucket;
@@ -77,11 +108,15 @@ typedef struct {
     zt_comm *comm;
     const zt_model_spec *spec;
     zt_engine_config cfg;
+    const zt_ops *kernels;  /* the backend's kernels in compute_dtype, for the model */
+    zt_dtype compute_dtype; /* cfg.dtype, or fp32 where the backend has no kernels in it */
     zt_unit_state *units; /* [spec->nunits] */
     zt_bucket filling, in_flight;
     int sync_this_micro; /* stages 0-1 reduce once per step, on the last micro-batch */
-    int steps_taken;
-    double last_grad_norm;
+    int steps_taken;       /* optimizer updates applied (skipped steps excluded): Adam's t */
+    double last_grad_norm; /* of the unscaled gradients; inf or NaN when the step was skipped */
+    int last_step_skipped;
+    zt_loss_scaler scaler;
     size_t gathered_inflight_peak; /* stage 3: most bytes of gathered params at once */
     size_t gathered_inflight_now;
     /* Offload transfers since init: bytes, and seconds the host spent
@@ -107,7 +142,8 @@ zt_status zt_engine_init(zt_engine *eng, zt_ctx *ctx, zt_comm *comm, const zt_mo
                          const zt_engine_config *cfg, zt_param_init_fn init, void *init_arg);
 void zt_engine_destroy(zt_engine *eng);
 
-zt_status zt_engine_gather(zt_engine *eng, int unit, const float **params32);
+/* *params: [padded] in eng->compute_dtype. */
+zt_status zt_engine_gather(zt_engine *eng, int unit, const void **params);
 void zt_engine_release(zt_engine *eng, int unit);
 zt_status zt_engine_grad_buffer(zt_engine *eng, int unit, float **grads32);
 zt_status zt_engine_grads_ready(zt_engine *eng, int unit);
@@ -118,8 +154,22 @@ zt_status zt_engine_zero_grads(zt_engine *eng);
 void zt_engine_begin_micro(zt_engine *eng, int is_last_micro);
 /* Flushes the partly filled bucket and completes every reduction in flight. */
 zt_status zt_engine_sync_grads(zt_engine *eng);
-/* Clips by the global gradient norm and applies AdamW with learning rate lr. */
+/* The optimizer widens 16-bit gradients to fp32 this many elements at a
+ * time (its workspace: 4 bytes each, at most). */
+#define ZT_OPTIMIZER_CHUNK ((size_t)1 << 16)
+/* The optimizer's fp32 workspace in elements for this engine (0 in fp32):
+ * ZT_OPTIMIZER_CHUNK, or the largest part it widens (an owned range) if that
+ * is smaller. */
+size_t zt_engine_optimizer_chunk(const zt_engine *eng);
+/* Unscales (fp16), clips by the global gradient norm and applies AdamW with
+ * learning rate lr; or, when the gradients are not finite on any rank,
+ * leaves every parameter and Adam state as it was and sets
+ * last_step_skipped (every rank decides alike). Updates the loss scaler. */
 zt_status zt_engine_step(zt_engine *eng, float lr);
+/* The loss scaler's state for a fresh run (scale 1 unless fp16). */
+zt_loss_scaler zt_loss_scaler_initial(const zt_engine_config *cfg);
+/* Its update after a step (finite: the gradients were finite). */
+void zt_loss_scaler_update(zt_loss_scaler *s, const zt_engine_config *cfg, int finite);
 /* Hex XXH3-128 digest of the full fp32 parameters (master where it exists),
  * units in order, padding excluded. Collective: every rank must call it. */
 zt_status zt_engine_digest(zt_engine *eng, char hex[33]);

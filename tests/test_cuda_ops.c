@@ -11,8 +11,9 @@
  * with err < 1e-5 required (GEMMs in fp32: the backend turns TF32 off). A NaN
  * on one side only fails. Kernels whose CUDA version performs the CPU's
  * floating-point operations in the CPU's order must match bit for bit:
- * embedding forward and backward, residual, scale, both casts (all 65536 bf16
- * patterns back to fp32), softmax_xent_bwd, and AdamW. (matmul's dbias and layernorm's dw/db are
+ * embedding forward and backward, residual, scale, the casts between fp32
+ * and bf16 or fp16 (all 65536 16-bit patterns back to fp32),
+ * softmax_xent_bwd, and AdamW. (matmul's dbias and layernorm's dw/db are
  * fixed-order trees of per-warp partial sums: 1e-5.) Reductions
  * must also be reproducible: kernels with reductions run twice on the GPU and
  * give the same bits.
@@ -25,6 +26,12 @@
  * an aligned address (the plans depend on the alignment, and a misaligned bias
  * cannot be fused into the GEMM), and one has a long reduction (K = 4096) with
  * small outputs, the shape where cuBLASLt splits K.
+ *
+ * The bf16 and fp16 tables (be->ops_for[dt]) against the CPU's tables of the
+ * same dtype, every op forward and backward on the same 16-bit inputs: see
+ * "the bf16 and fp16 tables" below for the bounds (2 ulps of max|cpu| for
+ * 16-bit outputs, 1e-5 for fp32 ones, bit for bit where the arithmetic is
+ * the same), each with its negative twin.
  *
  * Also: sum_squares (double) with host and device result pointers against
  * the CPU (relative 1e-12), the bf16 GEMM outside zt_ops against a double
@@ -144,6 +151,12 @@ static float *dnan(size_t n) {
 static float *dcopyf_at(const float *h, size_t n, size_t off) {
     float *d = dalloc((n + off) * sizeof(float));
     h2d(d + off, h, n * sizeof(float));
+    return d + off;
+}
+/* A device copy `off` bytes past an aligned address. */
+static void *dcopy_at(const void *h, size_t bytes, size_t off) {
+    char *d = dalloc(bytes + off);
+    h2d(d + off, h, bytes);
     return d + off;
 }
 static float *dnan_at(size_t n, size_t off) {
@@ -374,22 +387,23 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_dinp, int 
     dfree_all();
 }
 
-/* Attention forward and backward against the CPU (and repeated: the same
- * bits). Backward runs both paths: row by row (no GEMMs: fp32 always) and
- * through a lent [NH,T,T] scratch as GEMMs. bf16 = 1 runs the GEMMs (forward,
- * and backward's GEMM path) in the matmul_bf16 mode (1e-2). */
-/* An attention forward (attention_fwd or attention_fused_fwd: out [B,T,C]
- * and `second`, the probabilities or the lse) on both backends into the
- * NaN-poisoned out/second and d_out/d_second, compared within tol; then
- * again on the GPU over poisoned outputs, for the same bits. */
-typedef void (*attention_fwd_fn)(zt_stream *, float *, float *, const float *, int, int, int, int);
-static void check_attention_fwd(const char *op, const char *second_name, attention_fwd_fn cpu_fwd,
-                                attention_fwd_fn gpu_fwd, const char *tag, double tol, const float *qkv,
-                                const float *d_qkv, float *out, float *second, float *d_out, float *d_second,
-                                size_t nout, size_t nsecond, int B, int T, int C, int NH) {
+/* An attention forward (attention_fwd, or attention_fused_fwd when `fused`:
+ * out [B,T,C] and `second`, the probabilities or the lse) on both backends
+ * into the NaN-poisoned out/second and d_out/d_second, compared within tol;
+ * then again on the GPU over poisoned outputs, for the same bits. The two
+ * entries differ in their second output's type (probabilities in the
+ * table's dtype, lse fp32), hence the flag rather than a function pointer. */
+static void run_attention_fwd(const zt_ops *ops, zt_stream *s, int fused, float *out, float *second,
+                              const float *qkv, int B, int T, int C, int NH) {
+    if (fused) ops->attention_fused_fwd(s, out, second, qkv, B, T, C, NH);
+    else ops->attention_fwd(s, out, second, qkv, B, T, C, NH);
+}
+static void check_attention_fwd(const char *op, const char *second_name, int fused, const char *tag, double tol,
+                                const float *qkv, const float *d_qkv, float *out, float *second, float *d_out,
+                                float *d_second, size_t nout, size_t nsecond, int B, int T, int C, int NH) {
     char what[128];
-    cpu_fwd(&g_cs, out, second, qkv, B, T, C, NH);
-    gpu_fwd(&g_gs, d_out, d_second, d_qkv, B, T, C, NH);
+    run_attention_fwd(g_cpu->ops, &g_cs, fused, out, second, qkv, B, T, C, NH);
+    run_attention_fwd(g_gpu->ops, &g_gs, fused, d_out, d_second, d_qkv, B, T, C, NH);
     float *g_out = fetch(d_out, nout, op), *g_second = fetch(d_second, nsecond, op);
     snprintf(what, sizeof what, "%s out %s", op, tag);
     compare(what, g_out, out, nout, tol);
@@ -397,7 +411,7 @@ static void check_attention_fwd(const char *op, const char *second_name, attenti
     compare(what, g_second, second, nsecond, tol);
     dpoison(d_out, nout);
     dpoison(d_second, nsecond);
-    gpu_fwd(&g_gs, d_out, d_second, d_qkv, B, T, C, NH);
+    run_attention_fwd(g_gpu->ops, &g_gs, fused, d_out, d_second, d_qkv, B, T, C, NH);
     float *g_out2 = fetch(d_out, nout, op), *g_second2 = fetch(d_second, nsecond, op);
     compare_repeat(what, g_second, g_second2, nsecond);
     snprintf(what, sizeof what, "%s out %s", op, tag);
@@ -405,6 +419,10 @@ static void check_attention_fwd(const char *op, const char *second_name, attenti
     free(g_out), free(g_second), free(g_out2), free(g_second2);
 }
 
+/* Attention forward and backward against the CPU (and repeated: the same
+ * bits). Backward runs both paths: row by row (no GEMMs: fp32 always) and
+ * through a lent [NH,T,T] scratch as GEMMs. bf16 = 1 runs the GEMMs (forward,
+ * and backward's GEMM path) in the matmul_bf16 mode (1e-2). */
 static void test_attention(int B, int T, int C, int NH, int bf16) {
     char what[128], tag[64];
     snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d %s", B, T, C, NH, bf16 ? "bf16" : "fp32");
@@ -414,8 +432,8 @@ static void test_attention(int B, int T, int C, int NH, int bf16) {
     size_t ndatt = (size_t)B * NH * T;
     float *qkv = frand(nqkv, -1.5f, 1.5f), *d_qkv = dcopyf(qkv, nqkv);
     float *out = fnan(nout), *att = fnan(natt), *d_out = dnan(nout), *d_att = dnan(natt);
-    check_attention_fwd("attention_fwd", "att", g_cpu->ops->attention_fwd, g_gpu->ops->attention_fwd, tag, tol, qkv,
-                        d_qkv, out, att, d_out, d_att, nout, natt, B, T, C, NH);
+    check_attention_fwd("attention_fwd", "att", 0, tag, tol, qkv, d_qkv, out, att, d_out, d_att, nout, natt, B, T, C,
+                        NH);
     g_gpu->matmul_bf16 = 0;
 
     /* Backward from the CPU's probabilities on both sides. */
@@ -431,8 +449,8 @@ static void test_attention(int B, int T, int C, int NH, int bf16) {
     g_gpu->ops->attention_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH, NULL, 0);
     float *g_dqkv2 = fetch(d_dqkv, nqkv, "attention_bwd");
     compare_repeat(what, g_dqkv, g_dqkv2, nqkv);
-    /* With an [NH,T,T] scratch (poisoned: every element it reads must be
-     * written first): the GEMM path, twice for the same bits. */
+    /* With an [NH,T,T] fp32 scratch (poisoned: every element it reads must
+     * be written first): the GEMM path, twice for the same bits. */
     size_t nscratch = (size_t)NH * T * T;
     float *d_scratch = dnan(nscratch);
     float *g_dqkv3 = NULL, *g_dqkv4 = NULL;
@@ -440,7 +458,8 @@ static void test_attention(int B, int T, int C, int NH, int bf16) {
     for (int rep = 0; rep < 2; rep++) {
         h2d(d_dqkv, dqkv0, nqkv * sizeof(float));
         dpoison(d_scratch, nscratch);
-        g_gpu->ops->attention_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH, d_scratch, nscratch);
+        g_gpu->ops->attention_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH, d_scratch,
+                                  nscratch * sizeof(float));
         if (rep == 0) g_dqkv3 = fetch(d_dqkv, nqkv, "attention_bwd (GEMM)");
         else g_dqkv4 = fetch(d_dqkv, nqkv, "attention_bwd (GEMM)");
     }
@@ -477,15 +496,15 @@ static void test_attention_fused(int B, int T, int C, int NH) {
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     float *qkv = frand(nqkv, -1.5f, 1.5f), *d_qkv = dcopyf(qkv, nqkv);
     float *out = fnan(nout), *lse = fnan(nlse), *d_out = dnan(nout), *d_lse = dnan(nlse);
-    check_attention_fwd("attention_fused_fwd", "lse", g_cpu->ops->attention_fused_fwd, g_gpu->ops->attention_fused_fwd,
-                        tag, TOL, qkv, d_qkv, out, lse, d_out, d_lse, nout, nlse, B, T, C, NH);
+    check_attention_fwd("attention_fused_fwd", "lse", 1, tag, TOL, qkv, d_qkv, out, lse, d_out, d_lse, nout, nlse, B,
+                        T, C, NH);
 
     float *dout = frand(nout, -1, 1), *dqkv = frand(nqkv, -1, 1), *dqkv0 = fdup(dqkv, nqkv), *datt = fnan(nlse);
     float *d_dout = dcopyf(dout, nout), *d_dqkv = dcopyf(dqkv, nqkv), *d_datt = dnan(nlse);
     h2d(d_out, out, nout * sizeof(float));
     h2d(d_lse, lse, nlse * sizeof(float));
-    g_cpu->ops->attention_fused_bwd(&g_cs, dqkv, datt, dout, qkv, out, lse, B, T, C, NH);
-    g_gpu->ops->attention_fused_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    g_cpu->ops->attention_fused_bwd(&g_cs, dqkv, datt, dout, qkv, out, lse, B, T, C, NH, NULL, 0);
+    g_gpu->ops->attention_fused_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NULL, 0);
     float *g_dqkv = fetch(d_dqkv, nqkv, "attention_fused_bwd"), *g_datt = fetch(d_datt, nlse, "attention_fused_bwd");
     snprintf(what, sizeof what, "attention_fused_bwd dqkv %s", tag);
     compare(what, g_dqkv, dqkv, nqkv, TOL);
@@ -493,7 +512,7 @@ static void test_attention_fused(int B, int T, int C, int NH) {
     compare(what, g_datt, datt, nlse, TOL);
     h2d(d_dqkv, dqkv0, nqkv * sizeof(float));
     dpoison(d_datt, nlse);
-    g_gpu->ops->attention_fused_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    g_gpu->ops->attention_fused_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NULL, 0);
     float *g_dqkv2 = fetch(d_dqkv, nqkv, "attention_fused_bwd"), *g_datt2 = fetch(d_datt, nlse, "attention_fused_bwd");
     compare_repeat(what, g_datt, g_datt2, nlse);
     snprintf(what, sizeof what, "attention_fused_bwd dqkv %s", tag);
@@ -613,38 +632,47 @@ static void test_adamw(size_t n) {
     dfree_all();
 }
 
-static void test_casts(void) {
-    /* fp32 -> bf16: random values over many exponents, and hand-picked ones
-     * (NaN, infinities, signed zeros, ties to even, the largest finite). */
+/* ops->cast in each 16-bit dtype, bit for bit against the CPU: fp32 -> d on
+ * random values over many exponents and hand-picked ones (NaN, infinities,
+ * signed zeros, bf16 and fp16 ties to even, the largest finite, fp16's
+ * overflow and subnormal range), then d -> fp32 on every pattern. */
+static void test_casts(zt_dtype d) {
+    char what[96];
+    const char *dn = zt_dtype_name(d);
     size_t n = 100000;
-    float *x = falloc(n);
+    float *x = falloc(n); /* [n] fp32 */
     for (size_t i = 0; i < n; i++) {
         uint32_t u = (uint32_t)rng_next();
+        if (d == ZT_FP16 && i % 2) /* exponent 2^-15 .. 2^16: fp16's subnormals to its overflow */
+            u = (u & 0x807fffffu) | ((112u + (u >> 23) % 32u) << 23);
         memcpy(&x[i], &u, 4);
     }
     const uint32_t special[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7f800000u, 0xff800000u, 0x00000000u,
                                 0x80000000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0x00000001u,
-                                0x3f7fffffu, 0xbf808000u};
+                                0x3f7fffffu, 0xbf808000u, 0x3f801000u, 0x3f803000u, 0x477fe000u, 0x477ff000u,
+                                0x477fefffu, 0x33000000u, 0x33000001u, 0x387fc000u, 0x38800000u, 0xb3800000u};
     for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) memcpy(&x[i], &special[i], 4);
-    zt_bf16 *h = xmalloc(n * sizeof(zt_bf16)), *gh = xmalloc(n * sizeof(zt_bf16));
+    uint16_t *h = xmalloc(n * 2), *gh = xmalloc(n * 2); /* [n] d */
     float *d_x = dcopyf(x, n);
-    zt_bf16 *d_h = dalloc(n * sizeof(zt_bf16));
-    g_cpu->ops->cast_f32_to_bf16(&g_cs, h, x, n);
-    g_gpu->ops->cast_f32_to_bf16(&g_gs, d_h, d_x, n);
-    gsync("cast_f32_to_bf16");
-    d2h(gh, d_h, n * sizeof(zt_bf16));
-    compare_bits("cast_f32_to_bf16", gh, h, n * sizeof(zt_bf16), sizeof(zt_bf16));
+    uint16_t *d_h = dalloc(n * 2);
+    g_cpu->ops->cast(&g_cs, h, d, x, ZT_FP32, n);
+    g_gpu->ops->cast(&g_gs, d_h, d, d_x, ZT_FP32, n);
+    gsync("cast");
+    d2h(gh, d_h, n * 2);
+    snprintf(what, sizeof what, "cast fp32 -> %s", dn);
+    compare_bits(what, gh, h, n * 2, 2);
 
-    /* bf16 -> fp32: every pattern. */
+    /* d -> fp32: every pattern. */
     size_t np = 65536;
-    zt_bf16 *pat = xmalloc(np * sizeof(zt_bf16));
-    for (size_t i = 0; i < np; i++) pat[i] = (zt_bf16)i;
+    uint16_t *pat = xmalloc(np * 2); /* [65536] d */
+    for (size_t i = 0; i < np; i++) pat[i] = (uint16_t)i;
     float *f = fnan(np), *d_f = dnan(np);
-    zt_bf16 *d_pat = dcopy(pat, np * sizeof(zt_bf16));
-    g_cpu->ops->cast_bf16_to_f32(&g_cs, f, pat, np);
-    g_gpu->ops->cast_bf16_to_f32(&g_gs, d_f, d_pat, np);
-    float *gf = fetch(d_f, np, "cast_bf16_to_f32");
-    compare_bits("cast_bf16_to_f32 (all 65536 patterns)", gf, f, np * 4, 4);
+    uint16_t *d_pat = dcopy(pat, np * 2);
+    g_cpu->ops->cast(&g_cs, f, ZT_FP32, pat, d, np);
+    g_gpu->ops->cast(&g_gs, d_f, ZT_FP32, d_pat, d, np);
+    float *gf = fetch(d_f, np, "cast");
+    snprintf(what, sizeof what, "cast %s -> fp32 (all 65536 patterns)", dn);
+    compare_bits(what, gf, f, np * 4, 4);
     free(x), free(h), free(gh), free(pat), free(f), free(gf);
     dfree_all();
 }
@@ -820,6 +848,403 @@ static void test_sticky_error(void) {
     if (!g_failures) printf("ok sticky error\n");
 }
 
+/* ---- the bf16 and fp16 tables ------------------------------------------------
+ * Each op of the CUDA table of dtype dt against the CPU's table of the same
+ * dtype (be->ops_for[dt] of each backend), on the same 16-bit inputs. The two
+ * sum in different orders (cuBLASLt's or a block's tree against the CPU's
+ * loops) and then round once each, so a 16-bit output may differ by an ulp
+ * where the fp32 sums straddle a rounding boundary. Bounds, per tensor:
+ *   16-bit outputs   max |gpu - cpu| <= ULPS16 ulps of max |cpu| (the ulp of
+ *                    the largest reference value: 2^-7 x its power of two in
+ *                    bf16, 2^-10 in fp16);
+ *   fp32 outputs     (mean, rstd, lse, D, losses, dw, db, dbias) the normwise
+ *                    TOL of the fp32 tests: both sides widen the same 16-bit
+ *                    values exactly and sum in fp32;
+ *   bit for bit      where both do the same fp32 operations in the same
+ *                    order: embedding forward and backward, residual forward
+ *                    and backward, softmax_xent backward.
+ * attention's forward output is att V, which the GPU multiplies from the
+ * rounded probabilities and the CPU from its fp32 ones: the same bound
+ * holds (the rounding errors of T probabilities mostly cancel). The CPU's
+ * attention backward gets a scratch for its fp32 gradient sums (one rounding,
+ * as the GPU's kernels), else it would round after every term.
+ * Each metric also proves it can fail: a copy of the CPU's result with one
+ * element moved by 4 ulps must be rejected. */
+#define ULPS16 2.0
+
+static const zt_ops *cpu16(zt_dtype dt) { return g_cpu->ops_for[dt]; }
+static const zt_ops *gpu16(zt_dtype dt) { return g_gpu->ops_for[dt]; }
+static size_t esz(zt_dtype dt) { return zt_dtype_size(dt); }
+
+/* n random values in [lo, hi) rounded to dt, as a host buffer of dt. */
+static void *hrand(zt_dtype dt, size_t n, float lo, float hi) {
+    void *p = xmalloc(n * esz(dt));
+    for (size_t i = 0; i < n; i++) zt_dtype_store(p, dt, i, rng_uniform(lo, hi));
+    return p;
+}
+static void *hnan(zt_dtype dt, size_t n) {
+    void *p = xmalloc(n * esz(dt));
+    for (size_t i = 0; i < n; i++) zt_dtype_store(p, dt, i, NAN);
+    return p;
+}
+static void *hdup(const void *x, size_t bytes) {
+    void *p = xmalloc(bytes);
+    memcpy(p, x, bytes);
+    return p;
+}
+static void *dnan16(zt_dtype dt, size_t n) {
+    void *h = hnan(dt, n), *d = dcopy(h, n * esz(dt));
+    free(h);
+    return d;
+}
+static void *fetch_bytes(const void *d, size_t bytes, const char *what) {
+    gsync(what);
+    void *h = xmalloc(bytes);
+    d2h(h, d, bytes);
+    return h;
+}
+static float *widen(zt_dtype dt, const void *p, size_t n) {
+    float *f = falloc(n);
+    for (size_t i = 0; i < n; i++) f[i] = zt_dtype_load(p, dt, i);
+    return f;
+}
+
+/* The ulp of |x| in dt (the subnormal spacing below the normal range). */
+static double ulp16(zt_dtype dt, double x) {
+    int e;
+    if (!(x > 0)) return dt == ZT_FP16 ? ldexp(1, -24) : ldexp(1, -133);
+    frexp(x, &e); /* x = f 2^e, f in [0.5, 1) */
+    if (dt == ZT_FP16) return ldexp(1, (e - 1 < -14 ? -14 : e - 1) - 10);
+    return ldexp(1, e - 1 - 7);
+}
+
+/* max |gpu - cpu| in ulps of max |cpu| (dt values); NaN when one side only
+ * is NaN. */
+static double ulps_err(zt_dtype dt, const void *gpu, const void *cpu, size_t n, size_t *worst) {
+    double scale = 0, e = 0;
+    *worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double c = zt_dtype_load(cpu, dt, i);
+        if (isfinite(c)) scale = fmax(scale, fabs(c));
+    }
+    for (size_t i = 0; i < n; i++) {
+        double g = zt_dtype_load(gpu, dt, i), c = zt_dtype_load(cpu, dt, i);
+        if (isnan(g) != isnan(c)) return *worst = i, NAN;
+        if (isnan(c)) continue;
+        if (fabs(g - c) > e) e = fabs(g - c), *worst = i;
+    }
+    return e / ulp16(dt, scale);
+}
+
+static void compare16(const char *what, zt_dtype dt, const void *gpu, const void *cpu, size_t n, double max_ulps) {
+    size_t w;
+    double u = ulps_err(dt, gpu, cpu, n, &w);
+    CHECK(u <= max_ulps, "%s %s: n=%zu, err %.3g ulps of max|cpu| (bound %.1f) worst at %zu: gpu %.9g cpu %.9g",
+          what, zt_dtype_name(dt), n, u, max_ulps, w, n ? zt_dtype_load(gpu, dt, w) : 0.0,
+          n ? zt_dtype_load(cpu, dt, w) : 0.0);
+    if (u <= max_ulps) printf("ok %s %s (%.2f ulps of max|cpu|)\n", what, zt_dtype_name(dt), u);
+    /* The negative twin: 4 ulps off at one element is rejected. */
+    if (n && u <= max_ulps) {
+        void *bad = hdup(cpu, n * esz(dt));
+        size_t i = n / 2;
+        double c = zt_dtype_load(cpu, dt, i);
+        if (isfinite(c)) {
+            double scale = 0;
+            for (size_t j = 0; j < n; j++) {
+                double x = zt_dtype_load(cpu, dt, j);
+                if (isfinite(x)) scale = fmax(scale, fabs(x));
+            }
+            zt_dtype_store(bad, dt, i, (float)(c + 4 * ulp16(dt, scale)));
+            CHECK(!(ulps_err(dt, bad, cpu, n, &w) <= max_ulps), "%s %s: a 4-ulp error passed the check", what,
+                  zt_dtype_name(dt));
+        }
+        free(bad);
+    }
+}
+/* Fetches a device tensor of dt and compares it with the CPU's. */
+static void check16(const char *what, zt_dtype dt, const void *d, const void *cpu, size_t n, double max_ulps) {
+    void *g = fetch_bytes(d, n * esz(dt), what);
+    compare16(what, dt, g, cpu, n, max_ulps);
+    free(g);
+}
+static void check16_bits(const char *what, zt_dtype dt, const void *d, const void *cpu, size_t n) {
+    char w[160];
+    void *g = fetch_bytes(d, n * esz(dt), what);
+    snprintf(w, sizeof w, "%s %s", what, zt_dtype_name(dt));
+    compare_bits(w, g, cpu, n * esz(dt), esz(dt));
+    free(g);
+}
+static void check32(const char *what, zt_dtype dt, const float *d, const float *cpu, size_t n, double tol) {
+    char w[160];
+    float *g = fetch(d, n, what);
+    snprintf(w, sizeof w, "%s %s", what, zt_dtype_name(dt));
+    compare(w, g, cpu, n, tol);
+    free(g);
+}
+/* A second GPU run over the device buffer d (refilled by the caller) gave
+ * the bits `first` holds. */
+static void check_repeat16(const char *what, const void *d, const void *first, size_t bytes) {
+    void *g = fetch_bytes(d, bytes, what);
+    CHECK(memcmp(g, first, bytes) == 0, "%s: two GPU runs differ in bits", what);
+    free(g);
+}
+
+static void test16_embedding(zt_dtype dt, int B, int T, int C, int V) {
+    size_t BT = (size_t)B * T, n = BT * C, e = esz(dt);
+    int32_t *tok = irand(BT, V), *d_tok = dcopy(tok, BT * sizeof(int32_t));
+    void *wte = hrand(dt, (size_t)V * C, -1, 1), *wpe = hrand(dt, (size_t)T * C, -1, 1);
+    void *d_wte = dcopy(wte, (size_t)V * C * e), *d_wpe = dcopy(wpe, (size_t)T * C * e);
+    void *out = hnan(dt, n), *d_out = dnan16(dt, n);
+    cpu16(dt)->embedding_fwd(&g_cs, out, tok, wte, wpe, B, T, C);
+    gpu16(dt)->embedding_fwd(&g_gs, d_out, d_tok, d_wte, d_wpe, B, T, C);
+    check16_bits("embedding_fwd", dt, d_out, out, n);
+
+    void *dout = hrand(dt, n, -1, 1), *d_dout = dcopy(dout, n * e);
+    float *dwte = frand((size_t)V * C, -1, 1), *dwpe = frand((size_t)T * C, -1, 1);
+    float *d_dwte = dcopyf(dwte, (size_t)V * C), *d_dwpe = dcopyf(dwpe, (size_t)T * C);
+    cpu16(dt)->embedding_bwd(&g_cs, dwte, dwpe, dout, tok, B, T, C);
+    gpu16(dt)->embedding_bwd(&g_gs, d_dwte, d_dwpe, d_dout, d_tok, B, T, C);
+    check16_bits("embedding_bwd dwte (fp32)", ZT_FP32, d_dwte, dwte, (size_t)V * C);
+    check16_bits("embedding_bwd dwpe (fp32)", ZT_FP32, d_dwpe, dwpe, (size_t)T * C);
+    free(tok), free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe);
+    dfree_all();
+}
+
+static void test16_layernorm(zt_dtype dt, int N, int C) {
+    size_t n = (size_t)N * C, e = esz(dt);
+    char what[96];
+    void *inp = hrand(dt, n, -2, 3), *w = hrand(dt, C, 0.5f, 1.5f), *b = hrand(dt, C, -0.5f, 0.5f);
+    void *d_inp = dcopy(inp, n * e), *d_w = dcopy(w, C * e), *d_b = dcopy(b, C * e);
+    void *out = hnan(dt, n), *d_out = dnan16(dt, n);
+    float *mean = fnan(N), *rstd = fnan(N), *d_mean = dnan(N), *d_rstd = dnan(N);
+    cpu16(dt)->layernorm_fwd(&g_cs, out, mean, rstd, inp, w, b, N, C);
+    gpu16(dt)->layernorm_fwd(&g_gs, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    snprintf(what, sizeof what, "layernorm_fwd out N=%d C=%d", N, C);
+    void *g_out = fetch_bytes(d_out, n * e, what);
+    compare16(what, dt, g_out, out, n, ULPS16);
+    check32("layernorm_fwd mean", dt, d_mean, mean, N, TOL);
+    check32("layernorm_fwd rstd", dt, d_rstd, rstd, N, TOL);
+    gpu16(dt)->layernorm_fwd(&g_gs, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    check_repeat16(what, d_out, g_out, n * e);
+
+    void *dout = hrand(dt, n, -1, 1), *dinp = hrand(dt, n, -1, 1);
+    float *dw = frand(C, -1, 1), *db = frand(C, -1, 1);
+    void *d_dout = dcopy(dout, n * e), *d_dinp = dcopy(dinp, n * e);
+    float *d_dw = dcopyf(dw, C), *d_db = dcopyf(db, C);
+    h2d(d_mean, mean, N * sizeof(float));
+    h2d(d_rstd, rstd, N * sizeof(float));
+    cpu16(dt)->layernorm_bwd(&g_cs, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    gpu16(dt)->layernorm_bwd(&g_gs, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    snprintf(what, sizeof what, "layernorm_bwd dinp N=%d C=%d", N, C);
+    check16(what, dt, d_dinp, dinp, n, ULPS16);
+    check32("layernorm_bwd dw", dt, d_dw, dw, C, TOL);
+    check32("layernorm_bwd db", dt, d_db, db, C, TOL);
+    free(inp), free(w), free(b), free(out), free(mean), free(rstd), free(g_out), free(dout), free(dinp);
+    free(dw), free(db);
+    dfree_all();
+}
+
+/* Device operands start `off` elements past an aligned address (2 bytes:
+ * the bias cannot be fused, and cuBLASLt sees 2-byte alignment). */
+static void test16_matmul(zt_dtype dt, int N, int C, int OC, int with_bias, int with_dinp, int off) {
+    char what[160], tag[96];
+    snprintf(tag, sizeof tag, "N=%d C=%d OC=%d bias=%d dinp=%d off=%d", N, C, OC, with_bias, with_dinp, off);
+    size_t e = esz(dt), nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC, o = (size_t)off * e;
+    uint64_t fallbacks0 = ((zt_cuda_impl *)g_gpu->impl)->lt_fallback_calls;
+    void *inp = hrand(dt, nin, -1, 1), *w = hrand(dt, nw, -1, 1), *bias = hrand(dt, OC, -1, 1);
+#define DAT(h, bytes) ((char *)dcopy_at((h), (bytes), o))
+    char *d_inp = DAT(inp, nin * e), *d_w = DAT(w, nw * e), *d_bias = DAT(bias, OC * e);
+    void *out = hnan(dt, nout), *hn = hnan(dt, nout);
+    char *d_out = DAT(hn, nout * e);
+    cpu16(dt)->matmul_fwd(&g_cs, out, inp, w, with_bias ? bias : NULL, N, C, OC);
+    gpu16(dt)->matmul_fwd(&g_gs, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
+    snprintf(what, sizeof what, "matmul_fwd %s", tag);
+    void *g_out = fetch_bytes(d_out, nout * e, what);
+    compare16(what, dt, g_out, out, nout, ULPS16);
+    h2d(d_out, hn, nout * e);
+    gpu16(dt)->matmul_fwd(&g_gs, d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
+    check_repeat16(what, d_out, g_out, nout * e);
+
+    void *dout = hrand(dt, nout, -1, 1), *dinp = hrand(dt, nin, -1, 1), *dinp0 = hdup(dinp, nin * e);
+    float *dw = frand(nw, -1, 1), *dbias = frand(OC, -1, 1);
+    char *d_dout = DAT(dout, nout * e), *d_dinp = DAT(dinp, nin * e);
+    float *d_dw = dcopyf(dw, nw), *d_dbias = dcopyf(dbias, OC);
+    cpu16(dt)->matmul_bwd(&g_cs, with_dinp ? dinp : NULL, dw, with_bias ? dbias : NULL, dout, inp, w, N, C, OC);
+    gpu16(dt)->matmul_bwd(&g_gs, with_dinp ? d_dinp : NULL, d_dw, with_bias ? d_dbias : NULL, d_dout, d_inp, d_w,
+                          N, C, OC);
+    snprintf(what, sizeof what, "matmul_bwd dinp %s", tag);
+    void *g_dinp = fetch_bytes(d_dinp, nin * e, what);
+    compare16(what, dt, g_dinp, dinp, nin, ULPS16);
+    snprintf(what, sizeof what, "matmul_bwd dw %s", tag);
+    check32(what, dt, d_dw, dw, nw, TOL);
+    snprintf(what, sizeof what, "matmul_bwd dbias %s", tag);
+    check32(what, dt, d_dbias, dbias, OC, TOL);
+    h2d(d_dinp, dinp0, nin * e);
+    gpu16(dt)->matmul_bwd(&g_gs, with_dinp ? d_dinp : NULL, d_dw, NULL, d_dout, d_inp, d_w, N, C, OC);
+    snprintf(what, sizeof what, "matmul_bwd dinp %s", tag);
+    check_repeat16(what, d_dinp, g_dinp, nin * e);
+#undef DAT
+    uint64_t fallbacks = ((zt_cuda_impl *)g_gpu->impl)->lt_fallback_calls - fallbacks0;
+    if (getenv("ZT_EMU_LT_REFUSE"))
+        CHECK(fallbacks > 0, "matmul %s %s: cuBLASLt refused every GEMM, yet no call fell back", tag,
+              zt_dtype_name(dt));
+    else if (off == 0 && C % 8 == 0 && OC % 8 == 0)
+        CHECK(fallbacks == 0, "matmul %s %s: %llu GEMM calls found no cuBLASLt algorithm", tag, zt_dtype_name(dt),
+              (unsigned long long)fallbacks);
+    free(inp), free(w), free(bias), free(out), free(hn), free(g_out), free(dout), free(dinp), free(dinp0);
+    free(dw), free(dbias), free(g_dinp);
+    dfree_all();
+}
+
+/* attention_fwd, then attention_bwd both ways on the GPU (row kernels
+ * without scratch; GEMMs with NH*T*T*(4 + 2) bytes of poisoned scratch),
+ * from the CPU's probabilities; the CPU with its fp32 gradient scratch. */
+static void test16_attention(zt_dtype dt, int B, int T, int C, int NH) {
+    char what[128], tag[64];
+    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    size_t e = esz(dt), nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    size_t ndatt = (size_t)B * NH * T;
+    void *qkv = hrand(dt, nqkv, -1.5f, 1.5f), *d_qkv = dcopy(qkv, nqkv * e);
+    void *out = hnan(dt, nout), *att = hnan(dt, natt), *d_out = dnan16(dt, nout), *d_att = dnan16(dt, natt);
+    cpu16(dt)->attention_fwd(&g_cs, out, att, qkv, B, T, C, NH);
+    gpu16(dt)->attention_fwd(&g_gs, d_out, d_att, d_qkv, B, T, C, NH);
+    snprintf(what, sizeof what, "attention_fwd att %s", tag);
+    void *g_att = fetch_bytes(d_att, natt * e, what);
+    compare16(what, dt, g_att, att, natt, ULPS16);
+    snprintf(what, sizeof what, "attention_fwd out %s", tag);
+    void *g_out = fetch_bytes(d_out, nout * e, what);
+    compare16(what, dt, g_out, out, nout, ULPS16);
+    gpu16(dt)->attention_fwd(&g_gs, d_out, d_att, d_qkv, B, T, C, NH);
+    check_repeat16(what, d_out, g_out, nout * e);
+    free(g_att), free(g_out);
+
+    void *dout = hrand(dt, nout, -1, 1), *dqkv = hrand(dt, nqkv, -1, 1), *dqkv0 = hdup(dqkv, nqkv * e);
+    float *datt = fnan(ndatt), *d_datt = dnan(ndatt);
+    void *d_dout = dcopy(dout, nout * e), *d_dqkv = dcopy(dqkv, nqkv * e);
+    size_t cpu_scratch = nqkv * sizeof(float);
+    void *scr = xmalloc(cpu_scratch);
+    h2d(d_att, att, natt * e);
+    cpu16(dt)->attention_bwd(&g_cs, dqkv, datt, dout, qkv, att, B, T, C, NH, scr, cpu_scratch);
+    size_t nscr = (size_t)NH * T * T * (sizeof(float) + e);
+    void *d_scr = dalloc(nscr), *hscr = xmalloc(nscr);
+    memset(hscr, 0xff, nscr);
+    for (int path = 0; path < 2; path++) {
+        const char *pn = path ? "GEMM" : "rows";
+        void *first = NULL;
+        for (int rep = 0; rep < 2; rep++) {
+            h2d(d_dqkv, dqkv0, nqkv * e);
+            h2d(d_scr, hscr, nscr);
+            gpu16(dt)->attention_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_att, B, T, C, NH, path ? d_scr : NULL,
+                                     path ? nscr : 0);
+            snprintf(what, sizeof what, "attention_bwd dqkv %s (%s)", tag, pn);
+            if (rep == 0) {
+                first = fetch_bytes(d_dqkv, nqkv * e, what);
+                compare16(what, dt, first, dqkv, nqkv, ULPS16); /* datt: scratch, the CPU's is not D */
+            } else {
+                check_repeat16(what, d_dqkv, first, nqkv * e);
+            }
+        }
+        free(first);
+    }
+    free(qkv), free(out), free(att), free(dout), free(dqkv), free(dqkv0), free(datt), free(scr), free(hscr);
+    dfree_all();
+}
+
+static void test16_attention_fused(zt_dtype dt, int B, int T, int C, int NH) {
+    char what[128], tag[64];
+    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    size_t e = esz(dt), nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    void *qkv = hrand(dt, nqkv, -1.5f, 1.5f), *d_qkv = dcopy(qkv, nqkv * e);
+    void *out = hnan(dt, nout), *d_out = dnan16(dt, nout);
+    float *lse = fnan(nlse), *d_lse = dnan(nlse);
+    cpu16(dt)->attention_fused_fwd(&g_cs, out, lse, qkv, B, T, C, NH);
+    gpu16(dt)->attention_fused_fwd(&g_gs, d_out, d_lse, d_qkv, B, T, C, NH);
+    snprintf(what, sizeof what, "attention_fused_fwd out %s", tag);
+    check16(what, dt, d_out, out, nout, ULPS16);
+    snprintf(what, sizeof what, "attention_fused_fwd lse %s", tag);
+    check32(what, dt, d_lse, lse, nlse, TOL);
+
+    void *dout = hrand(dt, nout, -1, 1), *dqkv = hrand(dt, nqkv, -1, 1), *dqkv0 = hdup(dqkv, nqkv * e);
+    float *datt = fnan(nlse), *d_datt = dnan(nlse);
+    void *d_dout = dcopy(dout, nout * e), *d_dqkv = dcopy(dqkv, nqkv * e);
+    size_t cpu_scratch = nqkv * sizeof(float);
+    void *scr = xmalloc(cpu_scratch);
+    h2d(d_out, out, nout * e);
+    h2d(d_lse, lse, nlse * sizeof(float));
+    cpu16(dt)->attention_fused_bwd(&g_cs, dqkv, datt, dout, qkv, out, lse, B, T, C, NH, scr, cpu_scratch);
+    gpu16(dt)->attention_fused_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NULL, 0);
+    snprintf(what, sizeof what, "attention_fused_bwd dqkv %s", tag);
+    void *first = fetch_bytes(d_dqkv, nqkv * e, what);
+    compare16(what, dt, first, dqkv, nqkv, ULPS16);
+    snprintf(what, sizeof what, "attention_fused_bwd D %s", tag);
+    check32(what, dt, d_datt, datt, nlse, TOL);
+    h2d(d_dqkv, dqkv0, nqkv * e);
+    gpu16(dt)->attention_fused_bwd(&g_gs, d_dqkv, d_datt, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NULL, 0);
+    snprintf(what, sizeof what, "attention_fused_bwd dqkv %s", tag);
+    check_repeat16(what, d_dqkv, first, nqkv * e);
+    free(qkv), free(out), free(lse), free(dout), free(dqkv), free(dqkv0), free(datt), free(scr), free(first);
+    dfree_all();
+}
+
+static void test16_pointwise(zt_dtype dt, size_t n) {
+    size_t e = esz(dt);
+    void *x = hrand(dt, n, -4, 4), *y = hrand(dt, n, -4, 4), *dout = hrand(dt, n, -1, 1);
+    void *d_x = dcopy(x, n * e), *d_y = dcopy(y, n * e), *d_dout = dcopy(dout, n * e);
+    void *out = hnan(dt, n), *d_out = dnan16(dt, n);
+    cpu16(dt)->gelu_fwd(&g_cs, out, x, n);
+    gpu16(dt)->gelu_fwd(&g_gs, d_out, d_x, n);
+    check16("gelu_fwd", dt, d_out, out, n, ULPS16); /* tanhf: CUDA's and glibc's differ by an ulp or two */
+    void *dinp = hrand(dt, n, -1, 1), *d_dinp = dcopy(dinp, n * e);
+    cpu16(dt)->gelu_bwd(&g_cs, dinp, x, dout, n);
+    gpu16(dt)->gelu_bwd(&g_gs, d_dinp, d_x, d_dout, n);
+    check16("gelu_bwd", dt, d_dinp, dinp, n, ULPS16);
+    cpu16(dt)->residual_fwd(&g_cs, out, x, y, n);
+    gpu16(dt)->residual_fwd(&g_gs, d_out, d_x, d_y, n);
+    check16_bits("residual_fwd", dt, d_out, out, n);
+    void *da = hrand(dt, n, -1, 1), *db = hrand(dt, n, -1, 1);
+    void *d_da = dcopy(da, n * e), *d_db = dcopy(db, n * e);
+    cpu16(dt)->residual_bwd(&g_cs, da, db, dout, n);
+    gpu16(dt)->residual_bwd(&g_gs, d_da, d_db, d_dout, n);
+    check16_bits("residual_bwd da", dt, d_da, da, n);
+    check16_bits("residual_bwd db", dt, d_db, db, n);
+    free(x), free(y), free(dout), free(out), free(dinp), free(da), free(db);
+    dfree_all();
+}
+
+/* Also in place (probs = logits), as the model runs it. */
+static void test16_softmax_xent(zt_dtype dt, int N, int V) {
+    size_t n = (size_t)N * V, e = esz(dt);
+    void *logits = hrand(dt, n, -4, 4), *d_logits = dcopy(logits, n * e);
+    int32_t *tgt = irand(N, V), *d_tgt = dcopy(tgt, N * sizeof(int32_t));
+    void *probs = hnan(dt, n), *d_probs = dnan16(dt, n);
+    float *losses = fnan(N), *d_losses = dnan(N);
+    cpu16(dt)->softmax_xent_fwd(&g_cs, losses, probs, logits, tgt, N, V);
+    gpu16(dt)->softmax_xent_fwd(&g_gs, d_losses, d_probs, d_logits, d_tgt, N, V);
+    check16("softmax_xent_fwd probs", dt, d_probs, probs, n, ULPS16);
+    check32("softmax_xent_fwd losses", dt, d_losses, losses, N, TOL);
+    gpu16(dt)->softmax_xent_fwd(&g_gs, d_losses, d_logits, d_logits, d_tgt, N, V); /* in place */
+    check16("softmax_xent_fwd probs (in place)", dt, d_logits, probs, n, ULPS16);
+    check32("softmax_xent_fwd losses (in place)", dt, d_losses, losses, N, TOL);
+    void *dl = hnan(dt, n), *d_dl = dnan16(dt, n);
+    h2d(d_probs, probs, n * e);
+    cpu16(dt)->softmax_xent_bwd(&g_cs, dl, probs, tgt, N, V, 0.37f);
+    gpu16(dt)->softmax_xent_bwd(&g_gs, d_dl, d_probs, d_tgt, N, V, 0.37f);
+    check16_bits("softmax_xent_bwd", dt, d_dl, dl, n);
+    free(logits), free(tgt), free(probs), free(losses), free(dl);
+    dfree_all();
+}
+
+/* The tables themselves: one per dtype, each of its dtype, the engine's
+ * operations shared. */
+static void test16_tables(void) {
+    for (int d = 0; d < ZT_NDTYPES; d++) {
+        const zt_ops *t = g_gpu->ops_for[d];
+        CHECK(t && t->dtype == (zt_dtype)d && t->matmul_fwd && t->attention_fused_bwd && t->adamw == g_gpu->ops->adamw,
+              "CUDA ops_for[%s] missing or of another dtype", zt_dtype_name((zt_dtype)d));
+    }
+    CHECK(g_gpu->ops_for[ZT_FP32] == g_gpu->ops, "ops_for[fp32] is not be->ops");
+}
+
 /* With an argument, a comma-separated list of words, only the groups whose
  * name contains one of them run (the basics always do):
  * `test_cuda_ops attention_fused` under a sanitizer, say. */
@@ -916,11 +1341,36 @@ int main(int argc, char **argv) {
     RUN("softmax_xent", test_softmax_xent(23, 37));
     RUN("softmax_xent", test_softmax_xent(9, 5003));
     RUN("adamw", test_adamw(1031));
-    RUN("casts", test_casts());
+    RUN("casts", test_casts(ZT_BF16));
+    RUN("casts", test_casts(ZT_FP16));
     RUN("sum_squares", test_sum_squares(0));
     RUN("sum_squares", test_sum_squares(1));
     RUN("sum_squares", test_sum_squares(4097));
     RUN("sum_squares", test_sum_squares((1u << 20) + 5));
+    RUN("tables16", test16_tables());
+    for (int d = ZT_BF16; d <= ZT_FP16; d++) {
+        zt_dtype dt = (zt_dtype)d;
+        RUN("embedding16", test16_embedding(dt, 3, 17, 40, 53));
+        RUN("embedding16", test16_embedding(dt, 8, 256, 72, 300));
+        RUN("layernorm16", test16_layernorm(dt, 37, 48));
+        RUN("layernorm16", test16_layernorm(dt, 130, 770));
+        RUN("matmul16", test16_matmul(dt, 37, 48, 72, 1, 1, 0));
+        RUN("matmul16", test16_matmul(dt, 64, 256, 200, 0, 1, 0));
+        RUN("matmul16", test16_matmul(dt, 50, 33, 17, 1, 0, 0));
+        RUN("matmul16", test16_matmul(dt, 64, 256, 200, 1, 1, 1)); /* misaligned: the bias is added unfused */
+        RUN("matmul16", test16_matmul(dt, 4096, 64, 96, 1, 1, 0)); /* dw: K = 4096 */
+        RUN("matmul16", test16_matmul(dt, 256, 768, 2304, 1, 1, 0));
+        RUN("attention16", test16_attention(dt, 2, 19, 48, 4));
+        RUN("attention16", test16_attention(dt, 1, 1, 16, 2));
+        RUN("attention16", test16_attention(dt, 2, 64, 64, 2));
+        RUN("attention16", test16_attention(dt, 1, 200, 96, 3));
+        RUN("attention_fused16", test16_attention_fused(dt, 2, 19, 48, 4));
+        RUN("attention_fused16", test16_attention_fused(dt, 2, 64, 64, 2));
+        RUN("attention_fused16", test16_attention_fused(dt, 1, 77, 30, 3));
+        RUN("pointwise16", test16_pointwise(dt, 100003));
+        RUN("softmax_xent16", test16_softmax_xent(dt, 23, 37));
+        RUN("softmax_xent16", test16_softmax_xent(dt, 9, 5003));
+    }
     RUN("gemm_bf16", test_gemm_bf16(37, 45, 64));
     RUN("gemm_bf16", test_gemm_bf16(64, 128, 256));
     RUN("stream_ordering", test_stream_ordering());

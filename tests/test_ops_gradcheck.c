@@ -422,17 +422,20 @@ static double att_obj(void *p) {
     return dot_d(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
-/* An attention forward (attention_fwd or attention_fused_fwd) on the
- * 3-thread stream gives the bits `out` [B,T,C] and `second` (the
- * probabilities or the lse, nsecond floats) had from 1 thread. */
-typedef void (*attention_fwd_fn)(zt_stream *, float *, float *, const float *, int, int, int, int);
-static void check_attention_fwd_threads(const char *op, const char *second_name, attention_fwd_fn fwd, zt_stream *s3,
-                                        const float *qkv, const float *out, const float *second, size_t nsecond,
-                                        int B, int T, int C, int NH) {
+/* An attention forward (attention_fwd, or attention_fused_fwd when `fused`)
+ * on the 3-thread stream gives the bits `out` [B,T,C] and `second` (the
+ * probabilities or the lse, nsecond floats) had from 1 thread. The two
+ * forwards differ in their second output's type (the probabilities are in
+ * the table's dtype, the lse is fp32), so one function pointer type cannot
+ * hold both: the flag picks the entry. */
+static void check_attention_fwd_threads(const char *op, const char *second_name, const zt_ops *ops, int fused,
+                                        zt_stream *s3, const float *qkv, const float *out, const float *second,
+                                        size_t nsecond, int B, int T, int C, int NH) {
     char name[96];
     size_t nout = (size_t)B * T * C;
     float *out3 = falloc(nout), *second3 = falloc(nsecond);
-    fwd(s3, out3, second3, qkv, B, T, C, NH);
+    if (fused) ops->attention_fused_fwd(s3, out3, second3, qkv, B, T, C, NH);
+    else ops->attention_fwd(s3, out3, second3, qkv, B, T, C, NH);
     snprintf(name, sizeof name, "%s out B%d T%d C%d NH%d", op, B, T, C, NH);
     check_same_bits(name, out, out3, nout * sizeof(float));
     snprintf(name, sizeof name, "%s %s B%d T%d C%d NH%d", op, second_name, B, T, C, NH);
@@ -522,7 +525,7 @@ static void test_attention(const zt_ops *ops, zt_stream *s, zt_stream *s3, int B
     ops->attention_bwd(s, dqkv2, datt, c.R, c.qkv, c.att, B, T, C, NH, NULL, 0);
     check_accumulated(name, dqkv, dqkv2, nqkv);
 
-    check_attention_fwd_threads("attention_fwd", "att", ops->attention_fwd, s3, c.qkv, c.out, c.att, natt, B, T, C, NH);
+    check_attention_fwd_threads("attention_fwd", "att", ops, 0, s3, c.qkv, c.out, c.att, natt, B, T, C, NH);
     fill(dqkv2, nqkv, 0);
     fill(datt, ndatt, NAN);
     ops->attention_bwd(s3, dqkv2, datt, c.R, c.qkv, c.att, B, T, C, NH, NULL, 0);
@@ -562,7 +565,7 @@ static void test_attention_fused(const zt_ops *ops, zt_stream *s, zt_stream *s3,
     float *dqkv = falloc(nqkv), *datt = falloc(nlse);
     fill(dqkv, nqkv, 0);
     fill(datt, nlse, NAN);
-    ops->attention_fused_bwd(s, dqkv, datt, c.R, c.qkv, c.out, c.att, B, T, C, NH);
+    ops->attention_fused_bwd(s, dqkv, datt, c.R, c.qkv, c.out, c.att, B, T, C, NH, NULL, 0);
     double *rD = xmalloc(nlse * sizeof(double));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -580,7 +583,7 @@ static void test_attention_fused(const zt_ops *ops, zt_stream *s, zt_stream *s3,
     gradcheck(name, att_fused_obj, &c, c.qkv, dqkv, nqkv, 1e-2f);
     att_fused_obj(&c); /* out and lse of the unperturbed input */
     float *dqkv2 = fdup(dqkv, nqkv);
-    ops->attention_fused_bwd(s, dqkv2, datt, c.R, c.qkv, c.out, c.att, B, T, C, NH);
+    ops->attention_fused_bwd(s, dqkv2, datt, c.R, c.qkv, c.out, c.att, B, T, C, NH, NULL, 0);
     check_accumulated(name, dqkv, dqkv2, nqkv);
 
     /* The materialized backward from the same input: the same gradient up to
@@ -595,10 +598,9 @@ static void test_attention_fused(const zt_ops *ops, zt_stream *s, zt_stream *s3,
     check_fwd(name, dqkv, dm, nqkv);
 
     /* 1 thread vs 3: the same bits. */
-    check_attention_fwd_threads("attention_fused_fwd", "lse", ops->attention_fused_fwd, s3, c.qkv, c.out, c.att, nlse,
-                                B, T, C, NH);
+    check_attention_fwd_threads("attention_fused_fwd", "lse", ops, 1, s3, c.qkv, c.out, c.att, nlse, B, T, C, NH);
     fill(dqkv2, nqkv, 0);
-    ops->attention_fused_bwd(s3, dqkv2, datt, c.R, c.qkv, c.out, c.att, B, T, C, NH);
+    ops->attention_fused_bwd(s3, dqkv2, datt, c.R, c.qkv, c.out, c.att, B, T, C, NH, NULL, 0);
     snprintf(name, sizeof name, "attention_fused_bwd B%d T%d C%d NH%d", B, T, C, NH);
     check_same_bits(name, dqkv, dqkv2, nqkv * sizeof(float));
 
@@ -836,7 +838,7 @@ static void test_casts(const zt_ops *ops, zt_stream *s) {
     float src[32];
     zt_bf16 dst[32];
     for (size_t i = 0; i < nc; i++) src[i] = f_of_bits(cases[i].in);
-    ops->cast_f32_to_bf16(s, dst, src, nc);
+    ops->cast(s, dst, ZT_BF16, src, ZT_FP32, nc);
     int ok = 1;
     for (size_t i = 0; i < nc; i++) {
         if (dst[i] != cases[i].want) {
@@ -852,7 +854,7 @@ static void test_casts(const zt_ops *ops, zt_stream *s) {
                                     0x7f80ffffu, 0x7fffffffu, 0x7f810000u};
     size_t nn = sizeof nans / sizeof nans[0];
     for (size_t i = 0; i < nn; i++) src[i] = f_of_bits(nans[i]);
-    ops->cast_f32_to_bf16(s, dst, src, nn);
+    ops->cast(s, dst, ZT_BF16, src, ZT_FP32, nn);
     ok = 1;
     for (size_t i = 0; i < nn; i++) {
         if (!bf16_is_nan(dst[i])) {
@@ -874,7 +876,7 @@ static void test_casts(const zt_ops *ops, zt_stream *s) {
         if (i % 4 == 0) u = (u & 0xffff0000u) | 0x8000u; /* many exact ties */
         rs[i] = f_of_bits(u);
     }
-    ops->cast_f32_to_bf16(s, rd, rs, nr);
+    ops->cast(s, rd, ZT_BF16, rs, ZT_FP32, nr);
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < nr; i++)
         if (rd[i] != ref_bf16(rs[i]) && bad++ == 0) first = i;
@@ -888,8 +890,8 @@ static void test_casts(const zt_ops *ops, zt_stream *s) {
     zt_bf16 *all = xmalloc(65536 * sizeof(zt_bf16)), *back = xmalloc(65536 * sizeof(zt_bf16));
     float *wide = falloc(65536);
     for (uint32_t i = 0; i < 65536; i++) all[i] = (zt_bf16)i;
-    ops->cast_bf16_to_f32(s, wide, all, 65536);
-    ops->cast_f32_to_bf16(s, back, wide, 65536);
+    ops->cast(s, wide, ZT_FP32, all, ZT_BF16, 65536);
+    ops->cast(s, back, ZT_BF16, wide, ZT_FP32, 65536);
     bad = 0;
     for (uint32_t i = 0; i < 65536; i++) {
         int good = bits_of_f(wide[i]) == (i << 16) && (bf16_is_nan(all[i]) ? bf16_is_nan(back[i]) : back[i] == all[i]);

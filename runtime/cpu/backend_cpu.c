@@ -6,33 +6,7 @@
 
 #include "cpu_ops.h"
 
-static const zt_ops cpu_ops = {
-    .embedding_fwd = zt_cpu_embedding_fwd,
-    .embedding_bwd = zt_cpu_embedding_bwd,
-    .layernorm_fwd = zt_cpu_layernorm_fwd,
-    .layernorm_bwd = zt_cpu_layernorm_bwd,
-    .matmul_fwd = zt_cpu_matmul_fwd,
-    .matmul_bwd = zt_cpu_matmul_bwd,
-    .attention_fwd = zt_cpu_attention_fwd,
-    .attention_bwd = zt_cpu_attention_bwd,
-    .attention_fused_fwd = zt_cpu_attention_fused_fwd,
-    .attention_fused_bwd = zt_cpu_attention_fused_bwd,
-    .gelu_fwd = zt_cpu_gelu_fwd,
-    .gelu_bwd = zt_cpu_gelu_bwd,
-    .residual_fwd = zt_cpu_residual_fwd,
-    .residual_bwd = zt_cpu_residual_bwd,
-    .softmax_xent_fwd = zt_cpu_softmax_xent_fwd,
-    .softmax_xent_bwd = zt_cpu_softmax_xent_bwd,
-    .adamw = zt_cpu_adamw,
-    .cast_f32_to_bf16 = zt_cpu_cast_f32_to_bf16,
-    .cast_bf16_to_f32 = zt_cpu_cast_bf16_to_f32,
-    .scale = zt_cpu_scale,
-    .scaled_store_f32 = zt_cpu_scaled_store_f32,
-    .scaled_store_bf16 = zt_cpu_scaled_store_bf16,
-    .sum_squares = zt_cpu_sum_squares,
-};
-
-const zt_ops *zt_cpu_ops(void) { return &cpu_ops; }
+const zt_ops *zt_cpu_ops(void) { return &zt_cpu_ops_fp32; }
 
 static zt_status cpu_memcpy(zt_backend *be, void *dst, const void *src, size_t bytes,
                             zt_copy_kind kind, zt_stream *s, zt_error *err) {
@@ -69,7 +43,10 @@ zt_status zt_backend_cpu_create(int nthreads, zt_backend **out, zt_error *err) {
     if (!be) return ZT_FAIL(err, ZT_ERR_OOM, "cannot allocate the CPU backend");
     be->device = ZT_DEVICE_CPU;
     be->name = "cpu";
-    be->ops = &cpu_ops;
+    be->ops = &zt_cpu_ops_fp32;
+    be->ops_for[ZT_FP32] = &zt_cpu_ops_fp32;
+    be->ops_for[ZT_BF16] = &zt_cpu_ops_bf16;
+    be->ops_for[ZT_FP16] = &zt_cpu_ops_fp16;
     be->raw_device = zt_raw_allocator_cpu();
     be->nthreads = nthreads;
     be->memcpy_async = cpu_memcpy;

@@ -1,51 +1,27 @@
-/* Elementwise kernels: GELU, residual, casts, scaling, sum of squares. */
+/* The engine's elementwise operations: casts, scaling, sum of squares. */
 #include <math.h>
 
 #include "cpu_ops.h"
 
-#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
-
-void zt_cpu_gelu_fwd(zt_stream *s, float *out, const float *inp, size_t N) {
-#pragma omp parallel for num_threads(s->nthreads) schedule(static)
-    for (size_t i = 0; i < N; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+static inline float load_f32(const void *p, zt_dtype d, size_t i) {
+    switch (d) {
+    case ZT_BF16: return zt_bf16_to_f32(((const zt_bf16 *)p)[i]);
+    case ZT_FP16: return zt_fp16_to_f32(((const zt_fp16 *)p)[i]);
+    default: return ((const float *)p)[i];
     }
 }
 
-void zt_cpu_gelu_bwd(zt_stream *s, float *dinp, const float *inp, const float *dout, size_t N) {
-#pragma omp parallel for num_threads(s->nthreads) schedule(static)
-    for (size_t i = 0; i < N; i++) {
-        float x = inp[i];
-        float u = GELU_K * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += grad * dout[i];
+static inline void store_f32(void *p, zt_dtype d, size_t i, float v) {
+    switch (d) {
+    case ZT_BF16: ((zt_bf16 *)p)[i] = zt_f32_to_bf16(v); break;
+    case ZT_FP16: ((zt_fp16 *)p)[i] = zt_f32_to_fp16(v); break;
+    default: ((float *)p)[i] = v; break;
     }
 }
 
-void zt_cpu_residual_fwd(zt_stream *s, float *out, const float *a, const float *b, size_t N) {
+void zt_cpu_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype, size_t n) {
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
-    for (size_t i = 0; i < N; i++) out[i] = a[i] + b[i];
-}
-
-void zt_cpu_residual_bwd(zt_stream *s, float *da, float *db, const float *dout, size_t N) {
-#pragma omp parallel for num_threads(s->nthreads) schedule(static)
-    for (size_t i = 0; i < N; i++) {
-        da[i] += dout[i];
-        db[i] += dout[i];
-    }
-}
-
-void zt_cpu_cast_f32_to_bf16(zt_stream *s, zt_bf16 *dst, const float *src, size_t n) {
-#pragma omp parallel for num_threads(s->nthreads) schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] = zt_f32_to_bf16(src[i]);
-}
-
-void zt_cpu_cast_bf16_to_f32(zt_stream *s, float *dst, const zt_bf16 *src, size_t n) {
-#pragma omp parallel for num_threads(s->nthreads) schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] = zt_bf16_to_f32(src[i]);
+    for (size_t i = 0; i < n; i++) store_f32(dst, dst_dtype, i, load_f32(src, src_dtype, i));
 }
 
 void zt_cpu_scale(zt_stream *s, float *x, float alpha, size_t n) {
@@ -53,23 +29,14 @@ void zt_cpu_scale(zt_stream *s, float *x, float alpha, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= alpha;
 }
 
-void zt_cpu_scaled_store_f32(zt_stream *s, float *dst, const float *src, float alpha, int accumulate, size_t n) {
+void zt_cpu_scaled_store(zt_stream *s, void *dst, zt_dtype dtype, const float *src, float alpha, int accumulate,
+                         size_t n) {
     if (accumulate) {
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
-        for (size_t i = 0; i < n; i++) dst[i] += src[i] * alpha;
+        for (size_t i = 0; i < n; i++) store_f32(dst, dtype, i, load_f32(dst, dtype, i) + src[i] * alpha);
     } else {
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
-        for (size_t i = 0; i < n; i++) dst[i] = src[i] * alpha;
-    }
-}
-
-void zt_cpu_scaled_store_bf16(zt_stream *s, zt_bf16 *dst, const float *src, float alpha, int accumulate, size_t n) {
-    if (accumulate) {
-#pragma omp parallel for num_threads(s->nthreads) schedule(static)
-        for (size_t i = 0; i < n; i++) dst[i] = zt_f32_to_bf16(zt_bf16_to_f32(dst[i]) + src[i] * alpha);
-    } else {
-#pragma omp parallel for num_threads(s->nthreads) schedule(static)
-        for (size_t i = 0; i < n; i++) dst[i] = zt_f32_to_bf16(src[i] * alpha);
+        for (size_t i = 0; i < n; i++) store_f32(dst, dtype, i, src[i] * alpha);
     }
 }
 

@@ -7,33 +7,6 @@
 
 #include "cuda_ops.h"
 
-static const zt_ops cuda_ops = {
-    .embedding_fwd = zt_cuda_embedding_fwd,
-    .embedding_bwd = zt_cuda_embedding_bwd,
-    .layernorm_fwd = zt_cuda_layernorm_fwd,
-    .layernorm_bwd = zt_cuda_layernorm_bwd,
-    .matmul_fwd = zt_cuda_matmul_fwd,
-    .matmul_bwd = zt_cuda_matmul_bwd,
-    .attention_fwd = zt_cuda_attention_fwd,
-    .attention_bwd = zt_cuda_attention_bwd,
-    .attention_fused_fwd = zt_cuda_attention_fused_fwd,
-    .attention_fused_bwd = zt_cuda_attention_fused_bwd,
-    .gelu_fwd = zt_cuda_gelu_fwd,
-    .gelu_bwd = zt_cuda_gelu_bwd,
-    .residual_fwd = zt_cuda_residual_fwd,
-    .residual_bwd = zt_cuda_residual_bwd,
-    .softmax_xent_fwd = zt_cuda_softmax_xent_fwd,
-    .softmax_xent_bwd = zt_cuda_softmax_xent_bwd,
-    .adamw = zt_cuda_adamw,
-    .cast_f32_to_bf16 = zt_cuda_cast_f32_to_bf16,
-    .cast_bf16_to_f32 = zt_cuda_cast_bf16_to_f32,
-    .scale = zt_cuda_scale,
-    .scaled_store_f32 = zt_cuda_scaled_store_f32,
-    .scaled_store_bf16 = zt_cuda_scaled_store_bf16,
-    .sum_squares = zt_cuda_sum_squares,
-};
-
-const zt_ops *zt_cuda_ops(void) { return &cuda_ops; }
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -390,7 +363,8 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
 
     be->device = ZT_DEVICE_CUDA;
     be->name = "cuda";
-    be->ops = &cuda_ops;
+    be->ops = zt_cuda_ops();
+    for (int d = 0; d < ZT_NDTYPES; d++) be->ops_for[d] = zt_cuda_ops_for((zt_dtype)d);
     be->raw_device = (zt_raw_allocator){cuda_raw_alloc, cuda_raw_free, im};
     be->raw_host = (zt_raw_allocator){cuda_host_alloc, cuda_host_free, im};
     be->nthreads = nthreads;

@@ -7,6 +7,120 @@
 
 #include "cuda_ops.h"
 
+/* ---- storage types ------------------------------------------------------
+ * The model kernels are templates over the type their activations and
+ * parameters are stored in: float, or one of the two 16-bit types below
+ * (distinct structs, so bf16 and fp16 instantiate different code although
+ * both are 16 bits). Every kernel loads with zt_ld, computes in fp32, and
+ * stores with zt_st<S>: for float both are the identity, so the fp32
+ * kernels are the untemplated ones, bit for bit; for the 16-bit types they
+ * are zt_dtype.h's conversions, bit for bit (round to nearest even, NaN
+ * kept quiet). Parameter gradients, statistics and losses stay float. */
+struct zt_dev_bf16 {
+    uint16_t bits;
+};
+struct zt_dev_fp16 {
+    uint16_t bits;
+};
+
+/* Bit for bit zt_f32_to_bf16. */
+__device__ __forceinline__ uint16_t f32_to_bf16_rne(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* Bit for bit zt_f32_to_fp16 (see zt_dtype.h for the cases). */
+__device__ __forceinline__ uint16_t f32_to_fp16_rne(float f) {
+    uint32_t u = __float_as_uint(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) {
+        if (a < 0x33000000u) return sign;
+        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126u - e;
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+/* Bit for bit zt_fp16_to_f32 (subnormals are m x 2^-24, exact). */
+__device__ __forceinline__ float fp16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        float v = __fmul_rn((float)m, 5.9604644775390625e-8f);
+        return sign ? -v : v;
+    }
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+__device__ __forceinline__ float zt_ld(float x) { return x; }
+__device__ __forceinline__ float zt_ld(zt_dev_bf16 x) { return bf16_to_f32(x.bits); }
+__device__ __forceinline__ float zt_ld(zt_dev_fp16 x) { return fp16_to_f32(x.bits); }
+
+template <typename S> struct zt_store;
+template <> struct zt_store<float> {
+    __device__ static __forceinline__ float of(float v) { return v; }
+};
+template <> struct zt_store<zt_dev_bf16> {
+    __device__ static __forceinline__ zt_dev_bf16 of(float v) {
+        zt_dev_bf16 h;
+        h.bits = f32_to_bf16_rne(v);
+        return h;
+    }
+};
+template <> struct zt_store<zt_dev_fp16> {
+    __device__ static __forceinline__ zt_dev_fp16 of(float v) {
+        zt_dev_fp16 h;
+        h.bits = f32_to_fp16_rne(v);
+        return h;
+    }
+};
+/* v as an S, rounded to nearest even. */
+template <typename S> __device__ __forceinline__ S zt_st(float v) { return zt_store<S>::of(v); }
+
+/* The cuBLAS(Lt) type of S. */
+template <typename S> struct zt_cublas_type;
+template <> struct zt_cublas_type<float> {
+    static const cudaDataType value = CUDA_R_32F;
+};
+template <> struct zt_cublas_type<zt_dev_bf16> {
+    static const cudaDataType value = CUDA_R_16BF;
+};
+template <> struct zt_cublas_type<zt_dev_fp16> {
+    static const cudaDataType value = CUDA_R_16F;
+};
+
+/* Runs `call_with_S` with the typedef S the storage type of dtype dt (the
+ * host side of every launcher: one switch, three instantiations). */
+#define ZT_DISPATCH_DTYPE(dt, call_with_S)              \
+    do {                                                \
+        switch (dt) {                                   \
+        case ZT_BF16: {                                 \
+            typedef zt_dev_bf16 S;                      \
+            call_with_S;                                \
+            break;                                      \
+        }                                               \
+        case ZT_FP16: {                                 \
+            typedef zt_dev_fp16 S;                      \
+            call_with_S;                                \
+            break;                                      \
+        }                                               \
+        default: {                                      \
+            typedef float S;                            \
+            call_with_S;                                \
+            break;                                      \
+        }                                               \
+        }                                               \
+    } while (0)
+
 /* Threads per block of the elementwise kernels, and the cap on their grid
  * (grid-stride loops cover the rest). */
 #define ZT_EW_THREADS 256

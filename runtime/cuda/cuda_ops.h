@@ -1,6 +1,8 @@
 /* The CUDA backend: its private state, error plumbing, the kernel launchers
- * behind zt_ops (same signatures and semantics as the CPU kernels in
- * runtime/cpu), and a bf16 GEMM that is not part of zt_ops.
+ * behind zt_ops (same semantics as the CPU kernels in runtime/cpu, in fp32,
+ * bf16 and fp16: each launcher takes the compute dtype, and ops_table.c
+ * binds them into one zt_ops table per dtype), and a bf16 GEMM that is not
+ * part of zt_ops.
  *
  * Included from C (backend_cuda.c, tests) and from CUDA C++ (*.cu).
  *
@@ -15,8 +17,9 @@
  * so repeated runs give the same bits on the same GPU model. GEMMs go through
  * cuBLASLt with an algorithm chosen once per shape and cached, restricted to
  * reduction schemes with a fixed summation order (ops_matmul.cu explains the
- * mask), fp32 compute without TF32 unless zt_backend.matmul_bf16 asks for
- * bf16 tensor-core math. */
+ * mask). fp32 tables compute without TF32 unless zt_backend.matmul_bf16
+ * asks for bf16 tensor-core math; the 16-bit tables pass 16-bit operands
+ * with fp32 accumulation (CUBLAS_COMPUTE_32F). */
 #ifndef ZT_CUDA_OPS_H
 #define ZT_CUDA_OPS_H
 
@@ -56,7 +59,7 @@ typedef struct {
     int64_t trans_a, trans_b, m, n, k, lda, ldb, ldc;
     int64_t batch, stride_a, stride_b, stride_c;
     int64_t a_type, b_type, c_type, compute; /* cudaDataType, cublasComputeType_t */
-    int64_t bias;                            /* 1: CUBLASLT_EPILOGUE_BIAS with an fp32 bias[N] */
+    int64_t bias;                            /* 1: CUBLASLT_EPILOGUE_BIAS with a bias[N] of c_type */
     int64_t align_a, align_b, align_c, align_bias;
 } zt_cuda_lt_key;
 
@@ -128,50 +131,53 @@ void zt_cuda_cublas_release(zt_stream *s);
 #define ZT_CUDA_RT(s, call) zt_cuda_check_rt((s), (call), #call, __FILE__, __LINE__)
 
 /* ---- zt_ops kernels (shapes and semantics: zt_ops in zt_backend.h) ---- */
-void zt_cuda_embedding_fwd(zt_stream *s, float *out, const int32_t *tokens, const float *wte,
-                           const float *wpe, int B, int T, int C);
-void zt_cuda_embedding_bwd(zt_stream *s, float *dwte, float *dwpe, const float *dout,
+/* The model kernels in compute dtype `dt`: the `void *` tensors are fp32,
+ * bf16 or fp16 as dt says, the `float *` ones fp32 in every dtype (zt_ops).
+ * ops_table.c binds them into one zt_ops table per dtype. */
+void zt_cuda_embedding_fwd(zt_stream *s, zt_dtype dt, void *out, const int32_t *tokens, const void *wte,
+                           const void *wpe, int B, int T, int C);
+void zt_cuda_embedding_bwd(zt_stream *s, zt_dtype dt, float *dwte, float *dwpe, const void *dout,
                            const int32_t *tokens, int B, int T, int C);
-void zt_cuda_layernorm_fwd(zt_stream *s, float *out, float *mean, float *rstd, const float *inp,
-                           const float *w, const float *b, int N, int C);
-void zt_cuda_layernorm_bwd(zt_stream *s, float *dinp, float *dw, float *db, const float *dout,
-                           const float *inp, const float *w, const float *mean, const float *rstd,
-                           int N, int C);
-void zt_cuda_matmul_fwd(zt_stream *s, float *out, const float *inp, const float *w,
-                        const float *bias, int N, int C, int OC);
-void zt_cuda_matmul_bwd(zt_stream *s, float *dinp, float *dw, float *dbias, const float *dout,
-                        const float *inp, const float *w, int N, int C, int OC);
-void zt_cuda_attention_fwd(zt_stream *s, float *out, float *att, const float *qkv, int B, int T,
-                           int C, int NH);
-void zt_cuda_attention_bwd(zt_stream *s, float *dqkv, float *datt, const float *dout,
-                           const float *qkv, const float *att, int B, int T, int C, int NH,
-                           float *scratch, size_t scratch_numel);
-void zt_cuda_attention_fused_fwd(zt_stream *s, float *out, float *lse, const float *qkv, int B, int T,
+void zt_cuda_layernorm_fwd(zt_stream *s, zt_dtype dt, void *out, float *mean, float *rstd, const void *inp,
+                           const void *w, const void *b, int N, int C);
+void zt_cuda_layernorm_bwd(zt_stream *s, zt_dtype dt, void *dinp, float *dw, float *db, const void *dout,
+                           const void *inp, const void *w, const float *mean, const float *rstd, int N, int C);
+void zt_cuda_matmul_fwd(zt_stream *s, zt_dtype dt, void *out, const void *inp, const void *w, const void *bias,
+                        int N, int C, int OC);
+void zt_cuda_matmul_bwd(zt_stream *s, zt_dtype dt, void *dinp, float *dw, float *dbias, const void *dout,
+                        const void *inp, const void *w, int N, int C, int OC);
+void zt_cuda_attention_fwd(zt_stream *s, zt_dtype dt, void *out, void *att, const void *qkv, int B, int T, int C,
+                           int NH);
+void zt_cuda_attention_bwd(zt_stream *s, zt_dtype dt, void *dqkv, float *datt, const void *dout, const void *qkv,
+                           const void *att, int B, int T, int C, int NH, void *scratch, size_t scratch_bytes);
+void zt_cuda_attention_fused_fwd(zt_stream *s, zt_dtype dt, void *out, float *lse, const void *qkv, int B, int T,
                                  int C, int NH);
-void zt_cuda_attention_fused_bwd(zt_stream *s, float *dqkv, float *datt, const float *dout,
-                                 const float *qkv, const float *out, const float *lse, int B, int T,
-                                 int C, int NH);
-void zt_cuda_gelu_fwd(zt_stream *s, float *out, const float *inp, size_t N);
-void zt_cuda_gelu_bwd(zt_stream *s, float *dinp, const float *inp, const float *dout, size_t N);
-void zt_cuda_residual_fwd(zt_stream *s, float *out, const float *a, const float *b, size_t N);
-void zt_cuda_residual_bwd(zt_stream *s, float *da, float *db, const float *dout, size_t N);
-void zt_cuda_softmax_xent_fwd(zt_stream *s, float *losses, float *probs, const float *logits,
+void zt_cuda_attention_fused_bwd(zt_stream *s, zt_dtype dt, void *dqkv, float *datt, const void *dout,
+                                 const void *qkv, const void *out, const float *lse, int B, int T, int C, int NH);
+void zt_cuda_gelu_fwd(zt_stream *s, zt_dtype dt, void *out, const void *inp, size_t N);
+void zt_cuda_gelu_bwd(zt_stream *s, zt_dtype dt, void *dinp, const void *inp, const void *dout, size_t N);
+void zt_cuda_residual_fwd(zt_stream *s, zt_dtype dt, void *out, const void *a, const void *b, size_t N);
+void zt_cuda_residual_bwd(zt_stream *s, zt_dtype dt, void *da, void *db, const void *dout, size_t N);
+void zt_cuda_softmax_xent_fwd(zt_stream *s, zt_dtype dt, float *losses, void *probs, const void *logits,
                               const int32_t *targets, int N, int V);
-void zt_cuda_softmax_xent_bwd(zt_stream *s, float *dlogits, const float *probs,
-                              const int32_t *targets, int N, int V, float dloss);
+void zt_cuda_softmax_xent_bwd(zt_stream *s, zt_dtype dt, void *dlogits, const void *probs, const int32_t *targets,
+                              int N, int V, float dloss);
+/* The engine's operations, the same in every table. */
 void zt_cuda_adamw(zt_stream *s, float *p, const float *g, float *m, float *v, size_t n, float lr,
                    float beta1, float beta2, float eps, float wd, int t);
-void zt_cuda_cast_f32_to_bf16(zt_stream *s, zt_bf16 *dst, const float *src, size_t n);
-void zt_cuda_cast_bf16_to_f32(zt_stream *s, float *dst, const zt_bf16 *src, size_t n);
+void zt_cuda_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype, size_t n);
 void zt_cuda_scale(zt_stream *s, float *x, float alpha, size_t n);
-void zt_cuda_scaled_store_f32(zt_stream *s, float *dst, const float *src, float alpha, int accumulate, size_t n);
-void zt_cuda_scaled_store_bf16(zt_stream *s, zt_bf16 *dst, const float *src, float alpha, int accumulate, size_t n);
+void zt_cuda_scaled_store(zt_stream *s, void *dst, zt_dtype dtype, const float *src, float alpha, int accumulate,
+                          size_t n);
 /* `out` may be device memory (written asynchronously, like every other
  * output) or host memory (pageable or pinned): then the call waits for the
  * stream so *out is valid on return, as the CPU backend's is (the optimizer
  * reads it at once). On a failure *out is NaN and the sticky error is set. */
 void zt_cuda_sum_squares(zt_stream *s, double *out, const float *x, size_t n);
 
+/* The kernel table of dtype dt (ZT_FP32, ZT_BF16, ZT_FP16); zt_cuda_ops()
+ * is the fp32 one. */
+const zt_ops *zt_cuda_ops_for(zt_dtype dt);
 const zt_ops *zt_cuda_ops(void);
 
 /* ---- GEMMs ----------------------------------------------------------------- */
@@ -180,7 +186,7 @@ const zt_ops *zt_cuda_ops(void);
  *   C_i[M,N] = alpha op(A_i) @ op(B_i) + beta C_i (+ bias[N] on every row)
  * with X_i = X + i * stride_x elements, op(X) = X^T when trans_x; A is [M,K]
  * ([K,M] when trans_a), B is [K,N] ([N,K] when trans_b); lda, ldb, ldc are
- * row strides in elements. bias (fp32, may be NULL) needs c_type fp32.
+ * row strides in elements. bias (may be NULL) has C's type (c_type).
  * Falls back to cuBLAS (cublasGemmStridedBatchedEx, atomics off) when
  * cuBLASLt has no algorithm for the case, except with a bias: then it returns
  * ZT_ERR_UNSUPPORTED with err untouched, and the caller adds the bias itself.
@@ -197,7 +203,7 @@ typedef struct {
     void *C;
     cudaDataType c_type;
     int64_t ldc, stride_c;
-    const float *bias;
+    const void *bias;
     cublasComputeType_t compute;
 } zt_cuda_gemm_args;
 zt_status zt_cuda_gemm(zt_stream *s, const zt_cuda_gemm_args *g, zt_error *err);

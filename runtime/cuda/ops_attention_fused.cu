@@ -24,6 +24,12 @@
  * fp32 throughout, no tensor cores. Blocks are issued tile-major, longest
  * causal work first.
  *
+ * Storage types. The kernels are templates over S (cuda_common.cuh): qkv,
+ * out, dout and dqkv in S, lse and D (datt) fp32. Tiles are widened to fp32
+ * as they are loaded into shared memory and every product and accumulator
+ * is fp32; dq, dk, dv start from dqkv's value and are rounded once, when the
+ * tile is stored (the CPU's fp32 gradient sums, then one rounding).
+ *
  * Summation order, and so the bits. Every score is a sequential dot product
  * over the head channels (zero padding added at the end adds exact zeros),
  * and every accumulator starts from the value already in the output (dq, dk,
@@ -96,20 +102,22 @@ __device__ __forceinline__ void fa_micro(float (&acc)[MR][4], fa_view A, fa_view
 /* Loads rows row0 .. row0 + FA_TILE - 1 (of a [.., T, ..] tensor whose row t
  * starts at src + t * stride) into dst[FA_TILE][ld], channels 0 .. hs - 1;
  * rows at or past T and channels hs .. hp - 1 become 0. */
-__device__ __forceinline__ void fa_load_rows(float *dst, int ld, const float *src, size_t stride, int row0, int T,
-                                             int hs, int hp) {
+template <typename S>
+__device__ __forceinline__ void fa_load_rows(float *dst, int ld, const S *src, size_t stride, int row0, int T, int hs,
+                                             int hp) {
     for (int e = threadIdx.x; e < FA_TILE * hp; e += blockDim.x) {
         int r = e / hp, i = e % hp, t = row0 + r;
-        dst[r * ld + i] = (t < T && i < hs) ? src[(size_t)t * stride + i] : 0.0f;
+        dst[r * ld + i] = (t < T && i < hs) ? zt_ld(src[(size_t)t * stride + i]) : 0.0f;
     }
 }
 
 /* Stores the valid rows and channels of src[FA_TILE][ld] back. */
-__device__ __forceinline__ void fa_store_rows(float *dst, size_t stride, const float *src, int ld, int row0, int T,
+template <typename S>
+__device__ __forceinline__ void fa_store_rows(S *dst, size_t stride, const float *src, int ld, int row0, int T,
                                               int hs) {
     for (int e = threadIdx.x; e < FA_TILE * hs; e += blockDim.x) {
         int r = e / hs, i = e % hs, t = row0 + r;
-        if (t < T) dst[(size_t)t * stride + i] = src[r * ld + i];
+        if (t < T) dst[(size_t)t * stride + i] = zt_st<S>(src[r * ld + i]);
     }
 }
 
@@ -208,9 +216,10 @@ static size_t fa_smem_bytes(int C, int NH, int row_tiles) {
 }
 
 /* Forward: one block per (b, h, query tile). */
-__global__ static void attention_fused_fwd_kernel(float *out,       /* [B,T,C] */
-                                                  float *lse,       /* [B,NH,T] */
-                                                  const float *qkv, /* [B,T,3C] */
+template <typename S>
+__global__ static void attention_fused_fwd_kernel(S *out,       /* [B,T,C] */
+                                                  float *lse,   /* [B,NH,T] */
+                                                  const S *qkv, /* [B,T,3C] */
                                                   int T, int C, int NH, float scale) {
     extern __shared__ float sm[];
     fa_geom g = fa_geom_of(T, C, NH, 1);
@@ -219,7 +228,7 @@ __global__ static void attention_fused_fwd_kernel(float *out,       /* [B,T,C] *
     float *Vs = fa_row_tile(sm, ld, 2), *Os = fa_row_tile(sm, ld, 3); /* [FA_TILE][ld] */
     float *sc = fa_row_tile(sm, ld, FA_FWD_ROW_TILES);                  /* [FA_TILE][FA_SLD] */
     float *m_s = sc + FA_TILE * FA_SLD, *l_s = m_s + FA_TILE, *alpha_s = l_s + FA_TILE;       /* [FA_TILE] */
-    const float *base = qkv + g.row0 * g.C3 + g.hoff;
+    const S *base = qkv + g.row0 * g.C3 + g.hoff;
 
     fa_load_rows(Qs, ld, base, g.C3, q0, T, g.hs, hp);
     for (int e = threadIdx.x; e < FA_TILE * ld; e += blockDim.x) Os[e] = 0.0f;
@@ -268,7 +277,7 @@ __global__ static void attention_fused_fwd_kernel(float *out,       /* [B,T,C] *
     }
     for (int e = threadIdx.x; e < FA_TILE * g.hs; e += blockDim.x) {
         int r = e / g.hs, i = e % g.hs, t = q0 + r;
-        if (t < T) out[(g.row0 + t) * C + g.hoff + i] = Os[r * ld + i] / l_s[r];
+        if (t < T) out[(g.row0 + t) * C + g.hoff + i] = zt_st<S>(Os[r * ld + i] / l_s[r]);
     }
     for (int r = threadIdx.x; r < FA_TILE; r += blockDim.x)
         if (q0 + r < T) lse[g.bh * T + q0 + r] = m_s[r] + logf(l_s[r]);
@@ -277,9 +286,10 @@ __global__ static void attention_fused_fwd_kernel(float *out,       /* [B,T,C] *
 /* Per-row inputs of the backward for the query tile at q0: lse, and D =
  * dout . out (sequential over the channels, as the CPU); rows past T get 0.
  * With datt_out set, D is also stored there (the dq kernel). */
+template <typename S>
 __device__ __forceinline__ void fa_row_stats(float *lse_s, float *D_s, const float *lse, const float *datt_in,
-                                             float *datt_out, const float *dout, const float *out, const fa_geom &g,
-                                             int q0, int T, int C) {
+                                             float *datt_out, const S *dout, const S *out, const fa_geom &g, int q0,
+                                             int T, int C) {
     for (int r = threadIdx.x; r < FA_TILE; r += blockDim.x) {
         int t = q0 + r;
         float l = 0.0f, D = 0.0f;
@@ -288,8 +298,8 @@ __device__ __forceinline__ void fa_row_stats(float *lse_s, float *D_s, const flo
             if (datt_in) {
                 D = datt_in[g.bh * T + t];
             } else {
-                const float *dy = dout + (g.row0 + t) * C + g.hoff, *y = out + (g.row0 + t) * C + g.hoff; /* [hs] */
-                for (int i = 0; i < g.hs; i++) D += dy[i] * y[i];
+                const S *dy = dout + (g.row0 + t) * C + g.hoff, *y = out + (g.row0 + t) * C + g.hoff; /* [hs] */
+                for (int i = 0; i < g.hs; i++) D += zt_ld(dy[i]) * zt_ld(y[i]);
                 datt_out[g.bh * T + t] = D;
             }
         }
@@ -299,12 +309,13 @@ __device__ __forceinline__ void fa_row_stats(float *lse_s, float *D_s, const flo
 }
 
 /* Backward, dq: one block per (b, h, query tile). */
-__global__ static void attention_fused_bwd_dq_kernel(float *dqkv,       /* [B,T,3C], += */
-                                                     float *datt,       /* [B,NH,T], D out */
-                                                     const float *dout, /* [B,T,C] */
-                                                     const float *qkv,  /* [B,T,3C] */
-                                                     const float *out,  /* [B,T,C] */
-                                                     const float *lse,  /* [B,NH,T] */
+template <typename S>
+__global__ static void attention_fused_bwd_dq_kernel(S *dqkv,          /* [B,T,3C], += */
+                                                     float *datt,      /* [B,NH,T], D out */
+                                                     const S *dout,    /* [B,T,C] */
+                                                     const S *qkv,     /* [B,T,3C] */
+                                                     const S *out,     /* [B,T,C] */
+                                                     const float *lse, /* [B,NH,T] */
                                                      int T, int C, int NH, float scale) {
     extern __shared__ float sm[];
     fa_geom g = fa_geom_of(T, C, NH, 1);
@@ -313,8 +324,8 @@ __global__ static void attention_fused_bwd_dq_kernel(float *dqkv,       /* [B,T,
     float *Vs = fa_row_tile(sm, ld, 3), *dQs = fa_row_tile(sm, ld, 4);                               /* [FA_TILE][ld] */
     float *sc = fa_row_tile(sm, ld, FA_DQ_ROW_TILES);             /* [FA_TILE][FA_SLD] */
     float *lse_s = sc + FA_TILE * FA_SLD, *D_s = lse_s + FA_TILE; /* [FA_TILE] */
-    const float *base = qkv + g.row0 * g.C3 + g.hoff;
-    float *dq = dqkv + g.row0 * g.C3 + g.hoff;
+    const S *base = qkv + g.row0 * g.C3 + g.hoff;
+    S *dq = dqkv + g.row0 * g.C3 + g.hoff;
 
     fa_load_rows(Qs, ld, base, g.C3, q0, T, g.hs, hp);
     fa_load_rows(dOs, ld, dout + g.row0 * C + g.hoff, C, q0, T, g.hs, hp);
@@ -338,10 +349,11 @@ __global__ static void attention_fused_bwd_dq_kernel(float *dqkv,       /* [B,T,
 
 /* Backward, dk and dv: one block per (b, h, key tile), after the dq kernel
  * (which wrote D into datt) on the same stream. */
-__global__ static void attention_fused_bwd_dkv_kernel(float *dqkv,       /* [B,T,3C], += */
+template <typename S>
+__global__ static void attention_fused_bwd_dkv_kernel(S *dqkv,           /* [B,T,3C], += */
                                                       const float *datt, /* [B,NH,T], D from the dq kernel */
-                                                      const float *dout, /* [B,T,C] */
-                                                      const float *qkv,  /* [B,T,3C] */
+                                                      const S *dout,     /* [B,T,C] */
+                                                      const S *qkv,      /* [B,T,3C] */
                                                       const float *lse,  /* [B,NH,T] */
                                                       int T, int C, int NH, float scale) {
     extern __shared__ float sm[];
@@ -351,8 +363,8 @@ __global__ static void attention_fused_bwd_dkv_kernel(float *dqkv,       /* [B,T
     float *dOs = fa_row_tile(sm, ld, 3), *dKs = fa_row_tile(sm, ld, 4), *dVs = fa_row_tile(sm, ld, 5);
     float *sc = fa_row_tile(sm, ld, FA_DKV_ROW_TILES);            /* [FA_TILE][FA_SLD] */
     float *lse_s = sc + FA_TILE * FA_SLD, *D_s = lse_s + FA_TILE; /* [FA_TILE] */
-    const float *base = qkv + g.row0 * g.C3 + g.hoff;
-    float *dk = dqkv + g.row0 * g.C3 + g.hoff + C, *dv = dk + C;
+    const S *base = qkv + g.row0 * g.C3 + g.hoff;
+    S *dk = dqkv + g.row0 * g.C3 + g.hoff + C, *dv = dk + C;
 
     fa_load_rows(Ks, ld, base + C, g.C3, k0, T, g.hs, hp);
     fa_load_rows(Vs, ld, base + 2 * (size_t)C, g.C3, k0, T, g.hs, hp);
@@ -362,7 +374,7 @@ __global__ static void attention_fused_bwd_dkv_kernel(float *dqkv,       /* [B,T
         int q0 = qt * FA_TILE;
         fa_load_rows(Qs, ld, base, g.C3, q0, T, g.hs, hp);
         fa_load_rows(dOs, ld, dout + g.row0 * C + g.hoff, C, q0, T, g.hs, hp);
-        fa_row_stats(lse_s, D_s, lse, datt, NULL, NULL, NULL, g, q0, T, C);
+        fa_row_stats<S>(lse_s, D_s, lse, datt, NULL, NULL, NULL, g, q0, T, C);
         __syncthreads();
         fa_probs(sc, Qs, Ks, lse_s, ld, hp, q0, k0, T, scale);
         __syncthreads();
@@ -388,32 +400,47 @@ static int fa_grid_too_large(zt_stream *s, size_t blocks, const char *what) {
     return 1;
 }
 
-extern "C" void zt_cuda_attention_fused_fwd(zt_stream *s, float *out, float *lse, const float *qkv, int B, int T,
-                                            int C, int NH) {
+template <typename S>
+static void attention_fused_fwd(zt_stream *s, S *out, float *lse, const S *qkv, int B, int T, int C, int NH) {
     size_t blocks = (size_t)B * NH * ((T + FA_TILE - 1) / FA_TILE);
     if (blocks == 0 || C <= 0 || fa_grid_too_large(s, blocks, "attention_fused_fwd")) return;
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
     size_t smem = fa_smem_bytes(C, NH, FA_FWD_ROW_TILES);
-    if (ZT_ALLOW_SMEM(s, attention_fused_fwd_kernel, smem)) return;
-    attention_fused_fwd_kernel<<<(unsigned int)blocks, FA_THREADS, smem, st>>>(out, lse, qkv, T, C, NH, scale);
+    void (*k)(S *, float *, const S *, int, int, int, float) = attention_fused_fwd_kernel<S>;
+    if (ZT_ALLOW_SMEM(s, k, smem)) return;
+    k<<<(unsigned int)blocks, FA_THREADS, smem, st>>>(out, lse, qkv, T, C, NH, scale);
     ZT_CUDA_LAUNCHED(s, "attention_fused_fwd");
 }
 
-extern "C" void zt_cuda_attention_fused_bwd(zt_stream *s, float *dqkv, float *datt, const float *dout,
-                                            const float *qkv, const float *out, const float *lse, int B, int T,
-                                            int C, int NH) {
+template <typename S>
+static void attention_fused_bwd(zt_stream *s, S *dqkv, float *datt, const S *dout, const S *qkv, const S *out,
+                                const float *lse, int B, int T, int C, int NH) {
     size_t blocks = (size_t)B * NH * ((T + FA_TILE - 1) / FA_TILE);
     if (blocks == 0 || C <= 0 || fa_grid_too_large(s, blocks, "attention_fused_bwd")) return;
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
     size_t smem_q = fa_smem_bytes(C, NH, FA_DQ_ROW_TILES), smem_kv = fa_smem_bytes(C, NH, FA_DKV_ROW_TILES);
-    if (ZT_ALLOW_SMEM(s, attention_fused_bwd_dq_kernel, smem_q)) return;
-    attention_fused_bwd_dq_kernel<<<(unsigned int)blocks, FA_THREADS, smem_q, st>>>(dqkv, datt, dout, qkv, out, lse,
-                                                                                   T, C, NH, scale);
+    void (*kq)(S *, float *, const S *, const S *, const S *, const float *, int, int, int, float) =
+        attention_fused_bwd_dq_kernel<S>;
+    if (ZT_ALLOW_SMEM(s, kq, smem_q)) return;
+    kq<<<(unsigned int)blocks, FA_THREADS, smem_q, st>>>(dqkv, datt, dout, qkv, out, lse, T, C, NH, scale);
     if (ZT_CUDA_LAUNCHED(s, "attention_fused_bwd (dq)")) return;
-    if (ZT_ALLOW_SMEM(s, attention_fused_bwd_dkv_kernel, smem_kv)) return;
-    attention_fused_bwd_dkv_kernel<<<(unsigned int)blocks, FA_THREADS, smem_kv, st>>>(dqkv, datt, dout, qkv, lse, T,
-                                                                                     C, NH, scale);
+    void (*kkv)(S *, const float *, const S *, const S *, const float *, int, int, int, float) =
+        attention_fused_bwd_dkv_kernel<S>;
+    if (ZT_ALLOW_SMEM(s, kkv, smem_kv)) return;
+    kkv<<<(unsigned int)blocks, FA_THREADS, smem_kv, st>>>(dqkv, datt, dout, qkv, lse, T, C, NH, scale);
     ZT_CUDA_LAUNCHED(s, "attention_fused_bwd (dk, dv)");
+}
+
+extern "C" void zt_cuda_attention_fused_fwd(zt_stream *s, zt_dtype dt, void *out, float *lse, const void *qkv, int B,
+                                            int T, int C, int NH) {
+    ZT_DISPATCH_DTYPE(dt, attention_fused_fwd<S>(s, (S *)out, lse, (const S *)qkv, B, T, C, NH));
+}
+
+extern "C" void zt_cuda_attention_fused_bwd(zt_stream *s, zt_dtype dt, void *dqkv, float *datt, const void *dout,
+                                            const void *qkv, const void *out, const float *lse, int B, int T, int C,
+                                            int NH) {
+    ZT_DISPATCH_DTYPE(dt, attention_fused_bwd<S>(s, (S *)dqkv, datt, (const S *)dout, (const S *)qkv, (const S *)out,
+                                                 lse, B, T, C, NH));
 }

@@ -15,7 +15,11 @@
  * still force TF32). With zt_backend.matmul_bf16 set they use
  * CUBLAS_COMPUTE_32F_FAST_16BF with the same fp32 buffers: cuBLAS rounds the
  * operands to bf16 inside the kernel (tensor cores) and accumulates in fp32,
- * so no bf16 copies are needed and kernels still never allocate.
+ * so no bf16 copies are needed and kernels still never allocate. The bf16
+ * and fp16 tables pass their 16-bit activations and weights as A and B
+ * (CUDA_R_16BF, CUDA_R_16F) with CUBLAS_COMPUTE_32F: products summed in
+ * fp32, C in the activation dtype for the forward and dinp (rounded once,
+ * the bias added in fp32 before the rounding) and fp32 for dw.
  * zt_cuda_gemm_bf16 takes bf16 A and B and uses CUBLAS_COMPUTE_32F.
  *
  * Plans. Descriptors, layouts and the algorithm (the top result of
@@ -111,7 +115,7 @@ static cublasStatus_t layout_create(cublasLtMatrixLayout_t *l, cudaDataType t, i
  * heuristic sees (it reads only its alignment). On a cuBLASLt failure returns
  * its status with *what naming the call; no algorithm is not a failure:
  * p->supported = 0. */
-static cublasStatus_t plan_build(zt_cuda_impl *im, const zt_cuda_lt_key *k, const float *bias, zt_cuda_lt_plan *p,
+static cublasStatus_t plan_build(zt_cuda_impl *im, const zt_cuda_lt_key *k, const void *bias, zt_cuda_lt_plan *p,
                                  const char **what) {
     memset(p, 0, sizeof *p);
     p->used = 1;
@@ -131,7 +135,7 @@ static cublasStatus_t plan_build(zt_cuda_impl *im, const zt_cuda_lt_key *k, cons
     LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (k->bias) {
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        int32_t bias_type = CUDA_R_32F;
+        int32_t bias_type = (int32_t)k->c_type; /* the bias has the output's type */
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
         LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
@@ -186,7 +190,7 @@ static cublasStatus_t plan_build(zt_cuda_impl *im, const zt_cuda_lt_key *k, cons
 
 /* The plan for k: cached, or built into the least recently used slot. Under
  * the impl lock. NULL on a cuBLASLt failure (*st, *what say which). */
-static zt_cuda_lt_plan *plan_get(zt_cuda_impl *im, const zt_cuda_lt_key *k, const float *bias, cublasStatus_t *st,
+static zt_cuda_lt_plan *plan_get(zt_cuda_impl *im, const zt_cuda_lt_key *k, const void *bias, cublasStatus_t *st,
                                  const char **what) {
     zt_cuda_lt_plan *victim = &im->lt_plans[0];
     for (int i = 0; i < ZT_CUDA_LT_PLANS; i++) {
@@ -272,8 +276,6 @@ static zt_status gemm_cublas(zt_stream *s, cudaStream_t stream, const zt_cuda_ge
 
 extern "C" zt_status zt_cuda_gemm(zt_stream *s, const zt_cuda_gemm_args *g, zt_error *err) {
     if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return ZT_OK;
-    if (g->bias && g->c_type != CUDA_R_32F)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "zt_cuda_gemm: a bias needs an fp32 output");
     zt_cuda_impl *im = zt_cuda_impl_of(s);
     cudaStream_t stream = zt_cuda_enter(s);
     if (g->K <= 0) {
@@ -305,7 +307,7 @@ extern "C" zt_status zt_cuda_gemm(zt_stream *s, const zt_cuda_gemm_args *g, zt_e
     k.align_a = align_of(g->A, g->stride_a, size_of_type(g->a_type), g->batch);
     k.align_b = align_of(g->B, g->stride_b, size_of_type(g->b_type), g->batch);
     k.align_c = align_of(g->C, g->stride_c, size_of_type(g->c_type), g->batch);
-    k.align_bias = g->bias ? align_of(g->bias, 0, 4, 1) : 0;
+    k.align_bias = g->bias ? align_of(g->bias, 0, size_of_type(g->c_type), 1) : 0;
 
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     const char *what = "cuBLASLt";
@@ -424,28 +426,30 @@ static zt_status gemm_or_record(zt_stream *s, const zt_cuda_gemm_args *g) {
 }
 
 /* out[n, o] = bias[o]; the GEMM then adds with beta = 1 (as the CPU does).
- * Used when the bias cannot be fused into the GEMM's epilogue. */
-__global__ static void fill_bias_kernel(float *out, const float *bias, size_t N, int OC) {
+ * Used when the bias cannot be fused into the GEMM's epilogue. In 16 bits
+ * the GEMM adds the exact bias value to its fp32 result and rounds once. */
+template <typename S> __global__ static void fill_bias_kernel(S *out, const S *bias, size_t N, int OC) {
     size_t total = N * (size_t)OC;
     for (size_t i = zt_gtid(); i < total; i += zt_gstride()) out[i] = bias[i % (size_t)OC];
 }
 
 /* dbias[o] += sum_n dout[n, o]. A block per tile of 32 columns: lane l of
  * warp w sums rows w, w + 32, w + 64, ... of column tile + l in order (a warp
- * reads 32 consecutive floats of a row: coalesced), then warp 0 adds the 32
+ * reads 32 consecutive elements of a row: coalesced), then warp 0 adds the 32
  * partial sums of its column in warp order. A fixed launch shape and fixed
- * order: the same bits every run, no atomics. */
+ * order: the same bits every run, no atomics. fp32 sums in every dtype. */
 #define DBIAS_COLS 32
 #define DBIAS_WARPS 32
+template <typename S>
 __global__ static void __launch_bounds__(DBIAS_COLS * DBIAS_WARPS)
-    bias_grad_kernel(float *dbias, const float *dout, int N, int OC) {
+    bias_grad_kernel(float *dbias, const S *dout, int N, int OC) {
     __shared__ float part[DBIAS_WARPS][DBIAS_COLS + 1];
     int lane = threadIdx.x % DBIAS_COLS, w = threadIdx.x / DBIAS_COLS;
     int o = blockIdx.x * DBIAS_COLS + lane;
     float sum = 0.0f;
     if (o < OC) {
 #pragma unroll 4
-        for (int n = w; n < N; n += DBIAS_WARPS) sum += dout[(size_t)n * OC + o];
+        for (int n = w; n < N; n += DBIAS_WARPS) sum += zt_ld(dout[(size_t)n * OC + o]);
     }
     part[w][lane] = sum;
     __syncthreads();
@@ -456,52 +460,77 @@ __global__ static void __launch_bounds__(DBIAS_COLS * DBIAS_WARPS)
     }
 }
 
-extern "C" void zt_cuda_matmul_fwd(zt_stream *s, float *out, const float *inp, const float *w, const float *bias,
-                                   int N, int C, int OC) {
+/* The compute type of a dense layer's GEMMs in storage type S: fp32 follows
+ * matmul_bf16; 16-bit operands accumulate in fp32 (CUBLAS_COMPUTE_32F). */
+template <typename S> static cublasComputeType_t matmul_compute(zt_stream *s) { return zt_cuda_matmul_compute(s); }
+template <> cublasComputeType_t matmul_compute<zt_dev_bf16>(zt_stream *) { return CUBLAS_COMPUTE_32F; }
+template <> cublasComputeType_t matmul_compute<zt_dev_fp16>(zt_stream *) { return CUBLAS_COMPUTE_32F; }
+
+/* out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC]), all of type S, fp32
+ * accumulation, one rounding to S. */
+template <typename S>
+static void matmul_fwd(zt_stream *s, S *out, const S *inp, const S *w, const S *bias, int N, int C, int OC) {
     if (N <= 0 || OC <= 0) return;
     if (C <= 0 && !bias) { /* an empty sum */
         cudaStream_t st = zt_cuda_enter(s);
-        ZT_CUDA_RT(s, cudaMemsetAsync(out, 0, (size_t)N * OC * sizeof(float), st));
+        ZT_CUDA_RT(s, cudaMemsetAsync(out, 0, (size_t)N * OC * sizeof(S), st));
         return;
     }
-    /* out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias) */
-    zt_cuda_gemm_args g = gemm_args(0, 1, N, OC, C, 1.0f, inp, CUDA_R_32F, C, w, CUDA_R_32F, C, 0.0f, out, CUDA_R_32F,
-                                    OC, zt_cuda_matmul_compute(s));
+    const cudaDataType t = zt_cublas_type<S>::value;
+    zt_cuda_gemm_args g =
+        gemm_args(0, 1, N, OC, C, 1.0f, inp, t, C, w, t, C, 0.0f, out, t, OC, matmul_compute<S>(s));
     if (bias && C > 0 && ((uintptr_t)bias & 15u) == 0) {
         /* Fused: cuBLASLt adds bias[o] to the fp32 accumulator in its
-         * epilogue; the CPU adds the same two fp32 values (out = bias, then
-         * beta = 1), so the results differ only by the GEMM's summation order. */
+         * epilogue and rounds once; the CPU adds the same two fp32 values
+         * (its accumulator starts at the bias), so the results differ only
+         * by the GEMM's summation order. */
         g.bias = bias;
         if (gemm_or_record(s, &g) != ZT_ERR_UNSUPPORTED) return;
         g.bias = NULL;
     }
     if (bias) {
         cudaStream_t st = zt_cuda_enter(s);
-        fill_bias_kernel<<<zt_ew_blocks((size_t)N * OC), ZT_EW_THREADS, 0, st>>>(out, bias, (size_t)N, OC);
+        void (*fill)(S *, const S *, size_t, int) = fill_bias_kernel<S>;
+        fill<<<zt_ew_blocks((size_t)N * OC), ZT_EW_THREADS, 0, st>>>(out, bias, (size_t)N, OC);
         if (ZT_CUDA_LAUNCHED(s, "matmul_fwd (bias)")) return;
         g.beta = 1.0f;
     }
     if (C > 0) (void)gemm_or_record(s, &g);
 }
 
-extern "C" void zt_cuda_matmul_bwd(zt_stream *s, float *dinp, float *dw, float *dbias, const float *dout,
-                                   const float *inp, const float *w, int N, int C, int OC) {
+/* dinp[N,C] (type S) += dout @ w, rounded once; dw[OC,C] (fp32) +=
+ * dout^T @ inp; dbias[OC] (fp32) += column sums of dout. */
+template <typename S>
+static void matmul_bwd(zt_stream *s, S *dinp, float *dw, float *dbias, const S *dout, const S *inp, const S *w, int N,
+                       int C, int OC) {
     if (N <= 0 || C <= 0 || OC <= 0) return;
-    cublasComputeType_t compute = zt_cuda_matmul_compute(s);
+    cublasComputeType_t compute = matmul_compute<S>(s);
+    const cudaDataType t = zt_cublas_type<S>::value;
     if (dinp) { /* dinp[N,C] += dout[N,OC] @ w[OC,C] */
-        zt_cuda_gemm_args g = gemm_args(0, 0, N, C, OC, 1.0f, dout, CUDA_R_32F, OC, w, CUDA_R_32F, C, 1.0f, dinp,
-                                        CUDA_R_32F, C, compute);
+        zt_cuda_gemm_args g = gemm_args(0, 0, N, C, OC, 1.0f, dout, t, OC, w, t, C, 1.0f, dinp, t, C, compute);
         (void)gemm_or_record(s, &g);
     }
     { /* dw[OC,C] += dout[N,OC]^T @ inp[N,C] */
-        zt_cuda_gemm_args g = gemm_args(1, 0, OC, C, N, 1.0f, dout, CUDA_R_32F, OC, inp, CUDA_R_32F, C, 1.0f, dw,
-                                        CUDA_R_32F, C, compute);
+        zt_cuda_gemm_args g =
+            gemm_args(1, 0, OC, C, N, 1.0f, dout, t, OC, inp, t, C, 1.0f, dw, CUDA_R_32F, C, compute);
         (void)gemm_or_record(s, &g);
     }
     if (dbias) {
         cudaStream_t st = zt_cuda_enter(s);
         unsigned int blocks = (unsigned int)((OC + DBIAS_COLS - 1) / DBIAS_COLS);
-        bias_grad_kernel<<<blocks, DBIAS_COLS * DBIAS_WARPS, 0, st>>>(dbias, dout, N, OC);
+        void (*grad)(float *, const S *, int, int) = bias_grad_kernel<S>;
+        grad<<<blocks, DBIAS_COLS * DBIAS_WARPS, 0, st>>>(dbias, dout, N, OC);
         ZT_CUDA_LAUNCHED(s, "matmul_bwd (dbias)");
     }
+}
+
+extern "C" void zt_cuda_matmul_fwd(zt_stream *s, zt_dtype dt, void *out, const void *inp, const void *w,
+                                   const void *bias, int N, int C, int OC) {
+    ZT_DISPATCH_DTYPE(dt, matmul_fwd<S>(s, (S *)out, (const S *)inp, (const S *)w, (const S *)bias, N, C, OC));
+}
+
+extern "C" void zt_cuda_matmul_bwd(zt_stream *s, zt_dtype dt, void *dinp, float *dw, float *dbias, const void *dout,
+                                   const void *inp, const void *w, int N, int C, int OC) {
+    ZT_DISPATCH_DTYPE(dt, matmul_bwd<S>(s, (S *)dinp, dw, dbias, (const S *)dout, (const S *)inp, (const S *)w, N, C,
+                                        OC));
 }

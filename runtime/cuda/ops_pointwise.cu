@@ -6,76 +6,63 @@
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 
-__global__ static void gelu_fwd_kernel(float *out, const float *inp, size_t N) {
+template <typename S> __global__ static void gelu_fwd_kernel(S *out, const S *inp, size_t N) {
     for (size_t i = zt_gtid(); i < N; i += zt_gstride()) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+        float x = zt_ld(inp[i]);
+        out[i] = zt_st<S>(0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x))));
     }
 }
 
-__global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, size_t N) {
+/* dinp += gelu'(inp) dout: one rounding per element in 16 bits. */
+template <typename S> __global__ static void gelu_bwd_kernel(S *dinp, const S *inp, const S *dout, size_t N) {
     for (size_t i = zt_gtid(); i < N; i += zt_gstride()) {
-        float x = inp[i];
+        float x = zt_ld(inp[i]);
         float u = GELU_K * (x + 0.044715f * x * x * x);
         float th = tanhf(u);
         float sech2 = 1.0f - th * th;
         float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += grad * dout[i];
+        dinp[i] = zt_st<S>(zt_ld(dinp[i]) + grad * zt_ld(dout[i]));
     }
 }
 
-__global__ static void residual_fwd_kernel(float *out, const float *a, const float *b, size_t N) {
-    for (size_t i = zt_gtid(); i < N; i += zt_gstride()) out[i] = a[i] + b[i];
+template <typename S> __global__ static void residual_fwd_kernel(S *out, const S *a, const S *b, size_t N) {
+    for (size_t i = zt_gtid(); i < N; i += zt_gstride()) out[i] = zt_st<S>(zt_ld(a[i]) + zt_ld(b[i]));
 }
 
-__global__ static void residual_bwd_kernel(float *da, float *db, const float *dout, size_t N) {
+template <typename S> __global__ static void residual_bwd_kernel(S *da, S *db, const S *dout, size_t N) {
     for (size_t i = zt_gtid(); i < N; i += zt_gstride()) {
-        da[i] += dout[i];
-        db[i] += dout[i];
+        float d = zt_ld(dout[i]);
+        da[i] = zt_st<S>(zt_ld(da[i]) + d);
+        db[i] = zt_st<S>(zt_ld(db[i]) + d);
     }
 }
 
-/* Round to nearest even, NaN kept quiet: bit for bit zt_f32_to_bf16. */
-__global__ static void cast_f32_to_bf16_kernel(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = zt_gtid(); i < n; i += zt_gstride()) {
-        uint32_t u = __float_as_uint(src[i]);
-        if ((u & 0x7fffffffu) > 0x7f800000u) {
-            dst[i] = (uint16_t)((u >> 16) | 0x40u);
-        } else {
-            uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-            dst[i] = (uint16_t)((u + rounding) >> 16);
-        }
-    }
+__device__ static float load_dt(const void *p, int dt, size_t i) {
+    if (dt == ZT_BF16) return bf16_to_f32(((const uint16_t *)p)[i]);
+    if (dt == ZT_FP16) return fp16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
 }
 
-__global__ static void cast_bf16_to_f32_kernel(float *dst, const uint16_t *src, size_t n) {
-    for (size_t i = zt_gtid(); i < n; i += zt_gstride()) dst[i] = __uint_as_float((uint32_t)src[i] << 16);
+__device__ static void store_dt(void *p, int dt, size_t i, float v) {
+    if (dt == ZT_BF16) ((uint16_t *)p)[i] = f32_to_bf16_rne(v);
+    else if (dt == ZT_FP16) ((uint16_t *)p)[i] = f32_to_fp16_rne(v);
+    else ((float *)p)[i] = v;
+}
+
+__global__ static void cast_kernel(void *dst, int dst_dt, const void *src, int src_dt, size_t n) {
+    for (size_t i = zt_gtid(); i < n; i += zt_gstride()) store_dt(dst, dst_dt, i, load_dt(src, src_dt, i));
 }
 
 __global__ static void scale_kernel(float *x, float alpha, size_t n) {
     for (size_t i = zt_gtid(); i < n; i += zt_gstride()) x[i] *= alpha;
 }
 
-__device__ static uint16_t f32_to_bf16_rne(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* dst = src * alpha, or dst += src * alpha (the CPU kernel's arithmetic). */
-__global__ static void scaled_store_f32_kernel(float *dst, const float *src, float alpha, int accumulate, size_t n) {
+/* dst = src * alpha, or dst + src * alpha, rounded once (the CPU kernel's arithmetic). */
+__global__ static void scaled_store_kernel(void *dst, int dt, const float *src, float alpha, int accumulate, size_t n) {
     for (size_t i = zt_gtid(); i < n; i += zt_gstride()) {
         float v = __fmul_rn(src[i], alpha);
-        dst[i] = accumulate ? __fadd_rn(dst[i], v) : v;
-    }
-}
-
-__global__ static void scaled_store_bf16_kernel(uint16_t *dst, const float *src, float alpha, int accumulate,
-                                                size_t n) {
-    for (size_t i = zt_gtid(); i < n; i += zt_gstride()) {
-        float v = __fmul_rn(src[i], alpha);
-        if (accumulate) v = __fadd_rn(__uint_as_float((uint32_t)dst[i] << 16), v);
-        dst[i] = f32_to_bf16_rne(v);
+        if (accumulate) v = __fadd_rn(load_dt(dst, dt, i), v);
+        store_dt(dst, dt, i, v);
     }
 }
 
@@ -99,62 +86,68 @@ __global__ static void sumsq_final_kernel(double *out, const double *partial, in
     if (threadIdx.x == 0) *out = total;
 }
 
-extern "C" void zt_cuda_gelu_fwd(zt_stream *s, float *out, const float *inp, size_t N) {
-    if (N == 0) return;
+template <typename S> static void gelu_fwd(zt_stream *s, S *out, const S *inp, size_t N) {
     cudaStream_t st = zt_cuda_enter(s);
-    gelu_fwd_kernel<<<zt_ew_blocks(N), ZT_EW_THREADS, 0, st>>>(out, inp, N);
+    void (*k)(S *, const S *, size_t) = gelu_fwd_kernel<S>;
+    k<<<zt_ew_blocks(N), ZT_EW_THREADS, 0, st>>>(out, inp, N);
     ZT_CUDA_LAUNCHED(s, "gelu_fwd");
 }
 
-extern "C" void zt_cuda_gelu_bwd(zt_stream *s, float *dinp, const float *inp, const float *dout, size_t N) {
-    if (N == 0) return;
+template <typename S> static void gelu_bwd(zt_stream *s, S *dinp, const S *inp, const S *dout, size_t N) {
     cudaStream_t st = zt_cuda_enter(s);
-    gelu_bwd_kernel<<<zt_ew_blocks(N), ZT_EW_THREADS, 0, st>>>(dinp, inp, dout, N);
+    void (*k)(S *, const S *, const S *, size_t) = gelu_bwd_kernel<S>;
+    k<<<zt_ew_blocks(N), ZT_EW_THREADS, 0, st>>>(dinp, inp, dout, N);
     ZT_CUDA_LAUNCHED(s, "gelu_bwd");
 }
 
-extern "C" void zt_cuda_residual_fwd(zt_stream *s, float *out, const float *a, const float *b, size_t N) {
-    if (N == 0) return;
+template <typename S> static void residual_fwd(zt_stream *s, S *out, const S *a, const S *b, size_t N) {
     cudaStream_t st = zt_cuda_enter(s);
-    residual_fwd_kernel<<<zt_ew_blocks(N), ZT_EW_THREADS, 0, st>>>(out, a, b, N);
+    void (*k)(S *, const S *, const S *, size_t) = residual_fwd_kernel<S>;
+    k<<<zt_ew_blocks(N), ZT_EW_THREADS, 0, st>>>(out, a, b, N);
     ZT_CUDA_LAUNCHED(s, "residual_fwd");
 }
 
-extern "C" void zt_cuda_residual_bwd(zt_stream *s, float *da, float *db, const float *dout, size_t N) {
-    if (N == 0) return;
+template <typename S> static void residual_bwd(zt_stream *s, S *da, S *db, const S *dout, size_t N) {
     cudaStream_t st = zt_cuda_enter(s);
-    residual_bwd_kernel<<<zt_ew_blocks(N), ZT_EW_THREADS, 0, st>>>(da, db, dout, N);
+    void (*k)(S *, S *, const S *, size_t) = residual_bwd_kernel<S>;
+    k<<<zt_ew_blocks(N), ZT_EW_THREADS, 0, st>>>(da, db, dout, N);
     ZT_CUDA_LAUNCHED(s, "residual_bwd");
 }
 
-extern "C" void zt_cuda_cast_f32_to_bf16(zt_stream *s, zt_bf16 *dst, const float *src, size_t n) {
-    if (n == 0) return;
-    cudaStream_t st = zt_cuda_enter(s);
-    cast_f32_to_bf16_kernel<<<zt_ew_blocks(n), ZT_EW_THREADS, 0, st>>>(dst, src, n);
-    ZT_CUDA_LAUNCHED(s, "cast_f32_to_bf16");
+extern "C" void zt_cuda_gelu_fwd(zt_stream *s, zt_dtype dt, void *out, const void *inp, size_t N) {
+    if (N == 0) return;
+    ZT_DISPATCH_DTYPE(dt, gelu_fwd<S>(s, (S *)out, (const S *)inp, N));
 }
 
-extern "C" void zt_cuda_cast_bf16_to_f32(zt_stream *s, float *dst, const zt_bf16 *src, size_t n) {
-    if (n == 0) return;
-    cudaStream_t st = zt_cuda_enter(s);
-    cast_bf16_to_f32_kernel<<<zt_ew_blocks(n), ZT_EW_THREADS, 0, st>>>(dst, src, n);
-    ZT_CUDA_LAUNCHED(s, "cast_bf16_to_f32");
+extern "C" void zt_cuda_gelu_bwd(zt_stream *s, zt_dtype dt, void *dinp, const void *inp, const void *dout, size_t N) {
+    if (N == 0) return;
+    ZT_DISPATCH_DTYPE(dt, gelu_bwd<S>(s, (S *)dinp, (const S *)inp, (const S *)dout, N));
 }
 
-extern "C" void zt_cuda_scaled_store_f32(zt_stream *s, float *dst, const float *src, float alpha, int accumulate,
-                                         size_t n) {
-    if (n == 0) return;
-    cudaStream_t st = zt_cuda_enter(s);
-    scaled_store_f32_kernel<<<zt_ew_blocks(n), ZT_EW_THREADS, 0, st>>>(dst, src, alpha, accumulate, n);
-    ZT_CUDA_LAUNCHED(s, "scaled_store_f32");
+extern "C" void zt_cuda_residual_fwd(zt_stream *s, zt_dtype dt, void *out, const void *a, const void *b, size_t N) {
+    if (N == 0) return;
+    ZT_DISPATCH_DTYPE(dt, residual_fwd<S>(s, (S *)out, (const S *)a, (const S *)b, N));
 }
 
-extern "C" void zt_cuda_scaled_store_bf16(zt_stream *s, zt_bf16 *dst, const float *src, float alpha, int accumulate,
-                                          size_t n) {
+extern "C" void zt_cuda_residual_bwd(zt_stream *s, zt_dtype dt, void *da, void *db, const void *dout, size_t N) {
+    if (N == 0) return;
+    ZT_DISPATCH_DTYPE(dt, residual_bwd<S>(s, (S *)da, (S *)db, (const S *)dout, N));
+}
+
+extern "C" void zt_cuda_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype,
+                             size_t n) {
     if (n == 0) return;
     cudaStream_t st = zt_cuda_enter(s);
-    scaled_store_bf16_kernel<<<zt_ew_blocks(n), ZT_EW_THREADS, 0, st>>>(dst, src, alpha, accumulate, n);
-    ZT_CUDA_LAUNCHED(s, "scaled_store_bf16");
+    cast_kernel<<<zt_ew_blocks(n), ZT_EW_THREADS, 0, st>>>(dst, (int)dst_dtype, src, (int)src_dtype, n);
+    ZT_CUDA_LAUNCHED(s, "cast");
+}
+
+extern "C" void zt_cuda_scaled_store(zt_stream *s, void *dst, zt_dtype dtype, const float *src, float alpha,
+                                     int accumulate, size_t n) {
+    if (n == 0) return;
+    cudaStream_t st = zt_cuda_enter(s);
+    scaled_store_kernel<<<zt_ew_blocks(n), ZT_EW_THREADS, 0, st>>>(dst, (int)dtype, src, alpha, accumulate, n);
+    ZT_CUDA_LAUNCHED(s, "scaled_store");
 }
 
 extern "C" void zt_cuda_scale(zt_stream *s, float *x, float alpha, size_t n) {

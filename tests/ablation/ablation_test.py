@@ -10,6 +10,8 @@ Runs the 16-configuration sweep at np 2 on a small model twice:
    (no offload) and stage 3 with offload's reserved bytes: the configurations
    that cannot fit are rows marked `failed: oom`, the ones that fit are `ok`,
    and the sweep still exits 0 and writes every file.
+3. with --dtype bf16: the same 16 configurations named `...-bf16`, each
+   with exactly half of run 1's params peak (2 bytes per parameter).
 Also checks that a missing zt-train is a tooling error (exit 2).
 """
 import csv
@@ -40,9 +42,9 @@ def fail(msg):
     sys.exit("FAIL: " + msg)
 
 
-def sweep(ctx, out, extra):
+def sweep(ctx, out, extra, own=()):
     cmd = ([sys.executable, ctx["ablate"], "--np", "2", "--steps", str(STEPS), "--out", out,
-            "--zt-train", ctx["zt"], "--zt-run", ctx["zt_run"], "--"] + MODEL + extra)
+            "--zt-train", ctx["zt"], "--zt-run", ctx["zt_run"]] + list(own) + ["--"] + MODEL + extra)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         fail(f"{' '.join(cmd)}: exit {p.returncode}\nstdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-4000:]}")
@@ -52,7 +54,7 @@ def sweep(ctx, out, extra):
     return p
 
 
-def read_rows(out):
+def read_rows(out, suffix=""):
     with open(os.path.join(out, "ablation.csv"), newline="") as f:
         reader = csv.DictReader(f)
         missing = [c for c in EXPECTED_COLUMNS if c not in (reader.fieldnames or [])]
@@ -66,6 +68,8 @@ def read_rows(out):
         fail(f"ablation.csv configurations {sorted(got)} != stage x offload x recompute")
     if len({r["name"] for r in rows}) != 16:
         fail("configuration names are not unique")
+    if not all(r["name"].endswith(suffix) for r in rows):
+        fail(f"configuration names lack {suffix!r}: {[r['name'] for r in rows]}")
     return {r["name"]: r for r in rows}
 
 
@@ -186,6 +190,19 @@ def case_capped(ctx, base):
           f"{16 - len(failed)} ok, {len(failed)} failed: oom ({', '.join(failed)}); every file written")
 
 
+def case_dtype_axis(ctx, base):
+    out = os.path.join(ctx["work"], "bf16")
+    sweep(ctx, out, [], own=["--dtype", "bf16"])
+    rows = read_rows(out, "-bf16")
+    for name, r in rows.items():
+        if r["status"] != "ok" or r["dtype"] != "bf16":
+            fail(f"{name}: {r['status']}, dtype {r['dtype']}")
+        want = num(base[name[:-len("-bf16")]], "peak_params_mean_bytes") / 2
+        if num(r, "peak_params_mean_bytes") != want:
+            fail(f"{name}: params peak {r['peak_params_mean_bytes']}, want half of fp32's ({want})")
+    print(f"ok: --dtype bf16 sweep: 16 configurations ok, params peak half of fp32's ({out})")
+
+
 def case_tool_error(ctx):
     cmd = [sys.executable, ctx["ablate"], "--out", os.path.join(ctx["work"], "none"),
            "--zt-train", os.path.join(ctx["work"], "no-such-zt-train"), "--zt-run", ctx["zt_run"]]
@@ -196,6 +213,10 @@ def case_tool_error(ctx):
                        capture_output=True, text=True, timeout=60)
     if p.returncode != 2 or "--stage is set by the sweep" not in p.stderr:
         fail(f"--stage after `--`: exit {p.returncode}, expected 2 with a message\n{p.stderr}")
+    p = subprocess.run(cmd[:4] + ["--zt-train", ctx["zt"], "--zt-run", ctx["zt_run"], "--", "--dtype", "bf16"],
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode != 2 or "use ablate.py --dtype" not in p.stderr:
+        fail(f"--dtype after `--`: exit {p.returncode}, expected 2 with a message\n{p.stderr}")
     print("ok: a missing zt-train and a flag the sweep owns are refused with exit 2")
 
 
@@ -212,6 +233,7 @@ if __name__ == "__main__":
         case_tool_error(ctx)
         base = case_uncapped(ctx)
         case_capped(ctx, base)
+        case_dtype_axis(ctx, base)
         ok = True
     finally:
         if ok:

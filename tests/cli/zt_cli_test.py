@@ -153,6 +153,19 @@ def case_deepspeed_config(zt, work):
         with open(os.path.join(d, "rank0.jsonl")) as f:
             calls.append([json.loads(line)["comm"]["reduce_scatter"]["calls"] for line in f])
     assert calls[0] == calls[1] == [1] and calls[2] == [3], calls
+    # fp16 block and communication_data_type: the loss scaler's knobs under DeepSpeed's names
+    with open(path, "w") as f:
+        json.dump({"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 8, "loss_scale_window": 3,
+                            "hysteresis": 1, "min_loss_scale": 0.5, "consecutive_hysteresis": False},
+                   "bf16": {"enabled": False}, "communication_data_type": "bf16"}, f)
+    d = os.path.join(work, "fp16")
+    p = run(zt, small + ["--config", path, "--steps", "4", "--log-dir", d, "--quiet", "0"], expect_rc=0)
+    for needle in ["| dtype                | fp16 ", "| reduce-dtype         | bf16 ", "| initial-scale-power  | 8 ",
+                   "| loss-scale-window    | 3 ", "| hysteresis           | 1 ", "| min-loss-scale       | 0.5 "]:
+        assert needle in p.stdout, (needle, p.stdout)
+    with open(os.path.join(d, "rank0.jsonl")) as f:
+        scales = [json.loads(line)["loss_scale"] for line in f]
+    assert scales == [256.0, 256.0, 256.0, 512.0], scales  # 2^8, doubled after 3 clean steps
     print("ok: DeepSpeed keys map onto zerotrain options in DeepSpeed's units")
 
 
@@ -168,7 +181,15 @@ def case_deepspeed_problems(zt, work):
                    '"zero_optimization.offload_param" is not supported']:
         assert needle in p.stderr, (needle, p.stderr)
     assert p.stderr.count("error:") == 1, p.stderr
-    print("ok: five problems reported in one message")
+    with open(path, "w") as f:
+        json.dump({"bf16": {"enabled": True}, "fp16": {"enabled": True, "consecutive_hysteresis": True,
+                                                         "auto_cast": True}, "amp": {"enabled": True}}, f)
+    p = run(zt, ["--config", path], expect_rc=2)
+    for needle in ["4 problems", '"fp16.enabled" sets --dtype, which another key of this file sets too',
+                   '"fp16.consecutive_hysteresis" is true, which zerotrain does not support', '"fp16.auto_cast" is not supported',
+                   '"amp" is not supported by zerotrain (use bf16 or fp16)']:
+        assert needle in p.stderr, (needle, p.stderr)
+    print("ok: five problems reported in one message; bf16 and fp16 together, and fp16 keys zerotrain lacks, refused")
 
 
 def case_determinism(zt, work):

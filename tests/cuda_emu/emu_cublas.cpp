@@ -17,6 +17,7 @@
  *   Types (A, B -> C = D; alpha/beta and the scale type are fp32):
  *     CUBLAS_COMPUTE_32F           fp32, fp32 -> fp32
  *                                  bf16, bf16 -> bf16 or fp32
+ *                                  fp16, fp16 -> fp16 or fp32
  *     CUBLAS_COMPUTE_32F_PEDANTIC  same as 32F (plain fp32 math is pedantic)
  *     CUBLAS_COMPUTE_32F_FAST_16BF fp32, fp32 -> fp32, A and B rounded to bf16
  *   op(A), op(B): N, T (and C, which is T for real types).
@@ -27,7 +28,9 @@
  * Arithmetic. Each output element is one sequential fp32 sum over k in
  * increasing order, starting from +0 (separate multiply and add, no FMA), then
  * D = alpha * sum (+ beta * C) (+ bias), rounded once to D's type
- * (round-to-nearest-even for bf16). The blocking and threading below only
+ * (round-to-nearest-even for bf16 and fp16; fp16 overflows to infinity and
+ * rounds to subnormals below 2^-14, as the GPU's cvt.rn.f16.f32). 16-bit
+ * operands are converted to fp32 exactly before they are multiplied. The blocking and threading below only
  * decide which elements are computed when, never the order of a sum, so the
  * same inputs give the same bits whatever the thread count.
  *
@@ -40,6 +43,7 @@
 #include "emu_device.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -74,6 +78,56 @@ uint16_t f32_to_bf16(float f) {
 
 float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
+/* IEEE binary16 (1 sign, 5 exponent bits of bias 15, 10 fraction bits) to
+ * fp32: every value is exact in fp32. */
+float fp16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const int exp = (h >> 10) & 0x1f;
+    const uint32_t frac = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (frac << 13); /* inf, NaN (payload kept) */
+    } else if (exp != 0) {
+        u = sign | ((uint32_t)(exp - 15 + 127) << 23) | (frac << 13);
+    } else {
+        /* zero or subnormal, frac x 2^-24: an integer below 2^10 times a
+         * power of two, so the product is exact */
+        float v = std::ldexp((float)frac, -24);
+        std::memcpy(&u, &v, sizeof u);
+        u |= sign;
+    }
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* fp32 to binary16, round to nearest even. Magnitudes from 65520 on (half
+ * an ulp above the largest finite value, 65504) become infinity; below 2^-14
+ * the result is subnormal, rounded from the full 24-bit significand once;
+ * every NaN becomes the canonical 0x7fff. */
+uint16_t f32_to_fp16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t mag = u & 0x7fffffffu;
+    if (mag > 0x7f800000u) return 0x7fffu;
+    const int e = (int)(mag >> 23) - 127;           /* unbiased exponent */
+    const uint32_t sig = (mag & 0x7fffffu) | 0x800000u; /* with the hidden bit */
+    if (e > 15) return (uint16_t)(sign | 0x7c00u);  /* inf, or far past 65504 */
+    if (e < -25) return sign;                        /* below half the smallest subnormal */
+    /* The result's unit is 2^-10 of the exponent's power of two for normals
+     * and 2^-24 for subnormals: drop `shift` bits of sig, rounding to even. */
+    const int shift = e >= -14 ? 13 : -1 - e; /* 13 .. 24 */
+    uint32_t q = sig >> shift;
+    const uint32_t rem = sig & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    /* Normals: q is 2^10 .. 2^11 (a carry to 2^11 moves to the next
+     * exponent, which the addition below does by itself). */
+    uint32_t h = e >= -14 ? ((uint32_t)(e + 14) << 10) + q : q;
+    if (h >= 0x7c00u) return (uint16_t)(sign | 0x7c00u);
+    return (uint16_t)(sign | h);
+}
+
 size_t elem_size(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
 
 /* Element idx of a buffer of type t. memcpy, not a typed load: the caller's
@@ -88,14 +142,14 @@ float load_elem(const unsigned char *base, cudaDataType t, int64_t idx) {
     }
     uint16_t h;
     std::memcpy(&h, base + idx * 2, 2);
-    return bf16_to_f32(h);
+    return t == CUDA_R_16F ? fp16_to_f32(h) : bf16_to_f32(h);
 }
 
 void store_elem(unsigned char *base, cudaDataType t, int64_t idx, float v) {
     if (t == CUDA_R_32F) {
         std::memcpy(base + idx * 4, &v, 4);
     } else {
-        uint16_t h = f32_to_bf16(v);
+        uint16_t h = t == CUDA_R_16F ? f32_to_fp16(v) : f32_to_bf16(v);
         std::memcpy(base + idx * 2, &h, 2);
     }
 }
@@ -297,7 +351,8 @@ bool types_supported(cudaDataType ab, cudaDataType cd, cublasComputeType_t compu
     case CUBLAS_COMPUTE_32F:
     case CUBLAS_COMPUTE_32F_PEDANTIC:
         return (ab == CUDA_R_32F && cd == CUDA_R_32F) ||
-               (ab == CUDA_R_16BF && (cd == CUDA_R_16BF || cd == CUDA_R_32F));
+               (ab == CUDA_R_16BF && (cd == CUDA_R_16BF || cd == CUDA_R_32F)) ||
+               (ab == CUDA_R_16F && (cd == CUDA_R_16F || cd == CUDA_R_32F));
     case CUBLAS_COMPUTE_32F_FAST_16BF:
         *round_ab = true;
         return ab == CUDA_R_32F && cd == CUDA_R_32F;
@@ -718,7 +773,8 @@ cublasStatus_t lt_problem(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t Ad, cu
 
     /* Layouts */
     for (const LayoutData *l : {&la, &lb, &lc, &ld}) {
-        if (l->type != CUDA_R_32F && l->type != CUDA_R_16BF) return CUBLAS_STATUS_NOT_SUPPORTED;
+        if (l->type != CUDA_R_32F && l->type != CUDA_R_16BF && l->type != CUDA_R_16F)
+            return CUBLAS_STATUS_NOT_SUPPORTED;
         if (l->order != CUBLASLT_ORDER_COL || l->batch_mode != CUBLASLT_BATCH_MODE_STRIDED || l->plane_offset != 0)
             return CUBLAS_STATUS_NOT_SUPPORTED;
         if (l->ld < 1 || (uint64_t)l->ld < l->rows || l->batch_count < 1) return CUBLAS_STATUS_INVALID_VALUE;
@@ -1023,6 +1079,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t ligh
     /* The implementation flags the algorithm would report. */
     uint64_t impl = CUBLASLT_NUMERICAL_IMPL_FLAGS_FMA | CUBLASLT_NUMERICAL_IMPL_FLAGS_ACCUMULATOR_32F |
                     (g.a_type == CUDA_R_16BF || g.round_ab_to_bf16 ? CUBLASLT_NUMERICAL_IMPL_FLAGS_INPUT_16BF
+                     : g.a_type == CUDA_R_16F                      ? CUBLASLT_NUMERICAL_IMPL_FLAGS_INPUT_16F
                                                                    : CUBLASLT_NUMERICAL_IMPL_FLAGS_INPUT_32F);
     if ((impl & pref.impl_mask) != impl) return CUBLAS_STATUS_NOT_SUPPORTED;
     /* The bias pointer set on the descriptor stands for the one the matmul

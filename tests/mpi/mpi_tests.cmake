@@ -1,5 +1,5 @@
 # Multi-rank tests: real processes under mpirun (np 1..4, including 3).
-foreach(zt_mpi_case np1_equals_single stages_np2 stages_np3 stages_np4 bf16_stages stage3_gathered_bound
+foreach(zt_mpi_case np1_equals_single stages_np2 stages_np3 stages_np4 stage3_gathered_bound
                     grad_accum rank_dies data_differs_by_rank
                     offload_stages deferred_copies recompute_stages recompute_cuts_activations
                     planner_matches attention_fused imbalance_jitter trace oom_each_phase
@@ -25,9 +25,23 @@ set_tests_properties(fail_kill_during_save fail_disagree PROPERTIES LABELS "mpi;
 # build only; the sanitizer pass (tests/run_all.sh) excludes label "slow".
 set_tests_properties(mpi_planner_matches PROPERTIES LABELS "mpi;slow")
 
+# Mixed precision (tests/mpi/zt_precision_test.py): bf16/fp16 stages bitwise,
+# memory against fp32 and the planner, the reduce dtype, loss scaling, the
+# non-finite guard, fp16 resume and convergence.
+foreach(zt_prec_case stages memory reduce_dtype planner convergence loss_scale resume)
+  add_test(NAME precision_${zt_prec_case}
+           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_precision_test.py ${zt_prec_case}
+                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+  set_tests_properties(precision_${zt_prec_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
+endforeach()
+# Three 400-step runs, 26 planner runs, and the 4-layer d_model-256 runs of
+# the memory case (2 min under the sanitizers): the normal build only; the
+# sanitizer pass runs the same code paths in precision_stages and the rest.
+set_tests_properties(precision_convergence precision_planner precision_memory PROPERTIES LABELS "mpi;slow")
+
 # The CUDA backend under mpirun, on the CPU emulator (ZT_CUDA=EMU builds).
 if(ZT_CUDA_EMU)
-  foreach(zt_mpi_case cuda_emu_stages cuda_emu_overlap cuda_emu_resume cuda_emu_gpt2_block cuda_emu_oom
+  foreach(zt_mpi_case cuda_emu_stages cuda_emu_bf16 cuda_emu_overlap cuda_emu_resume cuda_emu_gpt2_block cuda_emu_oom
                       cuda_emu_attention_fused cuda_emu_nccl_fails
                       cuda_emu_startup_fails_one_rank)
     add_test(NAME mpi_${zt_mpi_case}

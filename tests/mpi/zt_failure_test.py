@@ -67,6 +67,7 @@ DISAGREEMENTS = [
     ("grad-accum", ["--stage", "2"], "2", "1"),
     ("offload", ["--stage", "1"], "cpu", "none"),
     ("dtype", ["--stage", "0"], "bf16", "fp32"),
+    ("reduce-dtype", ["--stage", "2", "--dtype", "bf16"], "bf16", "fp32"),
     ("steps", ["--stage", "3"], "4", "3"),
 ]
 

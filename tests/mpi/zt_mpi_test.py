@@ -105,20 +105,6 @@ def case_stages_np4(ctx):
     assert ratio <= 0.26, ratio
 
 
-def case_bf16_stages(ctx):
-    """bf16 storage: stages 0-1 round gradients to bf16 before reducing, 2-3
-    reduce the fp32 gradients, so the stages agree within a tolerance (stated:
-    every step's loss within 2% relative), not bitwise."""
-    runs = [train(ctx, 2, ["--steps", "20", "--stage", str(s), "--dtype", "bf16"], f"bf16-s{s}") for s in range(4)]
-    for s, r in enumerate(runs):
-        for a, b in zip(r["losses"], runs[0]["losses"]):
-            assert abs(a - b) <= 0.02 * abs(b), (s, a, b)
-        want = closed_form(2, s, "bf16")
-        for rank in r["ranks"]:
-            assert {c: rank["peak_by_category"][c] for c in CATS} == want, (s, rank)
-    print("ok: bf16 stages 0-3 agree within 2% per step; persistent bytes == closed form")
-
-
 def plan(ctx, np, args):
     """zt-plan --json for np ranks and zt-train's args."""
     exe = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
@@ -674,6 +660,49 @@ def case_cuda_emu_stages(ctx):
                     assert all(x["pinned_bytes"] <= x["pinned_peak_bytes"] for x in staging), (s, rank, staging)
             print(f"ok: cuda np={np_} via {via}: stages 0-3 bitwise identical, closed-form bytes, "
                   f"losses match the CPU (last {runs[0]['losses'][-1]:.6f} vs {cpu['losses'][-1]:.6f})")
+
+
+def case_cuda_emu_bf16(ctx):
+    """--device cuda --dtype bf16 at np 2 over NCCL with stream jitter: the
+    CUDA backend's bf16 kernel table (16-bit activations, units gathered in
+    bf16 and used as they are, GEMMs on bf16 operands with fp32
+    accumulation). Stages 0-3 bitwise identical, persistent bytes equal to
+    bf16's closed form on every rank, losses within 1e-2 (relative) of the
+    CPU backend's bf16 run (both bf16 throughout; they sum in other orders
+    and so round differently), no "fp32 view" allocation on any rank (the
+    label the engine gives a widened unit), and the activations peak that of
+    the CPU's bf16 run: half of an fp32 run's but for the fp32 statistics."""
+    np_ = 2
+    base = ["--steps", "5", "--dtype", "bf16"]
+    cpu = train(ctx, np_, base + ["--stage", "0"], "cpu-bf16")
+    cpu32 = train(ctx, np_, ["--steps", "1", "--stage", "0"], "cpu-fp32-acts")
+    names = [f"cu-bf16-s{s}" for s in range(4)]
+    runs = [train_cuda(ctx, np_, base + ["--stage", str(s)], names[s], 4, jitter=200) for s in range(4)]
+    for s, r in enumerate(runs):
+        assert r["device"] == "cuda", r["device"]
+        assert r["losses"] == runs[0]["losses"], (s, r["losses"], runs[0]["losses"])
+        assert r["params_digest"] == runs[0]["params_digest"], s
+        want = closed_form(np_, s, "bf16")
+        for rank in r["ranks"]:
+            got = {c: rank["peak_by_category"][c] for c in CATS}
+            assert got == want, (s, rank["rank"], got, want)
+        for g, c, c32 in zip(r["ranks"], cpu["ranks"], cpu32["ranks"]):
+            acts, acts32 = g["peak_by_category"]["activations"], c32["peak_by_category"]["activations"]
+            assert acts == c["peak_by_category"]["activations"], (s, g["rank"], acts, c["peak_by_category"])
+            assert acts < 0.6 * acts32, (s, g["rank"], acts, acts32)
+        for rank in range(np_):
+            with open(os.path.join(ctx["work"], names[s], f"labels_rank{rank}.json")) as f:
+                labels = json.load(f)
+            assert labels["device"], (s, rank, "no device labels")
+            views = [lb for lb in labels["device"] if "fp32 view" in lb["label"]]
+            assert not views, (s, rank, views)
+    for a, b in zip(runs[0]["losses"], cpu["losses"]):
+        assert abs(a - b) <= 1e-2 * abs(b), (a, b)
+    worst = max(abs(a - b) / abs(b) for a, b in zip(runs[0]["losses"], cpu["losses"]))
+    print(f"ok: cuda bf16 np=2: stages 0-3 bitwise identical, closed-form bytes, no fp32 view, activations "
+          f"{runs[0]['ranks'][0]['peak_by_category']['activations']} B (fp32: "
+          f"{cpu32['ranks'][0]['peak_by_category']['activations']} B), losses within {worst:.2e} of the CPU's bf16 "
+          f"(last {runs[0]['losses'][-1]:.6f} vs {cpu['losses'][-1]:.6f})")
 
 
 def case_cuda_emu_attention_fused(ctx):

@@ -1,0 +1,18 @@
+/* The CPU model kernels in fp16 (see kernels.h). */
+#include "kernels.h"
+
+#define ACT zt_fp16
+#define ACT_LD(x) zt_fp16_to_f32(x)
+#define ACT_ST(v) zt_f32_to_fp16(v)
+#define ACT_IS_F32 0
+#define KFN(name) name##_fp16
+
+#include "ops_embedding.inc"
+#include "ops_layernorm.inc"
+#include "ops_matmul.inc"
+#include "ops_attention.inc"
+#include "ops_attention_fused.inc"
+#include "ops_gelu_residual.inc"
+#include "ops_loss.inc"
+
+const zt_ops zt_cpu_ops_fp16 = ZT_CPU_OPS_TABLE(ZT_FP16);
