@@ -173,6 +173,23 @@ size_t zt_gpt_backward_workspace_bytes(const zt_gpt_config *cfg, int B, int T, z
     return (o + 3) & ~(size_t)3;
 }
 
+zt_gpt_kept_layout zt_gpt_kept_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act) {
+    size_t BT = (size_t)B * T, C = (size_t)cfg->d_model, d = zt_dtype_size(act), o = 0;
+    zt_gpt_kept_layout k;
+    k.qkv = place(&o, BT * 3 * C, d);
+    k.res2 = place(&o, BT * C, d);
+    k.fch = place(&o, BT * 4 * C, d);
+    k.res3 = place(&o, BT * C, d);
+    k.total = (o + 3) & ~(size_t)3;
+    return k;
+}
+
+size_t zt_gpt_block_kept_bytes(const zt_gpt_config *cfg, int B, int T, zt_dtype act, zt_keep keep) {
+    if (keep == ZT_KEEP_INPUT) return ((size_t)B * T * cfg->d_model * zt_dtype_size(act) + 3) / 4 * 4;
+    if (keep == ZT_KEEP_GEMM_OUTPUTS) return zt_gpt_kept_layout_for(cfg, B, T, act).total;
+    return zt_gpt_block_layout_for(cfg, B, T, act).total;
+}
+
 /* An activation buffer of `bytes` (element type: the layout's business). */
 static zt_status alloc_bytes(zt_ctx *ctx, zt_tensor *t, size_t bytes, zt_category cat, const char *label) {
     int64_t shape[1] = {(int64_t)((bytes + 3) / 4)};
@@ -182,9 +199,15 @@ static zt_status alloc_bytes(zt_ctx *ctx, zt_tensor *t, size_t bytes, zt_categor
 /* Byte offset `off` into tensor t. */
 static char *at(const zt_tensor *t, size_t off) { return (char *)t->data + off; }
 
-/* Output [B,T,C] act of block l: kept alone under recompute, else inside its activations. */
+static zt_keep block_keep(const zt_gpt *g, int l) { return zt_recompute_keep(&g->cfg.recompute, l); }
+
+/* Output [B,T,C] act of block l: in what it keeps (zt_keep), or in its
+ * activations while they exist. */
 static const void *block_output(const zt_gpt *g, int l, const zt_gpt_block_layout *lay) {
-    return g->cfg.recompute ? g->block_out[l].data : at(&g->block_acts[l], lay->res3);
+    if (g->block_acts[l].data) return at(&g->block_acts[l], lay->res3);
+    if (block_keep(g, l) == ZT_KEEP_INPUT) return g->block_out[l].data;
+    zt_gpt_kept_layout k = zt_gpt_kept_layout_for(&g->cfg, g->B, g->T, g->act);
+    return at(&g->block_out[l], k.res3);
 }
 
 /* Input [B,T,C] act of block l. */
@@ -272,6 +295,76 @@ static void block_forward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, char
 #undef F
 }
 
+/* The pieces selective recomputation keeps: (offset in the block's
+ * activations, offset in the kept buffer, bytes). */
+static int kept_pieces(const zt_gpt *g, const zt_gpt_block_layout *lay, size_t from[4], size_t to[4], size_t n[4]) {
+    size_t NC = (size_t)g->B * g->T * g->cfg.d_model, d = zt_dtype_size(g->act);
+    zt_gpt_kept_layout k = zt_gpt_kept_layout_for(&g->cfg, g->B, g->T, g->act);
+    size_t f[4] = {lay->qkv, lay->res2, lay->fch, lay->res3}, t[4] = {k.qkv, k.res2, k.fch, k.res3};
+    size_t m[4] = {3 * NC * d, NC * d, 4 * NC * d, NC * d};
+    memcpy(from, f, sizeof f);
+    memcpy(to, t, sizeof t);
+    memcpy(n, m, sizeof m);
+    return 4;
+}
+
+/* After block l's forward: under recomputation its activations give way to
+ * what it keeps (its output, or its GEMM outputs). */
+static zt_status keep_block(zt_gpt *g, zt_ctx *ctx, int l, const zt_gpt_block_layout *lay) {
+    zt_keep keep = block_keep(g, l);
+    if (keep == ZT_KEEP_ALL) return ZT_OK;
+    char label[32];
+    snprintf(label, sizeof label, keep == ZT_KEEP_INPUT ? "block%d out" : "block%d kept", l);
+    ZT_TRY(alloc_bytes(ctx, &g->block_out[l], zt_gpt_block_kept_bytes(&g->cfg, g->B, g->T, g->act, keep),
+                       ZT_CAT_ACTIVATIONS, label));
+    size_t from[4] = {lay->res3}, to[4] = {0}, n[4] = {(size_t)g->B * g->T * g->cfg.d_model * zt_dtype_size(g->act)};
+    int pieces = keep == ZT_KEEP_INPUT ? 1 : kept_pieces(g, lay, from, to, n);
+    for (int i = 0; i < pieces; i++)
+        ZT_TRY(ctx->be->memcpy_async(ctx->be, at(&g->block_out[l], to[i]), at(&g->block_acts[l], from[i]), n[i],
+                                     ZT_COPY_D2D, &ctx->compute, &ctx->err));
+    zt_tensor_free(&g->block_acts[l], &ctx->device_mem);
+    return ZT_OK;
+}
+
+/* Before block l's backward: its activations again, replayed from its input
+ * x (the whole forward), or from the GEMM outputs it kept (the layernorms,
+ * the attention and GELU only). Same kernels, same inputs: the same bits.
+ * What the block kept goes as soon as it is no longer read: its output
+ * (the next block's input, whose backward is done) before the replay, its
+ * GEMM outputs once copied into place. */
+static zt_status replay_block(zt_gpt *g, zt_ctx *ctx, const zt_ops *ops, int l, const zt_gpt_block_layout *lay,
+                              const void *x, const void *w, int u) {
+    zt_stream *s = &ctx->compute;
+    if (block_keep(g, l) == ZT_KEEP_INPUT) zt_tensor_free(&g->block_out[l], &ctx->device_mem);
+    char label[32];
+    snprintf(label, sizeof label, "block%d acts", l);
+    ZT_TRY(alloc_bytes(ctx, &g->block_acts[l], lay->total, ZT_CAT_ACTIVATIONS, label));
+    char *acts = g->block_acts[l].data;
+    if (block_keep(g, l) == ZT_KEEP_INPUT) {
+        block_forward(g, s, ops, acts, lay, x, w, u);
+        return ZT_OK;
+    }
+    size_t from[4], to[4], n[4];
+    int pieces = kept_pieces(g, lay, from, to, n);
+    for (int i = 0; i < pieces; i++)
+        ZT_TRY(ctx->be->memcpy_async(ctx->be, acts + from[i], at(&g->block_out[l], to[i]), n[i], ZT_COPY_D2D, s,
+                                     &ctx->err));
+    zt_tensor_free(&g->block_out[l], &ctx->device_mem);
+    int B = g->B, T = g->T, C = g->cfg.d_model, NH = g->cfg.heads, N = B * T;
+#define W(p) param_ptr(g, w, u, p)
+#define A(f) (acts + lay->f)
+#define F(f) ((float *)(acts + lay->f))
+    ops->layernorm_fwd(s, A(ln1), F(ln1_mean), F(ln1_rstd), x, W(GPT_LN1_W), W(GPT_LN1_B), N, C);
+    if (g->cfg.attention_fused) ops->attention_fused_fwd(s, A(atty), F(att), A(qkv), B, T, C, NH);
+    else ops->attention_fwd(s, A(atty), A(att), A(qkv), B, T, C, NH);
+    ops->layernorm_fwd(s, A(ln2), F(ln2_mean), F(ln2_rstd), A(res2), W(GPT_LN2_W), W(GPT_LN2_B), N, C);
+    ops->gelu_fwd(s, A(fch_gelu), A(fch), (size_t)N * 4 * C);
+#undef W
+#undef A
+#undef F
+    return ZT_OK;
+}
+
 zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const int32_t *targets,
                          int B, int T, float *mean_loss) {
     zt_ctx *ctx = eng->ctx;
@@ -301,11 +394,12 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
     const int32_t *dtok = g->tokens.data, *dtgt = g->targets.data;
 
     const void *w;
+    ZT_TRY(zt_engine_begin_pass(eng, ZT_PASS_FORWARD));
     ZT_TRY(alloc_bytes(ctx, &g->encoded, N * C * d, ZT_CAT_ACTIVATIONS, "embedding out"));
     ZT_TRY(zt_engine_gather(eng, g->unit_embed, &w));
     ops->embedding_fwd(s, g->encoded.data, dtok, param_ptr(g, w, g->unit_embed, g->p_wte),
                        param_ptr(g, w, g->unit_embed, g->p_wpe), B, T, C);
-    zt_engine_release(eng, g->unit_embed);
+    ZT_TRY(zt_engine_release(eng, g->unit_embed));
 
     zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T, g->act);
     for (int l = 0; l < L; l++) {
@@ -315,15 +409,8 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
         ZT_TRY(alloc_bytes(ctx, &g->block_acts[l], lay.total, ZT_CAT_ACTIVATIONS, label));
         ZT_TRY(zt_engine_gather(eng, u, &w));
         block_forward(g, s, ops, g->block_acts[l].data, &lay, block_input(g, l, &lay), w, u);
-        zt_engine_release(eng, u);
-        if (g->cfg.recompute) {
-            /* Keep only the output (the next block's input); the rest is replayed. */
-            snprintf(label, sizeof label, "block%d out", l);
-            ZT_TRY(alloc_bytes(ctx, &g->block_out[l], N * C * d, ZT_CAT_ACTIVATIONS, label));
-            ZT_TRY(ctx->be->memcpy_async(ctx->be, g->block_out[l].data, at(&g->block_acts[l], lay.res3), N * C * d,
-                                         ZT_COPY_D2D, s, &ctx->err));
-            zt_tensor_free(&g->block_acts[l], &ctx->device_mem);
-        }
+        ZT_TRY(zt_engine_release(eng, u));
+        ZT_TRY(keep_block(g, ctx, l, &lay));
     }
     const void *x = L > 0 ? block_output(g, L - 1, &lay) : g->encoded.data;
 
@@ -341,8 +428,8 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
                        param_ptr(g, w, g->unit_head, g->p_lnf_b), (int)N, C);
     ops->matmul_fwd(s, probs, lnf, lm_w, NULL, (int)N, C, V); /* logits, then probs in place */
     ops->softmax_xent_fwd(s, losses, probs, probs, dtgt, (int)N, V);
-    if (g->cfg.tied) zt_engine_release(eng, g->unit_embed);
-    zt_engine_release(eng, g->unit_head);
+    if (g->cfg.tied) ZT_TRY(zt_engine_release(eng, g->unit_embed));
+    ZT_TRY(zt_engine_release(eng, g->unit_head));
 
     /* The per-position losses come to the host and are added in position
      * order, so the mean is reproducible. */
@@ -449,6 +536,7 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
     const void *xL = L > 0 ? block_output(g, L - 1, &lay) : g->encoded.data;
 
     /* Head. */
+    ZT_TRY(zt_engine_begin_pass(eng, ZT_PASS_BACKWARD));
     const void *w, *wemb = NULL;
     float *dw, *dwemb = NULL;
     ZT_TRY(zt_engine_gather(eng, g->unit_head, &w));
@@ -468,8 +556,8 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
     ops->layernorm_bwd(s, ws.dres, grad_ptr(g, dw, g->unit_head, g->p_lnf_w),
                        grad_ptr(g, dw, g->unit_head, g->p_lnf_b), ws.dln, xL,
                        param_ptr(g, w, g->unit_head, g->p_lnf_w), lnf_mean, lnf_rstd, (int)N, C);
-    if (g->cfg.tied) zt_engine_release(eng, g->unit_embed);
-    zt_engine_release(eng, g->unit_head);
+    if (g->cfg.tied) ZT_TRY(zt_engine_release(eng, g->unit_embed));
+    ZT_TRY(zt_engine_release(eng, g->unit_head));
     ZT_TRY(zt_engine_grads_ready(eng, g->unit_head));
     zt_tensor_free(&g->head_acts, &ctx->device_mem);
 
@@ -478,24 +566,21 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
         int u = g->first_block + l;
         const void *x = block_input(g, l, &lay);
         ZT_TRY(zt_engine_gather(eng, u, &w));
-        if (g->cfg.recompute) {
-            /* Replay the forward with the parameters just gathered for
-             * backward (one gather at stage 3, not two). */
-            char label[32];
-            snprintf(label, sizeof label, "block%d acts", l);
-            ZT_TRY(alloc_bytes(ctx, &g->block_acts[l], lay.total, ZT_CAT_ACTIVATIONS, label));
-            /* Host time: the replay itself on the CPU; on a GPU the time to
-             * enqueue it (a wait here would stall the stream pipeline). */
+        if (block_keep(g, l) != ZT_KEEP_ALL) {
+            /* Replay with the parameters just gathered for backward (one
+             * gather at stage 3, not two). Host time: the replay itself on
+             * the CPU; on a GPU the time to enqueue it (a wait here would
+             * stall the stream pipeline). */
             double t0 = zt_now_s();
-            block_forward(g, s, ops, g->block_acts[l].data, &lay, x, w, u);
+            ZT_TRY(replay_block(g, ctx, ops, l, &lay, x, w, u));
             g->recompute_time_s += zt_now_s() - t0;
         }
         ZT_TRY(zt_engine_grad_buffer(eng, u, &dw));
         block_backward(g, s, ops, g->block_acts[l].data, &lay, x, w, dw, u, &ws);
-        zt_engine_release(eng, u);
+        ZT_TRY(zt_engine_release(eng, u));
         ZT_TRY(zt_engine_grads_ready(eng, u));
         zt_tensor_free(&g->block_acts[l], &ctx->device_mem);
-        if (g->cfg.recompute) zt_tensor_free(&g->block_out[l], &ctx->device_mem);
+        zt_tensor_free(&g->block_out[l], &ctx->device_mem);
     }
 
     /* Embedding. */
@@ -508,16 +593,18 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
     return ZT_OK;
 }
 
-void zt_gpt_activation_bytes(const zt_gpt *g, int B, int T, int recompute, zt_dtype act, size_t *per_unit,
-                             size_t *transient_bytes) {
+void zt_gpt_activation_bytes(const zt_gpt *g, int B, int T, zt_dtype act, size_t *per_unit, size_t *transient_bytes) {
     size_t N = (size_t)B * T, C = (size_t)g->cfg.d_model, d = zt_dtype_size(act);
     zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T, act);
-    size_t out = (N * C * d + 3) / 4 * 4; /* a block output or the embedding's, in whole words */
+    int replays = 0;
     for (int u = 0; u < g->spec->nunits; u++) per_unit[u] = 0;
-    per_unit[g->unit_embed] = out;
-    for (int l = 0; l < g->cfg.layers; l++) per_unit[g->first_block + l] = recompute ? out : lay.total;
+    per_unit[g->unit_embed] = (N * C * d + 3) / 4 * 4;
+    for (int l = 0; l < g->cfg.layers; l++) {
+        zt_keep keep = zt_recompute_keep(&g->cfg.recompute, l);
+        per_unit[g->first_block + l] = zt_gpt_block_kept_bytes(&g->cfg, B, T, act, keep);
+        replays |= keep != ZT_KEEP_ALL;
+    }
     per_unit[g->unit_head] = zt_gpt_head_layout_for(&g->cfg, B, T, act).total;
-    /* backward workspace (see zt_gpt_backward) plus, under recompute, one replayed block */
-    size_t ws = zt_gpt_backward_workspace_bytes(&g->cfg, B, T, act);
-    *transient_bytes = ws + (recompute && g->cfg.layers > 0 ? lay.total : 0);
+    /* backward workspace (see zt_gpt_backward) plus, when a block replays, its activations */
+    *transient_bytes = zt_gpt_backward_workspace_bytes(&g->cfg, B, T, act) + (replays ? lay.total : 0);
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "zt_engine.h"
+#include "zt_recompute.h"
 #include "zt_tensor.h"
 #include "zt_units.h"
 
@@ -16,7 +17,7 @@ typedef struct {
     int layers, d_model, heads, seq_len, vocab, micro_batch;
     int tied; /* 1: the LM head reuses the token embedding */
     uint64_t seed;
-    int recompute; /* 1: blocks keep only their output and replay forward before backward */
+    zt_recompute_policy recompute; /* what each block keeps and replays (zt_recompute.h) */
     /* 1: attention keeps lse[B,NH,T] (each row's log softmax normaliser) and
      * recomputes the probabilities in backward, instead of keeping them
      * ([B,NH,T,T]): --attention fused */
@@ -63,7 +64,8 @@ typedef struct {
     zt_tensor targets;         /* [B,T] int32 */
     zt_tensor encoded;         /* [B,T,C] act: embedding output */
     zt_tensor *block_acts;     /* [layers] one buffer each, laid out by zt_gpt_block_layout */
-    zt_tensor *block_out;      /* [layers] [B,T,C] act: block outputs kept under recompute */
+    zt_tensor *block_out;      /* [layers] what a recomputed block keeps: its output [B,T,C]
+                                * (full) or its GEMM outputs (selective, zt_gpt_kept_layout) */
     double recompute_time_s;   /* forward replays since the last reset */
     zt_tensor head_acts;       /* zt_gpt_head_layout: lnf, lnf_mean, lnf_rstd, probs, losses */
 
@@ -83,6 +85,19 @@ void zt_gpt_destroy(zt_gpt *gpt);
 /* Initial parameter values (GPT-2 style), a zt_param_init_fn; arg is the zt_gpt. */
 void zt_gpt_init_param(void *arg, int unit, int param, float *dst);
 zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act);
+
+/* What a block keeps under selective recomputation: its GEMM outputs, packed
+ * (byte offsets): qkv [B*T,3C], res2 [B*T,C] (attproj + residual), fch
+ * [B*T,4C], res3 [B*T,C] (fcproj + residual, the block's output), all act.
+ * The rest of zt_gpt_block_layout is recomputed from them and the input. */
+typedef struct {
+    size_t qkv, res2, fch, res3, total;
+} zt_gpt_kept_layout;
+zt_gpt_kept_layout zt_gpt_kept_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act);
+/* Bytes one block holds from its forward to its backward when it keeps
+ * `keep` (everything, its GEMM outputs, or only its output for the next
+ * block: the input it replays from). */
+size_t zt_gpt_block_kept_bytes(const zt_gpt_config *cfg, int B, int T, zt_dtype act, zt_keep keep);
 
 /* The head's activations, as byte offsets: lnf [B*T,C] act, lnf_mean and
  * lnf_rstd [B*T] fp32, probs [B*T,V] act (the logits, then the softmax, then
@@ -111,12 +126,11 @@ zt_status zt_gpt_take_losses(zt_gpt *gpt, zt_ctx *ctx, double *sum_of_means);
  * (1/(B*T*grad_accum) for a mean). Frees the activations as it goes. */
 zt_status zt_gpt_backward(zt_gpt *gpt, zt_engine *eng, float dloss);
 /* Planner hook: bytes of activations each unit keeps from its forward to its
- * backward for a [B,T] micro-batch in compute dtype `act` (per_unit[nunits]),
- * and the transient bytes the largest step adds on top (a block replayed
- * under recompute, or the backward workspace). Token ids (category other)
- * are not included. */
-void zt_gpt_activation_bytes(const zt_gpt *gpt, int B, int T, int recompute, zt_dtype act, size_t *per_unit,
-                             size_t *transient_bytes);
+ * backward for a [B,T] micro-batch in compute dtype `act` under its
+ * recomputation policy (per_unit[nunits]), and the transient bytes the
+ * largest step adds on top (the backward workspace and a replayed block).
+ * Token ids (category other) are not included. */
+void zt_gpt_activation_bytes(const zt_gpt *gpt, int B, int T, zt_dtype act, size_t *per_unit, size_t *transient_bytes);
 
 /* Frees any activations still held (after an error, or forward without backward). */
 void zt_gpt_free_activations(zt_gpt *gpt, zt_engine *eng);

@@ -18,14 +18,33 @@ static size_t total(const moment *m) {
 
 static size_t padded(const zt_plan_input *in, int u) { return in->spec->units[u].padded_numel; }
 
-/* Units gathered at stage 3 when unit u is in use during a pass that moves in
- * direction dir: u and the next `prefetch` units. */
-static size_t gathered_bytes(const zt_plan_input *in, int u, int dir) {
+/* The order in which the model gathers its units in a pass, as the engine
+ * records it and prefetches from it (shard/gather.c): forward embedding,
+ * blocks, head (and the tied embedding again); backward head (and the tied
+ * embedding), blocks from the last. Returns the length; order[2 * nunits]. */
+static int use_order(const zt_plan_input *in, int backward, int *order) {
+    int n = 0, L = in->layers;
+    if (!backward) {
+        order[n++] = in->unit_embed;
+        for (int k = 0; k < L; k++) order[n++] = in->first_block + k;
+        order[n++] = in->unit_head;
+        if (in->tied) order[n++] = in->unit_embed;
+        return n;
+    }
+    order[n++] = in->unit_head;
+    if (in->tied) order[n++] = in->unit_embed;
+    for (int k = L - 1; k >= 0; k--) order[n++] = in->first_block + k;
+    return n;
+}
+
+/* Stage 3: bytes of the units at positions lo..hi of order[n] (each unit
+ * once): the units in use from lo and those prefetched up to hi. */
+static size_t window_bytes(const zt_plan_input *in, const int *order, int n, int lo, int hi) {
     size_t d = zt_dtype_size(in->dtype), b = 0;
-    for (int k = 0; k <= in->prefetch; k++) {
-        int v = u + dir * k;
-        if (v < 0 || v >= in->spec->nunits) break;
-        b += padded(in, v) * d;
+    for (int i = lo; i <= hi && i < n; i++) {
+        int seen = 0;
+        for (int j = lo; j < i; j++) seen |= order[j] == order[i];
+        if (!seen) b += padded(in, order[i]) * d;
     }
     return b;
 }
@@ -85,6 +104,44 @@ static void grads_ready(sim *S, int u, const moment *m, const char *name) {
     if (S->filling_numel * 4 >= S->bucket || S->filling_units == S->cap) flush(S, m, name);
 }
 
+/* Forward: at each unit's gather the activations allocated so far (its own
+ * buffer is allocated just before it) and, at stage 3, the window of units
+ * in use and prefetched after it; after a replaying block's forward, what it
+ * keeps is allocated while its activations still exist (gpt.c keep_block).
+ * Smaller in total than backward's moments, but a window can hold more
+ * gathered bytes than any of backward's (a large embedding with block 0),
+ * and the keep moment more activations. */
+static void forward_moments(sim *S, moment base, const zt_plan_input *in, size_t enc, const size_t *kept_before,
+                            size_t blk_full, size_t head, size_t tokens, int widen) {
+    int order[2 * ZT_MAX_UNITS + 2], n = use_order(in, 0, order), p = in->prefetch, L = in->layers;
+    int s3 = in->stage == 3;
+    for (int i = 0; i < n; i++) {
+        int u = order[i], lo = i;
+        moment F = base;
+        F.name = "forward";
+        F.c[ZT_CAT_OTHER] = tokens;
+        if (u == in->unit_head || i == L + 2) { /* the head (and the tied embedding it gathers) */
+            F.c[ZT_CAT_ACTIVATIONS] = enc + kept_before[L] + head;
+            lo = L + 1;
+        } else if (u == in->unit_embed) {
+            F.c[ZT_CAT_ACTIVATIONS] = enc;
+        } else { /* block k = i - 1: its buffer, after what blocks 0..k-1 keep */
+            F.c[ZT_CAT_ACTIVATIONS] = enc + kept_before[i - 1] + blk_full;
+        }
+        for (int j = lo; widen && j <= i; j++) F.c[ZT_CAT_WORKSPACE] += padded(in, order[j]) * 4; /* fp32 views */
+        if (s3) F.c[ZT_CAT_GATHERED_PARAMS] = window_bytes(in, order, n, lo, i + p);
+        consider(S, &F);
+        int k = i - 1;
+        if (k < 0 || k >= L || zt_recompute_keep(&in->recompute, k) == ZT_KEEP_ALL) continue;
+        moment K = base; /* block k released, its kept part taken beside its activations */
+        K.name = "forward (a block's kept part)";
+        K.c[ZT_CAT_OTHER] = tokens;
+        K.c[ZT_CAT_ACTIVATIONS] = enc + kept_before[k + 1] + blk_full;
+        if (s3) K.c[ZT_CAT_GATHERED_PARAMS] = window_bytes(in, order, n, i + 1, i + p);
+        consider(S, &K);
+    }
+}
+
 void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     memset(out, 0, sizeof *out);
     const zt_model_spec *spec = in->spec;
@@ -109,16 +166,23 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
 
     /* Activations, as zt_gpt_forward allocates them (compute dtype, fp32
      * statistics; buffers in whole 4-byte words). */
-    zt_gpt_config gc = {in->layers, in->d_model, in->heads, in->seq_len, in->vocab, in->micro_batch, in->tied, 0,
-                        in->recompute, in->attention_fused};
+    zt_gpt_config gc = {.layers = in->layers, .d_model = in->d_model, .heads = in->heads, .seq_len = in->seq_len,
+                        .vocab = in->vocab, .micro_batch = in->micro_batch, .tied = in->tied,
+                        .recompute = in->recompute, .attention_fused = in->attention_fused};
     zt_dtype act = in->compute_dtype;
     zt_gpt_block_layout lay = zt_gpt_block_layout_for(&gc, (int)B, (int)T, act);
     size_t enc = (BT * C * zt_dtype_size(act) + 3) / 4 * 4, blk_full = lay.total;
-    size_t blk_kept = in->recompute ? enc : blk_full;
+    /* What each block keeps under the recomputation policy; kept_before[k]:
+     * what blocks 0..k-1 keep together. */
+    size_t kept_before[ZT_MAX_UNITS + 1];
+    kept_before[0] = 0;
+    for (int k = 0; k < L; k++)
+        kept_before[k + 1] = kept_before[k] + zt_gpt_block_kept_bytes(&gc, (int)B, (int)T, act,
+                                                                      zt_recompute_keep(&in->recompute, k));
     size_t head = zt_gpt_head_layout_for(&gc, (int)B, (int)T, act).total;
     size_t tokens = 2 * BT * 4;
     size_t ws_bwd = zt_gpt_backward_workspace_bytes(&gc, (int)B, (int)T, act);
-    out->activations_kept_bytes = enc + (size_t)L * blk_kept + head;
+    out->activations_kept_bytes = enc + kept_before[L] + head;
 
     /* Backward, step by step as zt_gpt_backward and the engine run it
      * (shard/reduce.c, shard/gather.c): every moment where the peak can
@@ -146,20 +210,21 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     int uh = in->unit_head, ue = in->unit_embed;
     size_t tied32 = in->tied ? padded(in, ue) * 4 : 0;
 
+    /* Stage 3 windows: the backward order from the head, and the forward
+     * pass's, whose windows can hold more (a large embedding with block 0). */
+    int order[2 * ZT_MAX_UNITS + 2], norder = use_order(in, 1, order), p = in->prefetch, tpos = in->tied ? 1 : 0;
+    forward_moments(&S, base, in, enc, kept_before, blk_full, head, tokens, widen);
+
     /* H: the head's backward, every activation still alive. */
     moment H = base;
     H.name = "start of backward (head)";
     H.c[ZT_CAT_OTHER] = tokens;
-    H.c[ZT_CAT_ACTIVATIONS] = enc + (size_t)L * blk_kept + head;
+    H.c[ZT_CAT_ACTIVATIONS] = enc + kept_before[L] + head;
     H.c[ZT_CAT_WORKSPACE] = ws_bwd + (widen ? padded(in, uh) * 4 + tied32 : 0);
     add_waiting(&S, &H, padded(in, uh) * 4 + tied32);
-    /* Stage 3: the head and the units prefetched below it, and a tied
-     * embedding gathered for the head too, unless it is one of those; the
-     * head's release frees both (a prefetched unit once used is released). */
-    size_t dsz = zt_dtype_size(in->dtype), head_window = gathered_bytes(in, uh, -1);
-    size_t tied_emb = in->tied ? padded(in, ue) * dsz : 0;
-    int emb_in_window = uh - in->prefetch <= ue;
-    if (s == 3) H.c[ZT_CAT_GATHERED_PARAMS] = head_window + (emb_in_window ? 0 : tied_emb);
+    /* Stage 3: the head (and a tied embedding) in use and the units
+     * prefetched after them; their release frees both. */
+    if (s == 3) H.c[ZT_CAT_GATHERED_PARAMS] = window_bytes(in, order, norder, 0, tpos + p);
     consider(&S, &H);
 
     /* After the head's backward: its gradients join the bucket (the tied
@@ -170,15 +235,33 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     after.c[ZT_CAT_ACTIVATIONS] = H.c[ZT_CAT_ACTIVATIONS];
     after.c[ZT_CAT_WORKSPACE] = ws_bwd;
     add_waiting(&S, &after, tied32);
-    if (s == 3) after.c[ZT_CAT_GATHERED_PARAMS] = head_window - padded(in, uh) * dsz - (emb_in_window ? tied_emb : 0);
+    if (s == 3) after.c[ZT_CAT_GATHERED_PARAMS] = window_bytes(in, order, norder, tpos + 1, tpos + p);
     grads_ready(&S, uh, &after, "gradient reduction after the head's backward");
 
-    /* Each block's backward (its forward replayed under recompute), from
-     * the last: blocks after it have freed what they kept, blocks 0..k still
-     * hold theirs (all of it, or under recompute the output). */
+    /* Each block's backward (what it does not keep replayed first), from the
+     * last: blocks after it have freed what they kept, blocks 0..k still hold
+     * theirs. */
     for (int k = L - 1; k >= 0; k--) {
         int u = in->first_block + k;
-        size_t g = padded(in, u) * 4, acts = enc + (size_t)(k + 1) * blk_kept + (in->recompute ? blk_full : 0);
+        /* A replaying block's activations come back (gpt.c replay_block)
+         * before its gradients are opened: after its kept output is freed
+         * (full), or while its kept GEMM outputs are copied into them
+         * (selective, then freed). */
+        zt_keep keep = zt_recompute_keep(&in->recompute, k);
+        size_t g = padded(in, u) * 4, own = kept_before[k + 1] - kept_before[k];
+        int at = tpos + L - k; /* block k's position in the backward order */
+        if (keep != ZT_KEEP_ALL) {
+            moment R = base;
+            R.name = "a block's replay";
+            R.c[ZT_CAT_OTHER] = tokens;
+            R.c[ZT_CAT_ACTIVATIONS] = enc + kept_before[k] + (keep == ZT_KEEP_GEMM_OUTPUTS ? own : 0) + blk_full;
+            R.c[ZT_CAT_WORKSPACE] = ws_bwd + (widen ? g : 0);
+            R.c[ZT_CAT_COMM_BUFFERS] = S.in_flight;
+            add_waiting(&S, &R, S.waiting + tied32);
+            if (s == 3) R.c[ZT_CAT_GATHERED_PARAMS] = window_bytes(in, order, norder, at, at + p);
+            consider(&S, &R);
+        }
+        size_t acts = enc + kept_before[k] + (keep == ZT_KEEP_ALL ? own : blk_full);
         moment M = base;
         M.name = k == L - 1 ? "last block's backward"
                  : k == L - 2 ? "next-to-last block's backward"
@@ -190,20 +273,19 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
         M.c[ZT_CAT_WORKSPACE] = ws_bwd + (widen ? g : 0);
         M.c[ZT_CAT_COMM_BUFFERS] = S.in_flight;
         add_waiting(&S, &M, S.waiting + g + tied32);
-        if (s == 3) M.c[ZT_CAT_GATHERED_PARAMS] = gathered_bytes(in, u, -1);
+        if (s == 3) M.c[ZT_CAT_GATHERED_PARAMS] = window_bytes(in, order, norder, at, at + p);
         consider(&S, &M);
         after = M;
         after.c[ZT_CAT_WORKSPACE] = ws_bwd;
         after.c[ZT_CAT_COMM_BUFFERS] = 0;
         add_waiting(&S, &after, tied32);
-        if (s == 3) after.c[ZT_CAT_GATHERED_PARAMS] -= padded(in, u) * dsz;
+        if (s == 3) after.c[ZT_CAT_GATHERED_PARAMS] = window_bytes(in, order, norder, at + 1, at + p);
         grads_ready(&S, u, &after, "gradient reduction after a block's backward");
     }
 
     /* The embedding's backward: only its input (the tokens) and the encoded
-     * activations left; at stage 3 the embedding stays gathered when the
-     * first block's backward prefetched it (it needs no parameters here). */
-    size_t emb_gathered = s == 3 && in->prefetch > 0 ? padded(in, ue) * dsz : 0;
+     * activations left; it needs no parameters, so nothing is gathered (the
+     * recorded order ends with block 0). */
     size_t ge = in->tied ? 0 : padded(in, ue) * 4; /* the tied embedding's are open already */
     moment Em = base;
     Em.name = "embedding's backward";
@@ -212,7 +294,6 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     Em.c[ZT_CAT_WORKSPACE] = ws_bwd;
     Em.c[ZT_CAT_COMM_BUFFERS] = S.in_flight;
     add_waiting(&S, &Em, S.waiting + ge + tied32);
-    Em.c[ZT_CAT_GATHERED_PARAMS] = emb_gathered;
     consider(&S, &Em);
     after = Em;
     after.c[ZT_CAT_WORKSPACE] = ws_bwd;
@@ -221,7 +302,6 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
 
     /* E: the last bucket sent at the end of backward (activations gone). */
     moment E = base;
-    E.c[ZT_CAT_GATHERED_PARAMS] = emb_gathered;
     flush(&S, &E, "gradient reduction at the end of backward");
 
     /* O: the optimizer step. */
@@ -230,8 +310,8 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan *out) {
     if (half) { /* one chunk of widened gradients (zt_engine_optimizer_chunk) */
         size_t most = 0;
         for (int u = 0; u < spec->nunits; u++) {
-            size_t n = s == 0 ? padded(in, u) : spec->units[u].shard_numel;
-            if (n > most) most = n;
+            size_t owned = s == 0 ? padded(in, u) : spec->units[u].shard_numel;
+            if (owned > most) most = owned;
         }
         O.c[ZT_CAT_WORKSPACE] = 4 * (most < ZT_OPTIMIZER_CHUNK ? most : ZT_OPTIMIZER_CHUNK);
     }

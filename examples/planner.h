@@ -13,11 +13,13 @@
 
 #include "zt_dtype.h"
 #include "zt_mem.h"
+#include "zt_recompute.h"
 #include "zt_units.h"
 
 typedef struct {
     /* parallelism and memory levers */
-    int world, stage, offload, recompute, prefetch, tied;
+    int world, stage, offload, prefetch, tied;
+    zt_recompute_policy recompute;
     int overlap_comm; /* 0: each bucket's reduce-scatter completes (and frees) as it is sent */
     long long prefetch_params; /* DeepSpeed's stage3_prefetch_bucket_size: sets prefetch (0: unused) */
     int attention_fused; /* --attention fused: lse[B,NH,T] kept instead of [B,NH,T,T] */

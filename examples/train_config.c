@@ -10,6 +10,7 @@
 #include "zt_fs.h"
 #include "train_config_internal.h"
 #include "zt_mem.h"
+#include "zt_recompute.h"
 
 #define CONFIG_FILE_MAX ((size_t)16 << 20) /* a --config file larger than this is refused */
 
@@ -55,7 +56,9 @@ static const opt_spec options[] = {
     {"grad-clip", OPT_FLOAT, F(grad_clip), 0, 0, 1e30, NULL, "global gradient-norm clipping (0: off)"},
     {"stage", OPT_INT, F(stage), 0, 0, 3, NULL, "ZeRO stage 0..3"},
     {"offload", OPT_CHOICE, S(offload), 0, 0, "none|cpu", "optimizer state offload"},
-    {"recompute", OPT_CHOICE, S(recompute), 0, 0, "none|full", "activation recomputation"},
+    {"recompute", OPT_STRING, S(recompute), 0, 0, NULL,
+     "activation recomputation: none, full (blocks keep their input), selective (their GEMM outputs), every-K "
+     "(one block in K replays)"},
     {"attention", OPT_CHOICE, S(attention), 0, 0, "materialized|fused",
      "keep attention's [B,NH,T,T] probabilities for backward, or only each row's log-sum-exp (fused)"},
     {"dtype", OPT_CHOICE, S(dtype), 0, 0, "fp32|bf16|fp16",
@@ -397,6 +400,8 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
         c->bucket_size = (size_t)(C * C) * 4;
     if ((c->ds_auto & ZT_DS_AUTO_PREFETCH_BUCKET) && !zt_train_config_given(c, "prefetch-bucket-size"))
         c->prefetch_bucket_size = (int64_t)(0.9 * C * C);
+    zt_recompute_policy rp;
+    ZT_TRY(zt_recompute_parse(c->recompute, &rp, err));
     if (c->save_every > 0 && !c->save_dir[0])
         return ZT_FAIL(err, ZT_ERR_INVALID, "--save-every %d needs --save-dir", c->save_every);
     if (c->d_model % c->heads != 0)

@@ -226,8 +226,10 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
                      "loss floor over %d positions %.6f nats", c->markov_order, c->vocab, c->markov_branch,
                      t->data.entropy_rate, c->seq_len, floor);
 
-    zt_gpt_config gc = {c->layers, c->d_model, c->heads, c->seq_len, t->data.vocab, c->micro_batch, c->tied,
-                        (uint64_t)c->seed, strcmp(c->recompute, "full") == 0, strcmp(c->attention, "fused") == 0};
+    zt_gpt_config gc = {.layers = c->layers, .d_model = c->d_model, .heads = c->heads, .seq_len = c->seq_len,
+                        .vocab = t->data.vocab, .micro_batch = c->micro_batch, .tied = c->tied,
+                        .seed = (uint64_t)c->seed, .attention_fused = strcmp(c->attention, "fused") == 0};
+    ZT_TRY(zt_recompute_parse(c->recompute, &gc.recompute, err));
     ZT_TRY(zt_gpt_create(&t->gpt, &gc, err));
     zt_spec_layout(t->gpt.spec, comm->world_size);
     int prefetch = c->prefetch;

@@ -155,7 +155,8 @@ int main(int argc, char **argv) {
         st = spec ? synth_spec(spec, &c, &pf, &in.unit_embed, &in.first_block, &in.unit_head, &err)
                   : ZT_FAIL(&err, ZT_ERR_OOM, "no memory");
     } else {
-        zt_gpt_config gc = {c.layers, c.d_model, c.heads, c.seq_len, vocab, c.micro_batch, c.tied, 0, 0, 0};
+        zt_gpt_config gc = {.layers = c.layers, .d_model = c.d_model, .heads = c.heads, .seq_len = c.seq_len,
+                            .vocab = vocab, .micro_batch = c.micro_batch, .tied = c.tied};
         st = zt_gpt_create(&gpt, &gc, &err);
         if (st == ZT_OK && spec) {
             memcpy(spec, gpt.spec, sizeof *spec);
@@ -171,7 +172,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     in.offload = strcmp(c.offload, "cpu") == 0;
-    in.recompute = strcmp(c.recompute, "full") == 0;
+    (void)zt_recompute_parse(c.recompute, &in.recompute, &err); /* checked by zt_train_config_validate */
     in.attention_fused = strcmp(c.attention, "fused") == 0;
     in.prefetch = c.prefetch;
     in.prefetch_params = (long long)c.prefetch_bucket_size;
@@ -264,9 +265,9 @@ int main(int argc, char **argv) {
             printf("  reason: model state takes %s per rank; the largest other part is %s with %s%s\n", a,
                    zt_category_name(top), b2,
                    top != ZT_CAT_ACTIVATIONS ? ""
-                   : !in.recompute && !in.attention_fused
+                   : !zt_recompute_any(&in.recompute) && !in.attention_fused
                        ? " (try --attention fused, --recompute full or a smaller --micro-batch)"
-                   : !in.recompute ? " (try --recompute full or a smaller --micro-batch)"
+                   : !zt_recompute_any(&in.recompute) ? " (try --recompute full or a smaller --micro-batch)"
                    : !in.attention_fused ? " (try --attention fused or a smaller --micro-batch)"
                                          : " (try a smaller --micro-batch)");
             for (int s = 0; s < 4; s++) {

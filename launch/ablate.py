@@ -3,12 +3,13 @@
 (x dtype).
 
     python3 launch/ablate.py [--np 2] [--steps 30] [--out out/ablation]
-                             [--dtype fp32[,bf16,fp16]]
+                             [--dtype fp32[,bf16,fp16]] [--recompute none,full[,selective,every-K]]
                              [--build build | --zt-train PATH] [--zt-run PATH]
                              [-- EXTRA ZT-TRAIN FLAGS ...]
 
-Runs the 16 configurations stage {0,1,2,3} x --offload {none,cpu} x
---recompute {none,full} for each dtype of --dtype (default fp32 alone), each as
+Runs the configurations stage {0,1,2,3} x --offload {none,cpu} x each
+policy of --recompute (default none,full: 16 configurations) for each dtype
+of --dtype (default fp32 alone), each as
 
     launch/zt-run -np NP zt-train --stage S --offload O --recompute R --dtype D
                   --steps K --log-dir OUT/runs/NAME --quiet EXTRA...
@@ -50,7 +51,7 @@ CATEGORIES = ["params", "grads", "master_params", "optimizer", "activations",
               "gathered_params", "comm_buffers", "workspace", "other"]
 STAGES = [0, 1, 2, 3]
 OFFLOADS = ["none", "cpu"]
-RECOMPUTES = ["none", "full"]
+RECOMPUTES = ["none", "full"]  # the default --recompute
 # Flags whose value the sweep decides; passing them after `--` would silently
 # turn the ablation into 16 runs of one configuration (or mix their logs).
 OWNED_FLAGS = ["--stage", "--offload", "--recompute", "--dtype", "--steps", "--log-dir"]
@@ -78,8 +79,10 @@ def config_name(stage, offload, recompute, dtype="fp32"):
     name = f"s{stage}"
     if offload != "none":
         name += "-offload"
-    if recompute != "none":
+    if recompute == "full":
         name += "-recompute"
+    elif recompute != "none":
+        name += "-" + recompute.replace("-", "")  # -selective, -every2
     if dtype != "fp32":
         name += f"-{dtype}"
     return name
@@ -119,7 +122,7 @@ def parse_args(argv):
     here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(
         prog="ablate.py",
-        description="Sweep ZeRO stage {0,1,2,3} x offload {none,cpu} x recompute {none,full} "
+        description="Sweep ZeRO stage {0,1,2,3} x offload {none,cpu} x recompute policies (x dtypes) "
                     "on the toy GPT and tabulate and plot memory and throughput.",
         epilog="Flags after `--` are passed to every zt-train run, e.g. "
                "`-- --layers 4 --d-model 128 --mem-limit 8MiB`.")
@@ -132,6 +135,9 @@ def parse_args(argv):
     p.add_argument("--zt-train", default=None, help="path of zt-train (overrides --build)")
     p.add_argument("--zt-run", default=os.path.join(here, "zt-run"),
                    help="path of the mpirun wrapper [default: zt-run beside this script]")
+    p.add_argument("--recompute", default=",".join(RECOMPUTES),
+                   help="comma-separated recompute policies to sweep (none, full, selective, every-K) "
+                        "[default: none,full]")
     p.add_argument("--dtype", default="fp32",
                    help="comma-separated dtypes to sweep (fp32, bf16, fp16) [default: fp32]")
     p.add_argument("--gnuplot", default="gnuplot", help="gnuplot program [default: gnuplot]")
@@ -145,6 +151,10 @@ def parse_args(argv):
         p.error("--steps must be at least 1")
     if args.timeout <= 0:
         p.error("--timeout must be positive")
+    args.recomputes = [r.strip() for r in args.recompute.split(",") if r.strip()]
+    bad = [r for r in args.recomputes if r not in ("none", "full", "selective") and not re.fullmatch(r"every-[1-9][0-9]*", r)]
+    if not args.recomputes or bad or len(set(args.recomputes)) != len(args.recomputes):
+        p.error(f"--recompute {args.recompute!r}: give distinct policies among none, full, selective, every-K")
     args.dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
     bad = [d for d in args.dtypes if d not in DTYPES]
     if not args.dtypes or bad or len(set(args.dtypes)) != len(args.dtypes):
@@ -153,7 +163,7 @@ def parse_args(argv):
         for f in OWNED_FLAGS:
             if a == f or a.startswith(f + "="):
                 p.error(f"{f} is set by the sweep; it cannot be passed after `--`"
-                        + (f" (use ablate.py {f})" if f in ("--steps", "--dtype") else ""))
+                        + (f" (use ablate.py {f})" if f in ("--steps", "--dtype", "--recompute") else ""))
     args.extra = extra
     args.zt_train = os.path.abspath(args.zt_train or os.path.join(args.build, "examples", "zt-train"))
     args.zt_run = os.path.abspath(args.zt_run)
@@ -358,7 +368,8 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
         lines.append(f"`--mem-limit` = {cap} bytes ({cap / MIB:.3f} MiB); the cap applies to *reserved* "
                      "bytes (live + cached), so a run can fail with a peak below it.")
     lines.append("")
-    lines.append("Config `sS[-offload][-recompute][-DTYPE]`: ZeRO stage S, `--offload cpu`, `--recompute full`, "
+    lines.append("Config `sS[-offload][-recompute|-selective|-everyK][-DTYPE]`: ZeRO stage S, `--offload cpu`, "
+                 "`--recompute full|selective|every-K`, "
                  "`--dtype DTYPE` (fp32 when absent).")
     lines.append("")
     head = (["config", "status", "peak mean", "peak max", "max/mean"]
@@ -584,7 +595,7 @@ def main(argv):
     out = os.path.abspath(args.out)
     invocation = shlex.join([sys.executable, os.path.abspath(__file__)] + argv)
     cap = parse_size(flag_value(args.extra, "--mem-limit") or "") or None
-    configs = [(s, o, r, d) for d in args.dtypes for s in STAGES for o in OFFLOADS for r in RECOMPUTES]
+    configs = [(s, o, r, d) for d in args.dtypes for s in STAGES for o in OFFLOADS for r in args.recomputes]
     try:
         os.makedirs(os.path.join(out, "runs"), exist_ok=True)
         print(f"ablate: {len(configs)} configurations, np {args.np}, {args.steps} steps, zt-train {args.zt_train}"

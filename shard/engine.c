@@ -103,6 +103,7 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
         const zt_unit_spec *us = &spec->units[u];
         zt_unit_state *st = &e->units[u];
         size_t P = us->padded_numel, S = us->shard_numel, lo = shard_lo(e, u);
+        st->phase = full_params(e) ? ZT_UNIT_GATHERED : ZT_UNIT_SHARDED;
         ZT_TRY(zt_engine_alloc(e, &st->params, cfg->dtype, full_params(e) ? P : S, ZT_CAT_PARAMS, "params", u));
         ZT_TRY(zt_engine_alloc(e, &st->grads, cfg->dtype, full_grads(e) ? P : S, ZT_CAT_GRADS, "grads", u));
         size_t owned = owned_numel(e, u);
@@ -171,6 +172,8 @@ void zt_engine_destroy(zt_engine *e) {
     zt_engine_free_bucket(e, &e->in_flight);
     free(e->units);
     e->units = NULL;
+    free(e->now.units);
+    for (int p = 0; p < ZT_NPASSES; p++) free(e->recorded[p].units);
 }
 
 zt_status zt_engine_digest(zt_engine *e, char hex[33]) {

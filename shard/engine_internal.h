@@ -35,10 +35,10 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
 /* Element i (unit coordinates) of a buffer that is full or holds [lo, lo+shard). */
 static inline size_t local_index(int is_full, size_t i, size_t lo) { return is_full ? i : i - lo; }
 
-/* Stage 3: frees gathers that were prefetched but never used (the embedding
- * is prefetched in backward though only its gradient is needed); they would
- * hold parameters from before the optimizer step. */
-zt_status zt_engine_drop_prefetched(zt_engine *e);
+/* Before the optimizer step: every unit must be released (else an error
+ * naming it); stage 3 frees prefetches no pass used (they would hold
+ * parameters from before the step); the pass in progress is recorded. */
+zt_status zt_engine_end_passes(zt_engine *e);
 
 /* Lets every collective in flight advance (MPI only moves nonblocking
  * collectives inside MPI calls, so the engine pokes them at each API call). */

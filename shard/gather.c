@@ -1,10 +1,17 @@
-/* Parameter access for compute: just-in-time all-gather with prefetch at
- * stage 3, and the fp32 up-cast of 16-bit parameters on a backend that has
- * no kernels in their dtype. */
+/* Parameter access for compute: the units' state machine (zt_unit_phase),
+ * just-in-time all-gather at stage 3 with prefetch in the recorded use
+ * order, and the fp32 up-cast of 16-bit parameters on a backend that has no
+ * kernels in their dtype. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine_internal.h"
+
+const char *zt_unit_phase_name(zt_unit_phase p) {
+    static const char *const names[] = {"sharded", "gathering", "gathered", "in use"};
+    return p >= ZT_UNIT_SHARDED && p <= ZT_UNIT_IN_USE ? names[p] : "?";
+}
 
 static zt_status check_unit(zt_engine *e, int unit) {
     if (unit < 0 || unit >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", unit);
@@ -31,55 +38,99 @@ static zt_status start_gather(zt_engine *e, int u) {
      * overlap it has also completed on return. */
     ZT_TRY(zt_engine_all_gather_start_after(e, st->gathered.data, us->shard_numel * d, &ctx->compute,
                                             &st->gather_handle));
-    st->gather_state = e->cfg.overlap_comm ? ZT_GATHER_IN_FLIGHT : ZT_GATHER_READY;
+    st->phase = e->cfg.overlap_comm ? ZT_UNIT_GATHERING : ZT_UNIT_GATHERED;
     return ZT_OK;
 }
 
-/* Forward visits units in increasing order, backward in decreasing order. */
-static zt_status prefetch_after(zt_engine *e, int u) {
-    int dir = e->ctx->device_mem.phase == ZT_PHASE_BACKWARD ? -1 : 1;
-    for (int k = 1; k <= e->cfg.prefetch; k++) {
-        int v = u + dir * k;
-        if (v < 0 || v >= e->spec->nunits) break;
-        if (e->units[v].gather_state == ZT_GATHER_NONE) ZT_TRY(start_gather(e, v));
+/* Appends unit u to the pass's use order (growing it) and notes whether the
+ * pass still follows the recorded order of its kind. */
+static zt_status note_use(zt_engine *e, int u) {
+    zt_use_order *o = &e->now;
+    if (o->n == o->cap) {
+        int cap = o->cap ? 2 * o->cap : 2 * e->spec->nunits + 2;
+        int *units = realloc(o->units, (size_t)cap * sizeof *units);
+        if (!units) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "engine: cannot record %d unit uses", cap);
+        o->units = units;
+        o->cap = cap;
+    }
+    const zt_use_order *rec = &e->recorded[e->pass];
+    e->follows_record = e->follows_record && o->n < rec->n && rec->units[o->n] == u;
+    o->units[o->n++] = u;
+    return ZT_OK;
+}
+
+/* Stage 3: the next `prefetch` units of the recorded order, after the use
+ * just noted, start gathering (when the pass has kept to the record). */
+static zt_status prefetch_next(zt_engine *e) {
+    const zt_use_order *rec = &e->recorded[e->pass];
+    if (!e->follows_record) return ZT_OK;
+    for (int k = 0; k < e->cfg.prefetch && e->now.n + k < rec->n; k++) {
+        int v = rec->units[e->now.n + k];
+        if (e->units[v].phase == ZT_UNIT_SHARDED) ZT_TRY(start_gather(e, v));
     }
     return ZT_OK;
+}
+
+zt_status zt_engine_begin_pass(zt_engine *e, zt_pass pass) {
+    if (pass != ZT_PASS_FORWARD && pass != ZT_PASS_BACKWARD)
+        return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "begin_pass: pass %d is neither forward nor backward", (int)pass);
+    if (e->pass != ZT_PASS_NONE) { /* the finished pass becomes the record */
+        zt_use_order done = e->recorded[e->pass];
+        e->recorded[e->pass] = e->now;
+        e->now = done;
+    }
+    e->now.n = 0;
+    e->pass = pass;
+    e->follows_record = 1;
+    return ZT_OK;
+}
+
+const zt_use_order *zt_engine_use_order(const zt_engine *e, zt_pass pass) {
+    static const zt_use_order none = {NULL, 0, 0};
+    return pass > ZT_PASS_NONE && pass < ZT_NPASSES ? &e->recorded[pass] : &none;
 }
 
 zt_status zt_engine_gather(zt_engine *e, int unit, const void **params) {
     ZT_TRY(check_unit(e, unit));
-    ZT_TRY(zt_engine_progress(e));
     zt_ctx *ctx = e->ctx;
     zt_unit_state *st = &e->units[unit];
+    const char *name = e->spec->units[unit].name;
+    if (e->pass == ZT_PASS_NONE)
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "gather of unit %s outside a pass (zt_engine_begin_pass first)", name);
+    if (st->phase == ZT_UNIT_IN_USE)
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "unit %s gathered twice without a release", name);
+    ZT_TRY(zt_engine_progress(e));
     const void *full = st->params.data; /* [padded] dtype */
     if (e->cfg.stage == 3) {
-        if (st->gather_state == ZT_GATHER_NONE) ZT_TRY(start_gather(e, unit));
-        if (st->gather_state == ZT_GATHER_IN_FLIGHT) {
+        if (st->phase == ZT_UNIT_SHARDED) ZT_TRY(start_gather(e, unit));
+        if (st->phase == ZT_UNIT_GATHERING)
             /* Kernels queued from here on read the gathered values: the
              * compute stream waits for the collective, the host does not. */
             ZT_TRY(zt_comm_wait_stream(e->comm, &st->gather_handle, ctx->compute.handle, &ctx->err));
-            st->gather_state = ZT_GATHER_READY;
-        }
-        if (st->gather_count == 0) ZT_TRY(prefetch_after(e, unit));
         full = st->gathered.data;
     }
-    int widen = e->compute_dtype != e->cfg.dtype;
-    if (widen && st->gather_count == 0) {
+    st->phase = ZT_UNIT_IN_USE;
+    ZT_TRY(note_use(e, unit));
+    if (e->cfg.stage == 3) ZT_TRY(prefetch_next(e));
+    if (e->compute_dtype != e->cfg.dtype) {
         size_t P = e->spec->units[unit].padded_numel;
         ZT_TRY(zt_engine_alloc(e, &st->view32, ZT_FP32, P, ZT_CAT_WORKSPACE, "fp32 view", unit));
         ctx->be->ops->cast(&ctx->compute, st->view32.data, ZT_FP32, full, e->cfg.dtype, P);
+        full = st->view32.data;
     }
-    st->gather_count++;
-    *params = widen ? st->view32.data : full;
+    *params = full;
     return ZT_OK;
 }
 
-void zt_engine_release(zt_engine *e, int unit) {
-    if (unit < 0 || unit >= e->spec->nunits) return;
+zt_status zt_engine_release(zt_engine *e, int unit) {
+    ZT_TRY(check_unit(e, unit));
     zt_unit_state *st = &e->units[unit];
-    if (st->gather_count <= 0 || --st->gather_count > 0) return;
+    if (st->phase != ZT_UNIT_IN_USE)
+        return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "unit %s released while %s (not gathered)",
+                       e->spec->units[unit].name, zt_unit_phase_name(st->phase));
     zt_mem *mem = &e->ctx->device_mem;
     zt_tensor_free(&st->view32, mem);
+    st->phase = ZT_UNIT_GATHERED;
     if (e->cfg.stage == 3) {
         /* reshard_after_forward: the full copy goes as soon as it is unused.
          * Its readers may still be queued on compute; the block is reused
@@ -87,21 +138,34 @@ void zt_engine_release(zt_engine *e, int unit) {
          * that first waits for compute (start_gather, flush_bucket). */
         e->gathered_inflight_now -= zt_tensor_bytes(&st->gathered);
         zt_tensor_free(&st->gathered, mem);
-        st->gather_state = ZT_GATHER_NONE;
+        st->phase = ZT_UNIT_SHARDED;
         char name[48];
         snprintf(name, sizeof name, "free %s", e->spec->units[unit].name);
         zt_trace_instant(e->ctx->trace, name, "unit", 0);
     }
+    return ZT_OK;
 }
 
-zt_status zt_engine_drop_prefetched(zt_engine *e) {
+zt_status zt_engine_end_passes(zt_engine *e) {
     for (int u = 0; u < e->spec->nunits; u++) {
         zt_unit_state *st = &e->units[u];
-        if (st->gather_state == ZT_GATHER_NONE || st->gather_count > 0) continue;
-        if (st->gather_state == ZT_GATHER_IN_FLIGHT) ZT_TRY(zt_comm_wait(e->comm, &st->gather_handle, &e->ctx->err));
+        if (st->phase == ZT_UNIT_IN_USE)
+            return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "optimizer step while unit %s is gathered (not released)",
+                           e->spec->units[u].name);
+        if (e->cfg.stage != 3 || st->phase == ZT_UNIT_SHARDED) continue;
+        /* A prefetch the pass did not use (its order changed): it would
+         * hold parameters from before the step. */
+        if (st->phase == ZT_UNIT_GATHERING) ZT_TRY(zt_comm_wait(e->comm, &st->gather_handle, &e->ctx->err));
         e->gathered_inflight_now -= zt_tensor_bytes(&st->gathered);
         zt_tensor_free(&st->gathered, &e->ctx->device_mem);
-        st->gather_state = ZT_GATHER_NONE;
+        st->phase = ZT_UNIT_SHARDED;
+    }
+    if (e->pass != ZT_PASS_NONE) { /* the last pass becomes its kind's record */
+        zt_use_order done = e->recorded[e->pass];
+        e->recorded[e->pass] = e->now;
+        e->now = done;
+        e->now.n = 0;
+        e->pass = ZT_PASS_NONE;
     }
     return ZT_OK;
 }
@@ -109,7 +173,7 @@ zt_status zt_engine_drop_prefetched(zt_engine *e) {
 zt_status zt_engine_progress(zt_engine *e) {
     if (e->comm->world_size == 1) return ZT_OK;
     for (int u = 0; u < e->spec->nunits; u++)
-        if (e->units[u].gather_state == ZT_GATHER_IN_FLIGHT)
+        if (e->units[u].phase == ZT_UNIT_GATHERING)
             ZT_TRY(zt_comm_progress(e->comm, &e->units[u].gather_handle, &e->ctx->err));
     return zt_comm_progress(e->comm, &e->in_flight.handle, &e->ctx->err);
 }

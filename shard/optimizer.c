@@ -114,7 +114,7 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
     const zt_model_spec *spec = e->spec;
     int half = e->cfg.dtype != ZT_FP32;
     ZT_TRY(zt_engine_sync_grads(e));
-    ZT_TRY(zt_engine_drop_prefetched(e));
+    ZT_TRY(zt_engine_end_passes(e));
 
     /* Work buffer: one chunk of widened 16-bit gradients. */
     zt_tensor ws = {0};

@@ -64,7 +64,28 @@ typedef struct {
     zt_loss_scale_config loss; /* fp16 only */
 } zt_engine_config;
 
-typedef enum { ZT_GATHER_NONE = 0, ZT_GATHER_IN_FLIGHT, ZT_GATHER_READY } zt_gather_state;
+/* A unit's parameters, as the model sees them (FSDP2's sharded/unsharded
+ * states with the training state made explicit):
+ *   SHARDED   stage 3: only this rank's shard is held
+ *   GATHERING stage 3: an all-gather (a prefetch) is in flight
+ *   GATHERED  the full parameters are there, nobody uses them (stages 0-2
+ *             always; stage 3 when a prefetch has landed)
+ *   IN_USE    between the model's gather and its release
+ * gather: SHARDED | GATHERING | GATHERED -> IN_USE; release: IN_USE ->
+ * SHARDED (stage 3, the full copy freed) or GATHERED. Anything else is an
+ * error naming the unit, and so is an optimizer step while a unit is IN_USE. */
+typedef enum { ZT_UNIT_SHARDED = 0, ZT_UNIT_GATHERING, ZT_UNIT_GATHERED, ZT_UNIT_IN_USE } zt_unit_phase;
+const char *zt_unit_phase_name(zt_unit_phase p);
+
+/* Which pass the model is in: prefetch follows the order in which units
+ * were gathered in the previous pass of the same kind. */
+typedef enum { ZT_PASS_NONE = 0, ZT_PASS_FORWARD, ZT_PASS_BACKWARD, ZT_NPASSES } zt_pass;
+
+/* The units gathered in one pass, in order (a unit used twice appears twice). */
+typedef struct {
+    int *units; /* [cap] */
+    int n, cap;
+} zt_use_order;
 
 typedef struct {
     zt_tensor params;   /* [padded] or [shard] dtype: the compute copy */
@@ -85,9 +106,8 @@ typedef struct {
     zt_tensor host_grads;  /* fp32 reduced gradients copied device->host (comm_buffers, one step) */
     zt_tensor host_grads16; /* 16-bit runs: the same as sent (16-bit), widened into host_grads at the step */
     void *d2h_done;        /* backend event: the device->host gradient copy has landed */
-    zt_gather_state gather_state;
+    zt_unit_phase phase;
     zt_comm_handle gather_handle;
-    int gather_count;
     int grad_open;
     int queued; /* in the bucket being filled or in flight */
 } zt_unit_state;
@@ -111,6 +131,11 @@ typedef struct {
     const zt_ops *kernels;  /* the backend's kernels in compute_dtype, for the model */
     zt_dtype compute_dtype; /* cfg.dtype, or fp32 where the backend has no kernels in it */
     zt_unit_state *units; /* [spec->nunits] */
+    /* The pass in progress, its use order so far, and the last complete
+     * order of each kind of pass (empty until one has run: no prefetch). */
+    zt_pass pass;
+    zt_use_order now, recorded[ZT_NPASSES];
+    int follows_record; /* this pass has gathered exactly recorded[pass]'s first now.n units */
     zt_bucket filling, in_flight;
     int sync_this_micro; /* stages 0-1 reduce once per step, on the last micro-batch */
     int steps_taken;       /* optimizer updates applied (skipped steps excluded): Adam's t */
@@ -143,8 +168,14 @@ zt_status zt_engine_init(zt_engine *eng, zt_ctx *ctx, zt_comm *comm, const zt_mo
 void zt_engine_destroy(zt_engine *eng);
 
 /* *params: [padded] in eng->compute_dtype. */
+/* Starts a forward or backward pass; the model calls it before its first
+ * gather of the pass. The previous pass's use order becomes the record the
+ * next pass of its kind prefetches from. */
+zt_status zt_engine_begin_pass(zt_engine *eng, zt_pass pass);
 zt_status zt_engine_gather(zt_engine *eng, int unit, const void **params);
-void zt_engine_release(zt_engine *eng, int unit);
+zt_status zt_engine_release(zt_engine *eng, int unit);
+/* The use order recorded for passes of this kind (n = 0 before one ran). */
+const zt_use_order *zt_engine_use_order(const zt_engine *eng, zt_pass pass);
 zt_status zt_engine_grad_buffer(zt_engine *eng, int unit, float **grads32);
 zt_status zt_engine_grads_ready(zt_engine *eng, int unit);
 

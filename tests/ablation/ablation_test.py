@@ -11,7 +11,11 @@ Runs the 16-configuration sweep at np 2 on a small model twice:
    that cannot fit are rows marked `failed: oom`, the ones that fit are `ok`,
    and the sweep still exits 0 and writes every file.
 3. with --dtype bf16: the same 16 configurations named `...-bf16`, each
-   with exactly half of run 1's params peak (2 bytes per parameter).
+   with exactly half of run 1's params peak (2 bytes per parameter);
+4. with --recompute selective: 8 configurations named `...-selective`,
+   each ending at exactly run 1's loss for the same stage and offload
+   (recomputation does not change the arithmetic; the memory ordering of the
+   policies is tested on a 4-layer model in mpi_recompute_cuts_activations).
 Also checks that a missing zt-train is a tooling error (exit 2).
 """
 import csv
@@ -203,6 +207,20 @@ def case_dtype_axis(ctx, base):
     print(f"ok: --dtype bf16 sweep: 16 configurations ok, params peak half of fp32's ({out})")
 
 
+def case_recompute_axis(ctx, base):
+    out = os.path.join(ctx["work"], "selective")
+    sweep(ctx, out, [], own=["--recompute", "selective"])
+    with open(os.path.join(out, "ablation.csv"), newline="") as f:
+        rows = {r["name"]: r for r in csv.DictReader(f)}
+    if len(rows) != 8 or not all(n.endswith("-selective") and r["recompute"] == "selective" for n, r in rows.items()):
+        fail(f"selective sweep rows: {sorted(rows)}")
+    for name, r in rows.items():
+        stem = name[:-len("-selective")]
+        if r["status"] != "ok" or r["final_loss"] != base[stem]["final_loss"]:
+            fail(f"{name}: {r['status']}, final loss {r['final_loss']} vs {base[stem]['final_loss']} without recompute")
+    print(f"ok: --recompute selective sweep: 8 configurations, each at the loss of no recompute ({out})")
+
+
 def case_tool_error(ctx):
     cmd = [sys.executable, ctx["ablate"], "--out", os.path.join(ctx["work"], "none"),
            "--zt-train", os.path.join(ctx["work"], "no-such-zt-train"), "--zt-run", ctx["zt_run"]]
@@ -234,6 +252,7 @@ if __name__ == "__main__":
         base = case_uncapped(ctx)
         case_capped(ctx, base)
         case_dtype_axis(ctx, base)
+        case_recompute_axis(ctx, base)
         ok = True
     finally:
         if ok:

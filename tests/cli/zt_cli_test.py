@@ -53,7 +53,8 @@ def case_bad_input(zt, work):
     expect_error(zt, ["--mem-limit", "12XB"], 2, "--mem-limit", "unknown unit")
     expect_error(zt, ["--stage", "7"], 2, "--stage", "out of range")
     expect_error(zt, ["--offload", "gpu"], 2, "--offload", "none|cpu")
-    expect_error(zt, ["--recompute", "some"], 2, "--recompute", "none|full")
+    expect_error(zt, ["--recompute", "some"], 2, "--recompute", "none, full, selective or every-K")
+    expect_error(zt, ["--recompute", "every-0"], 2, "--recompute", "'every-0' is not none, full, selective or every-K")
     expect_error(zt, ["--bucket-size", "0"], 2, "--bucket-size", "out of range")
     expect_error(zt, ["--config", cfg("ds_bad.json", '{"zero_optimization": {"stage": 2, "offload_param": {}}}')], 2,
                  '"zero_optimization.offload_param"', "not supported")

@@ -1,5 +1,5 @@
 # Multi-rank tests: real processes under mpirun (np 1..4, including 3).
-foreach(zt_mpi_case np1_equals_single stages_np2 stages_np3 stages_np4 stage3_gathered_bound
+foreach(zt_mpi_case np1_equals_single stages_np2 stages_np3 stages_np4 stage3_gathered_bound stage3_gathers_per_pass
                     grad_accum rank_dies data_differs_by_rank
                     offload_stages deferred_copies recompute_stages recompute_cuts_activations
                     planner_matches attention_fused imbalance_jitter trace oom_each_phase
