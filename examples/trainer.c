@@ -207,8 +207,36 @@ static zt_status check_skipped(const zt_train_config *c, zt_ctx *ctx, const zt_e
     return ZT_OK;
 }
 
-static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, trainer *t) {
-    zt_error *err = &ctx->err;
+/* One run's state across its steps. */
+typedef struct {
+    const zt_train_config *c;
+    zt_ctx *ctx;
+    zt_comm *comm;
+    trainer *t;
+    int start;          /* the step the run starts at (a checkpoint's, else 0) */
+    double floor;       /* the data's best achievable mean loss (NaN: unknown) */
+    save_points points; /* test hooks at a save's crash points */
+    zt_ckpt_hooks hooks;
+    double tokens_time; /* seconds and tokens of the steps after the first */
+    long tokens_counted;
+} run_state;
+
+/* One step: what was counted before it, and what it measured. */
+typedef struct {
+    int step, T; /* 0-based step; this rank's sequence length */
+    double t0, dt, loss, scale_used;
+    float lr;
+    zt_coll_stats comm_before[ZT_COLL_KINDS];
+    unsigned long long staging_allocs_before;
+    double xfer_before[4]; /* d2h bytes, d2h s, h2d bytes, h2d s */
+    size_t driver_used, driver_total;
+} step_record;
+
+/* The data source; sets r->floor. */
+static zt_status open_data(run_state *r) {
+    const zt_train_config *c = r->c;
+    zt_error *err = &r->ctx->err;
+    trainer *t = r->t;
     int file_data = strcmp(c->data, "markov") != 0;
     if (file_data) {
         ZT_TRY(zt_data_file_create(&t->data, c->data, err));
@@ -220,272 +248,362 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
         if (c->markov_order >= c->seq_len)
             return ZT_FAIL(err, ZT_ERR_INVALID, "--markov-order %d must be below --seq-len %d", c->markov_order, c->seq_len);
     }
-    double floor = zt_data_loss_floor(&t->data, c->seq_len);
+    r->floor = zt_data_loss_floor(&t->data, c->seq_len);
     if (!file_data)
-        zt_log_rank0(&ctx->log, "data: order-%d Markov source, vocab %d, %d successors per context: entropy rate %.6f nats, "
-                     "loss floor over %d positions %.6f nats", c->markov_order, c->vocab, c->markov_branch,
-                     t->data.entropy_rate, c->seq_len, floor);
+        zt_log_rank0(&r->ctx->log, "data: order-%d Markov source, vocab %d, %d successors per context: entropy rate "
+                     "%.6f nats, loss floor over %d positions %.6f nats", c->markov_order, c->vocab, c->markov_branch,
+                     t->data.entropy_rate, c->seq_len, r->floor);
+    return ZT_OK;
+}
 
+/* The engine's configuration from the options (the model's spec laid out). */
+static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, const zt_model_spec *spec,
+                               zt_engine_config *ec, zt_error *err) {
+    int prefetch = c->prefetch;
+    if (c->prefetch_bucket_size > 0) /* DeepSpeed's knob counts parameters; ours counts units */
+        prefetch = (int)(c->prefetch_bucket_size / (int64_t)spec->largest_unit_numel);
+    zt_engine_config e = {.stage = c->stage,
+                          .beta1 = (float)c->beta1,
+                          .beta2 = (float)c->beta2,
+                          .eps = (float)c->eps,
+                          .weight_decay = (float)c->weight_decay,
+                          .grad_clip = (float)c->grad_clip,
+                          .bucket_bytes = c->bucket_size,
+                          .prefetch = prefetch,
+                          .overlap_comm = c->overlap_comm,
+                          .offload = strcmp(c->offload, "cpu") == 0,
+                          .host_threads = ctx->be->nthreads,
+                          .loss = {c->loss_scale, c->initial_scale_power, c->loss_scale_window, c->hysteresis,
+                                   c->min_loss_scale}};
+    if (!zt_dtype_parse(c->dtype, &e.dtype) || !zt_dtype_parse(c->reduce_dtype, &e.reduce_dtype))
+        return ZT_FAIL(err, ZT_ERR_INTERNAL, "trainer: dtype %s / reduce dtype %s", c->dtype, c->reduce_dtype);
+    *ec = e;
+    return ZT_OK;
+}
+
+/* The model and the engine, resumed from a checkpoint when asked; sets r->start. */
+static zt_status create_model(run_state *r) {
+    const zt_train_config *c = r->c;
+    zt_ctx *ctx = r->ctx;
+    zt_error *err = &ctx->err;
+    trainer *t = r->t;
     zt_gpt_config gc = {.layers = c->layers, .d_model = c->d_model, .heads = c->heads, .seq_len = c->seq_len,
                         .vocab = t->data.vocab, .micro_batch = c->micro_batch, .tied = c->tied,
                         .seed = (uint64_t)c->seed, .attention_fused = strcmp(c->attention, "fused") == 0};
     ZT_TRY(zt_recompute_parse(c->recompute, &gc.recompute, err));
     ZT_TRY(zt_gpt_create(&t->gpt, &gc, err));
-    zt_spec_layout(t->gpt.spec, comm->world_size);
-    int prefetch = c->prefetch;
-    if (c->prefetch_bucket_size > 0) /* DeepSpeed's knob counts parameters; ours counts units */
-        prefetch = (int)(c->prefetch_bucket_size / (int64_t)t->gpt.spec->largest_unit_numel);
-    zt_engine_config ec = {.stage = c->stage,
-                           .beta1 = (float)c->beta1,
-                           .beta2 = (float)c->beta2,
-                           .eps = (float)c->eps,
-                           .weight_decay = (float)c->weight_decay,
-                           .grad_clip = (float)c->grad_clip,
-                           .bucket_bytes = c->bucket_size,
-                           .prefetch = prefetch,
-                           .overlap_comm = c->overlap_comm,
-                           .offload = strcmp(c->offload, "cpu") == 0,
-                           .host_threads = ctx->be->nthreads,
-                           .loss = {c->loss_scale, c->initial_scale_power, c->loss_scale_window, c->hysteresis,
-                                    c->min_loss_scale}};
-    if (!zt_dtype_parse(c->dtype, &ec.dtype) || !zt_dtype_parse(c->reduce_dtype, &ec.reduce_dtype))
-        return ZT_FAIL(err, ZT_ERR_INTERNAL, "trainer: dtype %s / reduce dtype %s", c->dtype, c->reduce_dtype);
+    zt_spec_layout(t->gpt.spec, r->comm->world_size);
+    zt_engine_config ec;
+    ZT_TRY(engine_config(c, ctx, t->gpt.spec, &ec, err));
     zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_INIT);
-    ZT_TRY(zt_engine_init(&t->eng, ctx, comm, t->gpt.spec, &ec, zt_gpt_init_param, &t->gpt));
-    zt_log_rank0(&ctx->log, "model: %zu parameters in %d units (largest %zu padded), dtype %s, ZeRO stage %d on %d rank(s)",
-                 t->gpt.spec->total_numel, t->gpt.spec->nunits, t->gpt.spec->largest_unit_numel, c->dtype, c->stage,
-                 comm->world_size);
-
+    ZT_TRY(zt_engine_init(&t->eng, ctx, r->comm, t->gpt.spec, &ec, zt_gpt_init_param, &t->gpt));
+    zt_log_rank0(&ctx->log, "model: %zu parameters in %d units (largest %zu padded), dtype %s, ZeRO stage %d on %d "
+                 "rank(s)", t->gpt.spec->total_numel, t->gpt.spec->nunits, t->gpt.spec->largest_unit_numel, c->dtype,
+                 c->stage, r->comm->world_size);
     /* What a checkpoint must agree with to be loaded, and what it records. */
-    json_t *run_info = json_pack("{s:{s:i,s:i,s:i,s:i,s:i,s:b},s:I,s:s,s:i}", "model", "layers", c->layers, "d_model",
-                                 c->d_model, "heads", c->heads, "seq_len", c->seq_len, "vocab", t->data.vocab, "tied",
-                                 c->tied, "seed", (json_int_t)c->seed, "data", c->data, "micro_batch", c->micro_batch);
-    if (!run_info) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot describe the run");
-    t->run_info = run_info;
-    int start = 0;
-    if (c->resume[0]) {
-        ZT_TRY(zt_ckpt_load(&t->eng, comm, c->resume, json_object_get(run_info, "model"), &start, err));
-        zt_log_rank0(&ctx->log, "resumed from %s at step %d", c->resume, start);
-        if (start > c->steps)
-            return ZT_FAIL(err, ZT_ERR_INVALID, "--resume %s is at step %d, past --steps %d", c->resume, start, c->steps);
-    }
+    t->run_info = json_pack("{s:{s:i,s:i,s:i,s:i,s:i,s:b},s:I,s:s,s:i}", "model", "layers", c->layers, "d_model",
+                            c->d_model, "heads", c->heads, "seq_len", c->seq_len, "vocab", t->data.vocab, "tied",
+                            c->tied, "seed", (json_int_t)c->seed, "data", c->data, "micro_batch", c->micro_batch);
+    if (!t->run_info) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot describe the run");
+    r->start = 0;
+    if (!c->resume[0]) return ZT_OK;
+    ZT_TRY(zt_ckpt_load(&t->eng, r->comm, c->resume, json_object_get(t->run_info, "model"), &r->start, err));
+    zt_log_rank0(&ctx->log, "resumed from %s at step %d", c->resume, r->start);
+    if (r->start > c->steps)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--resume %s is at step %d, past --steps %d", c->resume, r->start, c->steps);
+    return ZT_OK;
+}
 
-    int B = c->micro_batch, T = c->seq_len;
-    t->tokens = malloc(sizeof(int32_t) * (size_t)B * T);
-    t->targets = malloc(sizeof(int32_t) * (size_t)B * T);
+/* Host buffers, DIR/rank<r>.jsonl and the timeline. */
+static zt_status open_outputs(run_state *r) {
+    const zt_train_config *c = r->c;
+    zt_ctx *ctx = r->ctx;
+    trainer *t = r->t;
+    size_t BT = (size_t)c->micro_batch * c->seq_len;
+    t->tokens = malloc(sizeof(int32_t) * BT);
+    t->targets = malloc(sizeof(int32_t) * BT);
     t->losses = calloc((size_t)c->steps + 1, sizeof(double));
     t->step_times = calloc((size_t)c->steps + 1, sizeof(double));
     if (!t->tokens || !t->targets || !t->losses || !t->step_times)
-        return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate host buffers");
-    if (c->log_dir[0]) ZT_TRY(zt_jsonl_open(c->log_dir, ctx->rank, &t->jsonl, err));
+        return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate host buffers");
+    if (c->log_dir[0]) ZT_TRY(zt_jsonl_open(c->log_dir, ctx->rank, &t->jsonl, &ctx->err));
     if (c->log_dir[0] && c->trace) {
         char part[1100];
         snprintf(part, sizeof part, "%s/trace.rank%d.part", c->log_dir, ctx->rank);
-        ZT_TRY(zt_trace_open(&t->trace, part, ctx->rank, (long)c->trace_max_events, err));
-        ctx->trace = comm->trace = &t->trace;
+        ZT_TRY(zt_trace_open(&t->trace, part, ctx->rank, (long)c->trace_max_events, &ctx->err));
+        ctx->trace = r->comm->trace = &t->trace;
         zt_trace_watch_mem(&t->trace, &ctx->device_mem);
         zt_trace_watch_mem(&t->trace, &ctx->host_mem);
     }
+    r->points = (save_points){c, -1, 0};
+    r->hooks = (zt_ckpt_hooks){c->test_list_points || c->test_kill_step >= 0 ? at_save_point : NULL, &r->points};
+    return ZT_OK;
+}
 
-    save_points points = {c, -1, 0};
-    zt_ckpt_hooks hooks = {c->test_list_points || c->test_kill_step >= 0 ? at_save_point : NULL, &points};
-    double tokens_time = 0.0;
-    long tokens_counted = 0;
-    for (int step = start; step < c->steps; step++) {
-        double t0 = zt_now_s();
-        zt_mem_window_reset(&ctx->device_mem);
-        t->gpt.recompute_time_s = 0.0;
-        zt_coll_stats comm_before[ZT_COLL_KINDS];
-        memcpy(comm_before, comm->stats, sizeof comm_before);
-        unsigned long long staging_allocs_before = comm->staging.pinned_allocs;
-        double xfer_before[4] = {t->eng.d2h_bytes, t->eng.d2h_time_s, t->eng.h2d_bytes, t->eng.h2d_time_s};
-        ZT_TRY(zt_engine_zero_grads(&t->eng));
-        double loss_sum = 0.0;
-        /* Sequence-length jitter: a real cause of unequal activations. */
-        int Tstep = T;
-        if (c->seq_len_jitter > 0.0) {
-            zt_rng jr = zt_rng_keyed((uint64_t)c->seed, 0x6a17u, (uint64_t)ctx->rank, (uint64_t)step);
-            int lo = (int)ceil((1.0 - c->seq_len_jitter) * T);
-            if (lo < 1) lo = 1;
-            Tstep = lo + (int)zt_rng_below(&jr, (uint32_t)(T - lo + 1));
-        }
-        for (int micro = 0; micro < c->grad_accum; micro++) {
-            zt_data_batch(&t->data, (uint64_t)c->seed, ctx->rank, step, micro, B, Tstep, t->tokens, t->targets);
-            zt_engine_begin_micro(&t->eng, micro == c->grad_accum - 1);
-            zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_FORWARD);
-            double tf = zt_now_s();
-            /* The loss is read after the step: no host wait between forward and backward. */
-            ZT_TRY(zt_gpt_forward(&t->gpt, &t->eng, t->tokens, t->targets, B, Tstep, NULL));
-            zt_trace_span(ctx->trace, "forward", "phase", 0, tf);
-            zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_BACKWARD);
-            double tb = zt_now_s();
-            /* The mean's gradient, times the loss scale (1 unless fp16). */
-            float dloss = (float)t->eng.scaler.scale / ((float)B * (float)Tstep * (float)c->grad_accum);
-            if (step + 1 == c->test_overflow_step && ctx->rank == c->test_overflow_rank) dloss = INFINITY;
-            ZT_TRY(zt_gpt_backward(&t->gpt, &t->eng, dloss));
-            ZT_TRY(zt_engine_sync_grads(&t->eng));
-            zt_trace_span(ctx->trace, "backward", "phase", 0, tb);
-        }
-        if (c->test_exit_step == step + 1 && c->test_exit_rank == ctx->rank) {
-            zt_log_error(&ctx->log, "test hook: rank %d exits abruptly at step %d", ctx->rank, step + 1);
-            _exit(7);
-        }
-        float lr = lr_at(c, step);
-        zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_OPTIMIZER);
-        double to = zt_now_s();
-        double scale_used = t->eng.scaler.scale;
-        ZT_TRY(zt_engine_step(&t->eng, lr));
-        ZT_TRY(check_skipped(c, ctx, &t->eng, step + 1));
-        ZT_TRY(zt_gpt_take_losses(&t->gpt, ctx, &loss_sum)); /* waits for the step's kernels */
-        zt_trace_span(ctx->trace, "optimizer", "phase", 0, to);
-        char step_name[32];
-        snprintf(step_name, sizeof step_name, "step %d", step + 1);
-        zt_trace_span(ctx->trace, step_name, "step", 0, t0);
-        double dt = zt_now_s() - t0;
-        size_t driver_used, driver_total; /* once per step, for the JSONL and the log line */
-        zt_backend_driver_mem(ctx->be, &driver_used, &driver_total);
-        /* The global mean loss: per-rank means added in rank order. */
-        double loss;
-        ZT_TRY(zt_comm_sum_f64(comm, loss_sum / c->grad_accum, &loss, err));
-        loss /= comm->world_size;
-        t->losses[step - start] = loss;
-        t->step_times[step - start] = dt;
-        double tps = (double)B * Tstep * c->grad_accum * comm->world_size / dt;
-        if (step > start || c->steps - start == 1) {
-            tokens_time += dt;
-            tokens_counted += (long)B * Tstep * c->grad_accum * comm->world_size;
-        }
-        if (t->jsonl) {
-            json_t *o = json_object();
-            json_object_set_new(o, "step", json_integer(step + 1));
-            json_object_set_new(o, "loss", json_real(loss));
-            json_object_set_new(o, "lr", json_real(lr));
-            /* JSON has no inf or NaN: a skipped step's norm is null */
-            json_object_set_new(o, "grad_norm", isfinite(t->eng.last_grad_norm) ? json_real(t->eng.last_grad_norm)
-                                                                                 : json_null());
-            json_object_set_new(o, "skipped", json_boolean(t->eng.last_step_skipped));
-            json_object_set_new(o, "skipped_steps", json_integer(t->eng.scaler.skipped_steps));
-            json_object_set_new(o, "loss_scale", json_real(scale_used));
-            json_object_set_new(o, "step_time_s", json_real(dt));
-            json_object_set_new(o, "recompute_time_s", json_real(t->gpt.recompute_time_s));
-            json_object_set_new(o, "tokens_per_s", json_real(tps));
-            json_object_set_new(o, "seq_len", json_integer(Tstep));
-            json_object_set_new(o, "memory", zt_mem_step_json(&ctx->device_mem, &ctx->host_mem, driver_used, driver_total));
-            json_object_set_new(o, "comm", comm_json(comm, comm_before));
-            json_t *staging = staging_json(comm, staging_allocs_before);
-            if (staging) json_object_set_new(o, "host_staging", staging);
-            json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)t->eng.gathered_inflight_peak));
-            if (t->eng.cfg.offload) {
-                double d2h = t->eng.d2h_bytes - xfer_before[0], d2h_s = t->eng.d2h_time_s - xfer_before[1];
-                double h2d = t->eng.h2d_bytes - xfer_before[2], h2d_s = t->eng.h2d_time_s - xfer_before[3];
-                json_t *x = json_object();
-                json_object_set_new(x, "d2h_bytes", json_real(d2h));
-                json_object_set_new(x, "d2h_gbs", json_real(d2h_s > 0 ? d2h / d2h_s / 1e9 : 0.0));
-                json_object_set_new(x, "h2d_bytes", json_real(h2d));
-                json_object_set_new(x, "h2d_gbs", json_real(h2d_s > 0 ? h2d / h2d_s / 1e9 : 0.0));
-                json_object_set_new(x, "host_locked_bytes", json_integer((json_int_t)ctx->host_lock.locked_bytes));
-                json_object_set_new(x, "host_unlocked_bytes", json_integer((json_int_t)ctx->host_lock.unlocked_bytes));
-                json_object_set_new(o, "offload", x);
-            }
-            char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
-            json_decref(o);
-            if (line) {
-                fprintf(t->jsonl, "%s\n", line);
-                free(line);
-            }
-        }
-        char peak[96];
-        zt_format_bytes(ctx->device_mem.window_allocated_peak, peak, sizeof peak);
-        if (driver_total > 0) {
-            char used[32];
-            zt_format_bytes(driver_used, used, sizeof used);
-            size_t n = strlen(peak);
-            snprintf(peak + n, sizeof peak - n, " (driver: %s used)", used);
-        }
-        if (c->report_every > 0 && (step + 1) % c->report_every == 0 && step + 1 < c->steps) {
-            size_t *rows = calloc((size_t)comm->world_size * RANK_ROW, sizeof *rows);
-            if (!rows) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
-            zt_status rs = gather_rank_rows(ctx, comm, rows);
-            char when[32];
-            snprintf(when, sizeof when, "after step %d", step + 1);
-            if (rs == ZT_OK && !c->quiet) print_rank_table(ctx, comm->world_size, rows, when);
-            free(rows);
-            ZT_TRY(rs);
-        }
-        if (c->save_every > 0 && (step + 1) % c->save_every == 0) {
-            double ts = zt_now_s();
-            ZT_TRY(zt_ckpt_save(&t->eng, comm, c->save_dir, step + 1, run_info, c->keep_checkpoints, &hooks, err));
-            zt_trace_span(ctx->trace, "checkpoint save", "io", 0, ts);
-            zt_log_rank0(&ctx->log, "saved checkpoint step %d in %s (%.3f s)", step + 1, c->save_dir, zt_now_s() - ts);
-        }
-        zt_log_rank0(&ctx->log, "step %5d/%d | loss %.6f | lr %.2e | grad norm %.3f | %.1f ms | %.0f tok/s | peak %s",
-                     step + 1, c->steps, loss, lr, t->eng.last_grad_norm, dt * 1e3, tps, peak);
+/* This rank's sequence length at a step: seq-len, or drawn under
+ * --seq-len-jitter (a real cause of unequal activations). */
+static int seq_len_at(const zt_train_config *c, int rank, int step) {
+    int T = c->seq_len;
+    if (c->seq_len_jitter <= 0.0) return T;
+    zt_rng jr = zt_rng_keyed((uint64_t)c->seed, 0x6a17u, (uint64_t)rank, (uint64_t)step);
+    int lo = (int)ceil((1.0 - c->seq_len_jitter) * T);
+    if (lo < 1) lo = 1;
+    return lo + (int)zt_rng_below(&jr, (uint32_t)(T - lo + 1));
+}
+
+/* Forward and backward of every micro-batch of the step. */
+static zt_status micro_batches(run_state *r, const step_record *s) {
+    const zt_train_config *c = r->c;
+    zt_ctx *ctx = r->ctx;
+    trainer *t = r->t;
+    int B = c->micro_batch;
+    for (int micro = 0; micro < c->grad_accum; micro++) {
+        zt_data_batch(&t->data, (uint64_t)c->seed, ctx->rank, s->step, micro, B, s->T, t->tokens, t->targets);
+        zt_engine_begin_micro(&t->eng, micro == c->grad_accum - 1);
+        zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_FORWARD);
+        double tf = zt_now_s();
+        /* The loss is read after the step: no host wait between forward and backward. */
+        ZT_TRY(zt_gpt_forward(&t->gpt, &t->eng, t->tokens, t->targets, B, s->T, NULL));
+        zt_trace_span(ctx->trace, "forward", "phase", 0, tf);
+        zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_BACKWARD);
+        double tb = zt_now_s();
+        /* The mean's gradient, times the loss scale (1 unless fp16). */
+        float dloss = (float)t->eng.scaler.scale / ((float)B * (float)s->T * (float)c->grad_accum);
+        if (s->step + 1 == c->test_overflow_step && ctx->rank == c->test_overflow_rank) dloss = INFINITY;
+        ZT_TRY(zt_gpt_backward(&t->gpt, &t->eng, dloss));
+        ZT_TRY(zt_engine_sync_grads(&t->eng));
+        zt_trace_span(ctx->trace, "backward", "phase", 0, tb);
     }
+    return ZT_OK;
+}
 
-    /* Summary. */
+/* One training step: micro-batches, the optimizer, the global mean loss. */
+static zt_status train_step(run_state *r, step_record *s) {
+    const zt_train_config *c = r->c;
+    zt_ctx *ctx = r->ctx;
+    trainer *t = r->t;
+    s->t0 = zt_now_s();
+    zt_mem_window_reset(&ctx->device_mem);
+    t->gpt.recompute_time_s = 0.0;
+    memcpy(s->comm_before, r->comm->stats, sizeof s->comm_before);
+    s->staging_allocs_before = r->comm->staging.pinned_allocs;
+    double xfer[4] = {t->eng.d2h_bytes, t->eng.d2h_time_s, t->eng.h2d_bytes, t->eng.h2d_time_s};
+    memcpy(s->xfer_before, xfer, sizeof xfer);
+    s->T = seq_len_at(c, ctx->rank, s->step);
+    ZT_TRY(zt_engine_zero_grads(&t->eng));
+    ZT_TRY(micro_batches(r, s));
+    if (c->test_exit_step == s->step + 1 && c->test_exit_rank == ctx->rank) {
+        zt_log_error(&ctx->log, "test hook: rank %d exits abruptly at step %d", ctx->rank, s->step + 1);
+        _exit(7);
+    }
+    s->lr = lr_at(c, s->step);
+    zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_OPTIMIZER);
+    double to = zt_now_s(), loss_sum = 0.0;
+    s->scale_used = t->eng.scaler.scale;
+    ZT_TRY(zt_engine_step(&t->eng, s->lr));
+    ZT_TRY(check_skipped(c, ctx, &t->eng, s->step + 1));
+    ZT_TRY(zt_gpt_take_losses(&t->gpt, ctx, &loss_sum)); /* waits for the step's kernels */
+    zt_trace_span(ctx->trace, "optimizer", "phase", 0, to);
+    char step_name[32];
+    snprintf(step_name, sizeof step_name, "step %d", s->step + 1);
+    zt_trace_span(ctx->trace, step_name, "step", 0, s->t0);
+    s->dt = zt_now_s() - s->t0;
+    zt_backend_driver_mem(ctx->be, &s->driver_used, &s->driver_total); /* once per step */
+    /* The global mean loss: per-rank means added in rank order. */
+    ZT_TRY(zt_comm_sum_f64(r->comm, loss_sum / c->grad_accum, &s->loss, &ctx->err));
+    s->loss /= r->comm->world_size;
+    t->losses[s->step - r->start] = s->loss;
+    t->step_times[s->step - r->start] = s->dt;
+    if (s->step > r->start || c->steps - r->start == 1) {
+        r->tokens_time += s->dt;
+        r->tokens_counted += (long)c->micro_batch * s->T * c->grad_accum * r->comm->world_size;
+    }
+    return ZT_OK;
+}
+
+/* The offload transfers of the step (bytes and GB/s each way, locked host bytes). */
+static json_t *offload_json(const zt_ctx *ctx, const zt_engine *eng, const double *before) {
+    double d2h = eng->d2h_bytes - before[0], d2h_s = eng->d2h_time_s - before[1];
+    double h2d = eng->h2d_bytes - before[2], h2d_s = eng->h2d_time_s - before[3];
+    json_t *x = json_object();
+    json_object_set_new(x, "d2h_bytes", json_real(d2h));
+    json_object_set_new(x, "d2h_gbs", json_real(d2h_s > 0 ? d2h / d2h_s / 1e9 : 0.0));
+    json_object_set_new(x, "h2d_bytes", json_real(h2d));
+    json_object_set_new(x, "h2d_gbs", json_real(h2d_s > 0 ? h2d / h2d_s / 1e9 : 0.0));
+    json_object_set_new(x, "host_locked_bytes", json_integer((json_int_t)ctx->host_lock.locked_bytes));
+    json_object_set_new(x, "host_unlocked_bytes", json_integer((json_int_t)ctx->host_lock.unlocked_bytes));
+    return x;
+}
+
+/* The step's line in DIR/rank<r>.jsonl. */
+static void write_step_json(const run_state *r, const step_record *s, double tps) {
+    const zt_ctx *ctx = r->ctx;
+    const trainer *t = r->t;
+    const zt_engine *eng = &t->eng;
+    json_t *o = json_object();
+    json_object_set_new(o, "step", json_integer(s->step + 1));
+    json_object_set_new(o, "loss", json_real(s->loss));
+    json_object_set_new(o, "lr", json_real(s->lr));
+    /* JSON has no inf or NaN: a skipped step's norm is null */
+    json_object_set_new(o, "grad_norm", isfinite(eng->last_grad_norm) ? json_real(eng->last_grad_norm) : json_null());
+    json_object_set_new(o, "skipped", json_boolean(eng->last_step_skipped));
+    json_object_set_new(o, "skipped_steps", json_integer(eng->scaler.skipped_steps));
+    json_object_set_new(o, "loss_scale", json_real(s->scale_used));
+    json_object_set_new(o, "step_time_s", json_real(s->dt));
+    json_object_set_new(o, "recompute_time_s", json_real(t->gpt.recompute_time_s));
+    json_object_set_new(o, "tokens_per_s", json_real(tps));
+    json_object_set_new(o, "seq_len", json_integer(s->T));
+    json_object_set_new(o, "memory",
+                        zt_mem_step_json(&ctx->device_mem, &ctx->host_mem, s->driver_used, s->driver_total));
+    json_object_set_new(o, "comm", comm_json(r->comm, s->comm_before));
+    json_t *staging = staging_json(r->comm, s->staging_allocs_before);
+    if (staging) json_object_set_new(o, "host_staging", staging);
+    json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)eng->gathered_inflight_peak));
+    if (eng->cfg.offload) json_object_set_new(o, "offload", offload_json(ctx, eng, s->xfer_before));
+    char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(o);
+    if (line) {
+        fprintf(t->jsonl, "%s\n", line);
+        free(line);
+    }
+}
+
+/* After a step: the JSONL line, the periodic rank table, a checkpoint, the log line. */
+static zt_status after_step(run_state *r, const step_record *s) {
+    const zt_train_config *c = r->c;
+    zt_ctx *ctx = r->ctx;
+    zt_comm *comm = r->comm;
+    int done = s->step + 1;
+    double tps = (double)c->micro_batch * s->T * c->grad_accum * comm->world_size / s->dt;
+    if (r->t->jsonl) write_step_json(r, s, tps);
+    char peak[96];
+    zt_format_bytes(ctx->device_mem.window_allocated_peak, peak, sizeof peak);
+    if (s->driver_total > 0) {
+        char used[32];
+        zt_format_bytes(s->driver_used, used, sizeof used);
+        size_t n = strlen(peak);
+        snprintf(peak + n, sizeof peak - n, " (driver: %s used)", used);
+    }
+    if (c->report_every > 0 && done % c->report_every == 0 && done < c->steps) {
+        size_t *rows = calloc((size_t)comm->world_size * RANK_ROW, sizeof *rows);
+        if (!rows) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
+        zt_status rs = gather_rank_rows(ctx, comm, rows);
+        char when[32];
+        snprintf(when, sizeof when, "after step %d", done);
+        if (rs == ZT_OK && !c->quiet) print_rank_table(ctx, comm->world_size, rows, when);
+        free(rows);
+        ZT_TRY(rs);
+    }
+    if (c->save_every > 0 && done % c->save_every == 0) {
+        double ts = zt_now_s();
+        ZT_TRY(zt_ckpt_save(&r->t->eng, comm, c->save_dir, done, r->t->run_info, c->keep_checkpoints, &r->hooks,
+                            &ctx->err));
+        zt_trace_span(ctx->trace, "checkpoint save", "io", 0, ts);
+        zt_log_rank0(&ctx->log, "saved checkpoint step %d in %s (%.3f s)", done, c->save_dir, zt_now_s() - ts);
+    }
+    zt_log_rank0(&ctx->log, "step %5d/%d | loss %.6f | lr %.2e | grad norm %.3f | %.1f ms | %.0f tok/s | peak %s",
+                 done, c->steps, s->loss, s->lr, r->t->eng.last_grad_norm, s->dt * 1e3, tps, peak);
+    return ZT_OK;
+}
+
+/* The median of the run's step times (NaN when none ran). */
+static zt_status median_step_time(const run_state *r, double *median) {
+    int ran = r->c->steps - r->start;
+    *median = NAN;
+    if (ran <= 0) return ZT_OK;
+    double *sorted = malloc(sizeof(double) * (size_t)ran);
+    if (!sorted) return ZT_FAIL(&r->ctx->err, ZT_ERR_OOM, "trainer: cannot sort step times");
+    memcpy(sorted, r->t->step_times, sizeof(double) * (size_t)ran);
+    qsort(sorted, (size_t)ran, sizeof(double), cmp_double);
+    *median = sorted[ran / 2];
+    free(sorted);
+    return ZT_OK;
+}
+
+/* Rank 0: DIR/summary.json from every rank's rows (table[N][RANK_ROW]). */
+static zt_status write_summary(const run_state *r, const size_t *table, const char *digest, double tps,
+                               double median) {
+    int N = r->comm->world_size;
+    size_t *cols = calloc((size_t)N * RANK_ROW, sizeof *cols);
+    if (!cols) return ZT_FAIL(&r->ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the summary table");
+    /* Columns of the per-rank rows, in the layout zt_summary wants. */
+    size_t *peak = cols, *cat = peak + N, *host = cat + (size_t)N * ZT_NUM_CATEGORIES, *osp = host + N;
+    size_t *hcat = osp + N;
+    for (int k = 0; k < N; k++) {
+        const size_t *row = table + (size_t)k * RANK_ROW;
+        memcpy(cat + (size_t)k * ZT_NUM_CATEGORIES, row + ROW_DEV_CAT, ZT_NUM_CATEGORIES * sizeof *row);
+        memcpy(hcat + (size_t)k * ZT_NUM_CATEGORIES, row + ROW_HOST_CAT, ZT_NUM_CATEGORIES * sizeof *row);
+        peak[k] = row[ROW_DEV_PEAK];
+        host[k] = row[ROW_HOST_PEAK];
+        osp[k] = row[ROW_OS_PEAK];
+    }
+    const zt_train_config *c = r->c;
+    zt_summary s = {c, N, r->t->gpt.spec->total_numel, c->steps, r->start, r->t->losses, r->floor, tps, median,
+                    digest, peak, cat, host, osp, hcat};
+    zt_status st = zt_summary_write(&s, c->log_dir, &r->ctx->err);
+    free(cols);
+    return st;
+}
+
+/* Every rank's trace part is complete before rank 0 joins them. Tracing is
+ * a per-rank choice, so every rank takes part in the barrier. */
+static zt_status merge_trace(const run_state *r) {
+    zt_ctx *ctx = r->ctx;
+    ctx->trace = r->comm->trace = NULL;
+    ctx->device_mem.observer = ctx->host_mem.observer = NULL;
+    int traced = r->t->trace.f != NULL;
+    zt_trace_close(&r->t->trace);
+    ZT_TRY(zt_comm_barrier(r->comm, &ctx->err));
+    if (!traced || ctx->rank != 0) return ZT_OK;
+    int missing = 0;
+    ZT_TRY(zt_trace_merge(r->c->log_dir, r->comm->world_size, &missing, &ctx->err));
+    if (missing > 0)
+        zt_log_warn(&ctx->log, "trace.json: %d rank(s) wrote no trace part into %s (tracing off or another "
+                    "--log-dir there)", missing, r->c->log_dir);
+    return ZT_OK;
+}
+
+/* The end of the run: digest, the rank table, labels, summary, trace. */
+static zt_status finish(run_state *r) {
+    const zt_train_config *c = r->c;
+    zt_ctx *ctx = r->ctx;
     char digest[33];
-    ZT_TRY(zt_engine_digest(&t->eng, digest));
-    double median = NAN;
-    int ran = c->steps - start;
-    if (ran > 0) {
-        double *sorted = malloc(sizeof(double) * (size_t)ran);
-        if (!sorted) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot sort step times");
-        memcpy(sorted, t->step_times, sizeof(double) * (size_t)ran);
-        qsort(sorted, (size_t)ran, sizeof(double), cmp_double);
-        median = sorted[ran / 2];
-        free(sorted);
-    }
-    double tps = tokens_time > 0 ? (double)tokens_counted / tokens_time : NAN;
+    ZT_TRY(zt_engine_digest(&r->t->eng, digest));
+    double median, tps = r->tokens_time > 0 ? (double)r->tokens_counted / r->tokens_time : NAN;
+    ZT_TRY(median_step_time(r, &median));
+    int ran = c->steps - r->start;
     if (ran > 0)
         zt_log_rank0(&ctx->log, "done: final loss %.6f (floor %.6f, gap %.4f), %.0f tokens/s, params digest %s",
-                     t->losses[ran - 1], floor, t->losses[ran - 1] - floor, tps, digest);
+                     r->t->losses[ran - 1], r->floor, r->t->losses[ran - 1] - r->floor, tps, digest);
     else
-        zt_log_rank0(&ctx->log, "done: no steps to run (at step %d), params digest %s", start, digest);
-    if (c->log_dir[0]) ZT_TRY(zt_labels_write(c->log_dir, ctx->rank, &ctx->device_mem, &ctx->host_mem, err));
-    int N = comm->world_size;
+        zt_log_rank0(&ctx->log, "done: no steps to run (at step %d), params digest %s", r->start, digest);
+    if (c->log_dir[0]) ZT_TRY(zt_labels_write(c->log_dir, ctx->rank, &ctx->device_mem, &ctx->host_mem, &ctx->err));
+    int N = r->comm->world_size;
     size_t *table = calloc((size_t)N * RANK_ROW, sizeof *table);
-    if (!table) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
-    zt_status st = gather_rank_rows(ctx, comm, table);
+    if (!table) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
+    zt_status st = gather_rank_rows(ctx, r->comm, table);
     if (st == ZT_OK && !c->quiet) print_rank_table(ctx, N, table, "at exit");
-    if (st == ZT_OK && c->log_dir[0] && ctx->rank == 0) {
-        /* Columns of the per-rank rows, in the layout zt_summary wants. */
-        size_t *cols = calloc((size_t)N * RANK_ROW, sizeof *cols);
-        if (!cols) {
-            free(table);
-            return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate the summary table");
-        }
-        size_t *peak = cols, *cat = peak + N, *host = cat + (size_t)N * ZT_NUM_CATEGORIES, *osp = host + N;
-        size_t *hcat = osp + N;
-        for (int r = 0; r < N; r++) {
-            const size_t *row = table + (size_t)r * RANK_ROW;
-            memcpy(cat + (size_t)r * ZT_NUM_CATEGORIES, row + ROW_DEV_CAT, ZT_NUM_CATEGORIES * sizeof *row);
-            memcpy(hcat + (size_t)r * ZT_NUM_CATEGORIES, row + ROW_HOST_CAT, ZT_NUM_CATEGORIES * sizeof *row);
-            peak[r] = row[ROW_DEV_PEAK];
-            host[r] = row[ROW_HOST_PEAK];
-            osp[r] = row[ROW_OS_PEAK];
-        }
-        zt_summary s = {c, N, t->gpt.spec->total_numel, c->steps, start, t->losses, floor, tps, median,
-                        digest, peak, cat, host, osp, hcat};
-        st = zt_summary_write(&s, c->log_dir, err);
-        free(cols);
-    }
+    if (st == ZT_OK && c->log_dir[0] && ctx->rank == 0) st = write_summary(r, table, digest, tps, median);
     free(table);
-    /* Every rank's trace part is complete before rank 0 joins them. Tracing
-     * is a per-rank choice, so every rank takes part in the barrier. */
-    ctx->trace = comm->trace = NULL;
-    ctx->device_mem.observer = ctx->host_mem.observer = NULL;
-    int traced = t->trace.f != NULL;
-    zt_trace_close(&t->trace);
-    if (st == ZT_OK) st = zt_comm_barrier(comm, err);
-    if (st == ZT_OK && traced && ctx->rank == 0) {
-        int missing = 0;
-        st = zt_trace_merge(c->log_dir, comm->world_size, &missing, err);
-        if (st == ZT_OK && missing > 0)
-            zt_log_warn(&ctx->log, "trace.json: %d rank(s) wrote no trace part into %s (tracing off or another "
-                        "--log-dir there)", missing, c->log_dir);
+    zt_status merged = merge_trace(r);
+    return st != ZT_OK ? st : merged;
+}
+
+static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, trainer *t) {
+    run_state r;
+    memset(&r, 0, sizeof r);
+    r.c = c, r.ctx = ctx, r.comm = comm, r.t = t;
+    ZT_TRY(open_data(&r));
+    ZT_TRY(create_model(&r));
+    ZT_TRY(open_outputs(&r));
+    for (int step = r.start; step < c->steps; step++) {
+        step_record s;
+        memset(&s, 0, sizeof s);
+        s.step = step;
+        ZT_TRY(train_step(&r, &s));
+        ZT_TRY(after_step(&r, &s));
     }
-    if (st != ZT_OK) return st;
-    return ZT_OK;
+    return finish(&r);
 }
 
 zt_status zt_train_run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm) {
