@@ -188,7 +188,7 @@ static void print_rank_table(const zt_ctx *ctx, int N, const size_t *table, cons
 static zt_status check_skipped(const zt_train_config *c, zt_ctx *ctx, const zt_engine *eng, int step) {
     const zt_loss_scaler *s = &eng->scaler;
     if (!eng->last_step_skipped) return ZT_OK;
-    int dynamic = eng->cfg.dtype == ZT_FP16 && eng->cfg.loss.loss_scale == 0.0;
+    int dynamic = zt_loss_scaler_dynamic(&eng->cfg);
     if (s->exhausted)
         return ZT_FAIL(&ctx->err, ZT_ERR_NUMERIC,
                        "step %d: fp16 gradients overflowed at loss scale %g, and halving it would go below "

@@ -71,15 +71,22 @@ static zt_status prefetch_next(zt_engine *e) {
     return ZT_OK;
 }
 
-zt_status zt_engine_begin_pass(zt_engine *e, zt_pass pass) {
-    if (pass != ZT_PASS_FORWARD && pass != ZT_PASS_BACKWARD)
-        return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "begin_pass: pass %d is neither forward nor backward", (int)pass);
-    if (e->pass != ZT_PASS_NONE) { /* the finished pass becomes the record */
+/* The pass in progress (if any) ends: its use order becomes its kind's
+ * record, and the old record's buffer takes the next pass's uses. */
+static void end_pass(zt_engine *e) {
+    if (e->pass != ZT_PASS_NONE) {
         zt_use_order done = e->recorded[e->pass];
         e->recorded[e->pass] = e->now;
         e->now = done;
     }
     e->now.n = 0;
+    e->pass = ZT_PASS_NONE;
+}
+
+zt_status zt_engine_begin_pass(zt_engine *e, zt_pass pass) {
+    if (pass != ZT_PASS_FORWARD && pass != ZT_PASS_BACKWARD)
+        return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "begin_pass: pass %d is neither forward nor backward", (int)pass);
+    end_pass(e);
     e->pass = pass;
     e->follows_record = 1;
     return ZT_OK;
@@ -160,13 +167,7 @@ zt_status zt_engine_end_passes(zt_engine *e) {
         zt_tensor_free(&st->gathered, &e->ctx->device_mem);
         st->phase = ZT_UNIT_SHARDED;
     }
-    if (e->pass != ZT_PASS_NONE) { /* the last pass becomes its kind's record */
-        zt_use_order done = e->recorded[e->pass];
-        e->recorded[e->pass] = e->now;
-        e->now = done;
-        e->now.n = 0;
-        e->pass = ZT_PASS_NONE;
-    }
+    end_pass(e);
     return ZT_OK;
 }
 

@@ -5,12 +5,12 @@
 
 #include "zt_engine.h"
 
-static int dynamic(const zt_engine_config *cfg) { return cfg->dtype == ZT_FP16 && cfg->loss.loss_scale == 0.0; }
+int zt_loss_scaler_dynamic(const zt_engine_config *cfg) { return cfg->dtype == ZT_FP16 && cfg->loss.loss_scale == 0.0; }
 
 zt_loss_scaler zt_loss_scaler_initial(const zt_engine_config *cfg) {
     zt_loss_scaler s = {1.0, 0, 1, 0, 0, 0};
     if (cfg->dtype != ZT_FP16) return s;
-    s.scale = dynamic(cfg) ? ldexp(1.0, cfg->loss.initial_scale_power) : cfg->loss.loss_scale;
+    s.scale = zt_loss_scaler_dynamic(cfg) ? ldexp(1.0, cfg->loss.initial_scale_power) : cfg->loss.loss_scale;
     s.hysteresis_left = cfg->loss.hysteresis;
     return s;
 }
@@ -20,7 +20,7 @@ void zt_loss_scaler_update(zt_loss_scaler *s, const zt_engine_config *cfg, int f
     if (!finite) {
         s->skipped_steps++;
         s->consecutive_skips++;
-        if (!dynamic(cfg)) return;
+        if (!zt_loss_scaler_dynamic(cfg)) return;
         s->good_steps = 0;
         if (s->hysteresis_left > 1) {
             s->hysteresis_left--;
@@ -34,7 +34,7 @@ void zt_loss_scaler_update(zt_loss_scaler *s, const zt_engine_config *cfg, int f
         return;
     }
     s->consecutive_skips = 0;
-    if (!dynamic(cfg)) return;
+    if (!zt_loss_scaler_dynamic(cfg)) return;
     if (++s->good_steps >= cfg->loss.window) {
         s->scale *= 2.0;
         s->good_steps = 0;

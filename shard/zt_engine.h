@@ -199,6 +199,8 @@ size_t zt_engine_optimizer_chunk(const zt_engine *eng);
 zt_status zt_engine_step(zt_engine *eng, float lr);
 /* The loss scaler's state for a fresh run (scale 1 unless fp16). */
 zt_loss_scaler zt_loss_scaler_initial(const zt_engine_config *cfg);
+/* Does the scale change with overflows (fp16 with --loss-scale 0)? */
+int zt_loss_scaler_dynamic(const zt_engine_config *cfg);
 /* Its update after a step (finite: the gradients were finite). */
 void zt_loss_scaler_update(zt_loss_scaler *s, const zt_engine_config *cfg, int finite);
 /* Hex XXH3-128 digest of the full fp32 parameters (master where it exists),

@@ -3,25 +3,9 @@
 
 #include "cpu_ops.h"
 
-static inline float load_f32(const void *p, zt_dtype d, size_t i) {
-    switch (d) {
-    case ZT_BF16: return zt_bf16_to_f32(((const zt_bf16 *)p)[i]);
-    case ZT_FP16: return zt_fp16_to_f32(((const zt_fp16 *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
-}
-
-static inline void store_f32(void *p, zt_dtype d, size_t i, float v) {
-    switch (d) {
-    case ZT_BF16: ((zt_bf16 *)p)[i] = zt_f32_to_bf16(v); break;
-    case ZT_FP16: ((zt_fp16 *)p)[i] = zt_f32_to_fp16(v); break;
-    default: ((float *)p)[i] = v; break;
-    }
-}
-
 void zt_cpu_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype, size_t n) {
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
-    for (size_t i = 0; i < n; i++) store_f32(dst, dst_dtype, i, load_f32(src, src_dtype, i));
+    for (size_t i = 0; i < n; i++) zt_dtype_store(dst, dst_dtype, i, zt_dtype_load(src, src_dtype, i));
 }
 
 void zt_cpu_scale(zt_stream *s, float *x, float alpha, size_t n) {
@@ -33,10 +17,10 @@ void zt_cpu_scaled_store(zt_stream *s, void *dst, zt_dtype dtype, const float *s
                          size_t n) {
     if (accumulate) {
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
-        for (size_t i = 0; i < n; i++) store_f32(dst, dtype, i, load_f32(dst, dtype, i) + src[i] * alpha);
+        for (size_t i = 0; i < n; i++) zt_dtype_store(dst, dtype, i, zt_dtype_load(dst, dtype, i) + src[i] * alpha);
     } else {
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
-        for (size_t i = 0; i < n; i++) store_f32(dst, dtype, i, src[i] * alpha);
+        for (size_t i = 0; i < n; i++) zt_dtype_store(dst, dtype, i, src[i] * alpha);
     }
 }
 
