@@ -31,11 +31,21 @@ static zt_status check_model(const zt_ckpt_info *info, const zt_model_spec *spec
     return ZT_OK;
 }
 
-/* This rank's part of every unit, read and handed to the engine. */
+/* Does the checkpoint hold a delayed update that this run continues: its
+ * params block is what the next step computes with, not the master's? */
+static int continues_delayed_update(const zt_engine *eng, const zt_ckpt_info *info) {
+    return json_is_true(json_object_get(info->manifest, "params_behind")) && zt_engine_settings(eng)->offload_delay &&
+           info->dtype == zt_engine_settings(eng)->dtype;
+}
+
+/* This rank's part of every unit, read and handed to the engine. A delayed
+ * update another run continues without delay is applied here (the params
+ * come from the master). */
 static zt_status load_owned(zt_engine *eng, const zt_ckpt_info *info, zt_error *err) {
-    const zt_model_spec *spec = eng->spec;
+    const zt_model_spec *spec = zt_engine_spec(eng);
     float *buf = malloc(3 * spec->largest_unit_numel * sizeof(float) + 64);
     if (!buf) return ZT_FAIL(err, ZT_ERR_OOM, "checkpoint: cannot allocate a load buffer");
+    int behind = continues_delayed_update(eng, info);
     zt_status st = ZT_OK;
     for (int u = 0; st == ZT_OK && u < spec->nunits; u++) {
         size_t lo, n;
@@ -45,6 +55,8 @@ static zt_status load_owned(zt_engine *eng, const zt_ckpt_info *info, zt_error *
         if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 1, lo, lo + n, m, err);
         if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 2, lo, lo + n, v, err);
         if (st == ZT_OK) st = zt_engine_set_owned(eng, u, master, m, v);
+        if (st == ZT_OK && behind) st = zt_ckpt_read_range(info, u, 3, lo, lo + n, buf, err); /* [n] dtype */
+        if (st == ZT_OK && behind) st = zt_engine_set_owned_params(eng, u, buf);
     }
     free(buf);
     return st;
@@ -69,14 +81,23 @@ static zt_status fail_together(zt_comm *comm, const char *step_dir, zt_status st
  * saved by an fp16 run and this run is fp16 too; otherwise the fresh run's
  * scaler stands (another dtype's scale of 1 means nothing to fp16). The
  * count of skipped steps carries over either way. */
-static void restore_scaler(zt_engine *eng, zt_dtype saved, const json_t *s) {
+static void restore_scaler(zt_loss_scaler *ls, zt_dtype now, zt_dtype saved, const json_t *s) {
     if (!s) return;
-    eng->scaler.skipped_steps = (long)json_integer_value(json_object_get(s, "skipped_steps"));
-    if (eng->cfg.dtype != ZT_FP16 || saved != ZT_FP16) return;
-    eng->scaler.scale = json_number_value(json_object_get(s, "scale"));
-    eng->scaler.good_steps = (int)json_integer_value(json_object_get(s, "good_steps"));
-    eng->scaler.hysteresis_left = (int)json_integer_value(json_object_get(s, "hysteresis_left"));
-    eng->scaler.consecutive_skips = (int)json_integer_value(json_object_get(s, "consecutive_skips"));
+    ls->skipped_steps = (long)json_integer_value(json_object_get(s, "skipped_steps"));
+    if (now != ZT_FP16 || saved != ZT_FP16) return;
+    ls->scale = json_number_value(json_object_get(s, "scale"));
+    ls->good_steps = (int)json_integer_value(json_object_get(s, "good_steps"));
+    ls->hysteresis_left = (int)json_integer_value(json_object_get(s, "hysteresis_left"));
+    ls->consecutive_skips = (int)json_integer_value(json_object_get(s, "consecutive_skips"));
+}
+
+/* The engine's counters as the checkpoint left them. */
+static void restore_progress(zt_engine *eng, const zt_ckpt_info *info) {
+    zt_engine_state_counters p = zt_engine_get_counters(eng);
+    p.steps_taken = (int)json_integer_value(json_object_get(info->manifest, "optimizer_steps"));
+    restore_scaler(&p.scaler, zt_engine_settings(eng)->dtype, info->dtype, json_object_get(info->manifest, "loss_scaler"));
+    p.params_behind = continues_delayed_update(eng, info);
+    zt_engine_set_counters(eng, &p);
 }
 
 zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *step_dir, const json_t *expect_model, int *step,
@@ -84,7 +105,7 @@ zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *step_dir, cons
     zt_ckpt_info info;
     /* Every rank takes the same branches: each outcome is agreed on. */
     zt_status st = fail_together(comm, step_dir, zt_ckpt_open(step_dir, &info, NULL, 0, err), err);
-    if (st == ZT_OK) st = zt_comm_agree(comm, check_model(&info, eng->spec, expect_model, err), err);
+    if (st == ZT_OK) st = zt_comm_agree(comm, check_model(&info, zt_engine_spec(eng), expect_model, err), err);
     if (st == ZT_OK) {
         for (int f = comm->rank; st == ZT_OK && f < info.world_size; f += comm->world_size)
             st = ckpt_verify_file(&info, f, err);
@@ -94,8 +115,7 @@ zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *step_dir, cons
     if (st == ZT_OK) st = zt_engine_gather_params(eng);
     if (st == ZT_OK) {
         *step = info.step;
-        eng->steps_taken = (int)json_integer_value(json_object_get(info.manifest, "optimizer_steps"));
-        restore_scaler(eng, info.dtype, json_object_get(info.manifest, "loss_scaler"));
+        restore_progress(eng, &info);
     }
     zt_ckpt_close(&info);
     return st;

@@ -85,20 +85,22 @@ zt_status ckpt_read_block(const zt_ckpt_info *info, int r, int u, int kind, void
     return ZT_OK;
 }
 
-zt_status zt_ckpt_read_range(const zt_ckpt_info *info, int u, int kind, size_t lo, size_t hi, float *dst,
+zt_status zt_ckpt_read_range(const zt_ckpt_info *info, int u, int kind, size_t lo, size_t hi, void *dst,
                              zt_error *err) {
     size_t S = zt_ckpt_unit_shard(info, u), numel = zt_ckpt_unit_numel(info, u);
-    memset(dst, 0, (hi - lo) * sizeof(float)); /* padding reads as zero */
+    size_t es = kind < 3 ? sizeof(float) : zt_dtype_size(info->dtype); /* bytes per element */
+    char *out = dst;
+    memset(out, 0, (hi - lo) * es); /* padding reads as zero */
     if (hi > numel) hi = numel;
     if (lo >= hi || S == 0) return ZT_OK;
     ZT_TRY(check_file_size(info, (int)(lo / S), err));
-    float *block = malloc(S * sizeof(float));
+    char *block = malloc(S * sizeof(float)); /* [S] of the kind's dtype */
     if (!block) return ZT_FAIL(err, ZT_ERR_OOM, "checkpoint: cannot allocate a block of %zu floats", S);
     zt_status st = ZT_OK;
     for (size_t r = lo / S; st == ZT_OK && r * S < hi; r++) {
         st = ckpt_read_block(info, (int)r, u, kind, block, err);
         size_t a = r * S > lo ? r * S : lo, b = (r + 1) * S < hi ? (r + 1) * S : hi;
-        if (st == ZT_OK) memcpy(dst + (a - lo), block + (a - r * S), (b - a) * sizeof(float));
+        if (st == ZT_OK) memcpy(out + (a - lo) * es, block + (a - r * S) * es, (b - a) * es);
     }
     free(block);
     return st;

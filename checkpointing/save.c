@@ -47,10 +47,10 @@ static zt_status put_block(int fd, const void *buf, size_t n, const char *path, 
  * (hashes[u * 4 + kind] their checksums). */
 static zt_status write_blocks(const saver *s, int fd, const char *path, unsigned long long *hashes) {
     zt_engine *eng = s->eng;
-    const zt_model_spec *spec = eng->spec;
-    size_t d = zt_dtype_size(eng->cfg.dtype);
+    const zt_model_spec *spec = zt_engine_spec(eng);
+    size_t d = zt_dtype_size(zt_engine_settings(eng)->dtype);
     unsigned char header[CKPT_HEADER];
-    ckpt_header(header, eng->cfg.dtype, s->step, spec->nunits);
+    ckpt_header(header, zt_engine_settings(eng)->dtype, s->step, spec->nunits);
     ZT_TRY(zt_write_all(fd, header, sizeof header, path, s->err));
     float *buf = malloc(spec->largest_unit_numel * sizeof(float) + 64); /* [S] */
     if (!buf) return ZT_FAIL(s->err, ZT_ERR_OOM, "checkpoint: cannot allocate a staging buffer");
@@ -132,30 +132,34 @@ static json_t *layout_json(const zt_model_spec *spec) {
 
 /* Every rank file has the same size: the header and S x (12 + dtype) per unit. */
 static size_t rank_file_bytes(const zt_engine *eng) {
-    size_t bytes = CKPT_HEADER, d = zt_dtype_size(eng->cfg.dtype);
-    for (int u = 0; u < eng->spec->nunits; u++) bytes += eng->spec->units[u].shard_numel * (12 + d);
+    size_t bytes = CKPT_HEADER, d = zt_dtype_size(zt_engine_settings(eng)->dtype);
+    for (int u = 0; u < zt_engine_spec(eng)->nunits; u++) bytes += zt_engine_spec(eng)->units[u].shard_numel * (12 + d);
     return bytes;
 }
 
 static json_t *manifest_json(const saver *s, const json_t *run_info, const unsigned long long *hashes) {
     zt_engine *eng = s->eng;
-    int N = s->comm->world_size, nblocks = eng->spec->nunits * ZT_CKPT_KINDS;
+    int N = s->comm->world_size, nblocks = zt_engine_spec(eng)->nunits * ZT_CKPT_KINDS;
     json_t *m = json_object(), *files = json_array();
     json_object_set_new(m, "format", json_string("zerotrain-checkpoint"));
     json_object_set_new(m, "version", json_integer(ZT_CKPT_VERSION));
     json_object_set_new(m, "step", json_integer(s->step));
-    json_object_set_new(m, "optimizer_steps", json_integer(eng->steps_taken));
-    const zt_loss_scaler *ls = &eng->scaler;
+    zt_engine_state_counters pr = zt_engine_get_counters(eng);
+    json_object_set_new(m, "optimizer_steps", json_integer(pr.steps_taken));
+    /* A delayed update's pending part: its master, m, v are after the last
+     * update, its params block holds what the next step computes with. */
+    json_object_set_new(m, "params_behind", json_boolean(pr.params_behind));
+    const zt_loss_scaler *ls = &pr.scaler;
     json_object_set_new(m, "loss_scaler",
                         json_pack("{s:f,s:i,s:i,s:I,s:i}", "scale", ls->scale, "good_steps", ls->good_steps,
                                   "hysteresis_left", ls->hysteresis_left, "skipped_steps",
                                   (json_int_t)ls->skipped_steps, "consecutive_skips", ls->consecutive_skips));
     json_object_set_new(m, "world_size", json_integer(N));
-    json_object_set_new(m, "stage", json_integer(eng->cfg.stage));
-    json_object_set_new(m, "dtype", json_string(zt_dtype_name(eng->cfg.dtype)));
-    json_object_set_new(m, "offload", json_boolean(eng->cfg.offload));
+    json_object_set_new(m, "stage", json_integer(zt_engine_settings(eng)->stage));
+    json_object_set_new(m, "dtype", json_string(zt_dtype_name(zt_engine_settings(eng)->dtype)));
+    json_object_set_new(m, "offload", json_boolean(zt_engine_settings(eng)->offload));
     json_object_set_new(m, "run", json_deep_copy(run_info));
-    json_object_set_new(m, "units", layout_json(eng->spec));
+    json_object_set_new(m, "units", layout_json(zt_engine_spec(eng)));
     for (int r = 0; r < N; r++) {
         json_t *fj = json_object(), *blocks = json_array();
         char name[32], hex[17];
@@ -273,7 +277,7 @@ static zt_status prepare(const saver *s, char *tmpdir, size_t cap) {
 zt_status zt_ckpt_save(zt_engine *eng, zt_comm *comm, const char *dir, int step, const json_t *run_info, int keep,
                        const zt_ckpt_hooks *hooks, zt_error *err) {
     saver s = {eng, comm, dir, step, hooks, err};
-    int N = comm->world_size, nblocks = eng->spec->nunits * ZT_CKPT_KINDS;
+    int N = comm->world_size, nblocks = zt_engine_spec(eng)->nunits * ZT_CKPT_KINDS;
     char tmpdir[1100];
     ZT_TRY(zt_comm_agree(comm, prepare(&s, tmpdir, sizeof tmpdir), err));
     unsigned long long *hashes = calloc((size_t)N * nblocks, sizeof *hashes); /* [N][nblocks] block checksums */

@@ -87,9 +87,10 @@ size_t zt_ckpt_unit_shard(const zt_ckpt_info *info, int u);
 size_t zt_ckpt_unit_numel(const zt_ckpt_info *info, int u);
 /* Checks every block of every rank file (sizes and checksums). */
 zt_status zt_ckpt_verify(const zt_ckpt_info *info, zt_error *err);
-/* Reads elements [lo, hi) of unit u's kind (0 master, 1 m, 2 v: fp32) into
- * dst[hi - lo], reading and verifying every block that overlaps. */
-zt_status zt_ckpt_read_range(const zt_ckpt_info *info, int u, int kind, size_t lo, size_t hi, float *dst,
+/* Reads elements [lo, hi) of unit u's kind (0 master, 1 m, 2 v: fp32; 3
+ * params: the checkpoint's dtype) into dst[hi - lo], reading and verifying
+ * every block that overlaps. */
+zt_status zt_ckpt_read_range(const zt_ckpt_info *info, int u, int kind, size_t lo, size_t hi, void *dst,
                              zt_error *err);
 
 /* Writes the checkpoint's consolidated fp32 master values (bf16, fp16: rounded) as

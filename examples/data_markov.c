@@ -14,83 +14,89 @@ static double entropy_of(const double *p, size_t n) {
     return h;
 }
 
-zt_status zt_data_markov_create(zt_data *d, int vocab, int order, int branch, uint64_t seed, zt_error *err) {
-    memset(d, 0, sizeof *d);
-    d->kind = ZT_DATA_MARKOV;
-    if (vocab < 2 || order < 1 || branch < 1 || branch > vocab)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "markov source: need vocab >= 2, order >= 1, 1 <= branch <= vocab");
-    double nctx = pow((double)vocab, (double)order);
-    if (nctx > (double)(1u << 22))
-        return ZT_FAIL(err, ZT_ERR_INVALID, "markov source: vocab^order = %.0f contexts is too many (max 4194304)", nctx);
-    d->vocab = vocab;
-    d->order = order;
-    d->branch = branch;
-    d->ncontexts = (size_t)nctx;
-    size_t nc = d->ncontexts, nb = (size_t)branch;
+/* The source's tables, and the scratch `next` [ncontexts] and `probs`
+ * [branch] the construction needs; on failure nothing stays allocated. */
+static zt_status alloc_tables(zt_data *d, double **next, double **probs, zt_error *err) {
+    size_t nc = d->ncontexts, nb = (size_t)d->branch;
     d->succ = malloc(nc * nb * sizeof *d->succ);
     d->succ_cdf = malloc(nc * nb * sizeof *d->succ_cdf);
     d->stationary = malloc(nc * sizeof *d->stationary);
     d->stat_cdf = malloc(nc * sizeof *d->stat_cdf);
-    double *next = malloc(nc * sizeof *next);
-    double *probs = malloc(nb * sizeof *probs);
-    if (!d->succ || !d->succ_cdf || !d->stationary || !d->stat_cdf || !next || !probs) {
-        free(next);
-        free(probs);
+    *next = malloc(nc * sizeof **next);
+    *probs = malloc(nb * sizeof **probs);
+    if (!d->succ || !d->succ_cdf || !d->stationary || !d->stat_cdf || !*next || !*probs) {
+        free(*next);
+        free(*probs);
         zt_data_destroy(d);
         return ZT_FAIL(err, ZT_ERR_OOM, "markov source: cannot allocate tables");
     }
+    return ZT_OK;
+}
 
-    /* Successors: `branch` distinct tokens with skewed random weights. */
-    zt_rng r = zt_rng_keyed(seed, 0x6d61726bu, (uint64_t)vocab, (uint64_t)order);
-    double rate = 0.0;
-    for (size_t c = 0; c < nc; c++) {
-        int32_t *s = d->succ + c * nb;
-        double total = 0.0;
-        for (size_t j = 0; j < nb; j++) {
-            int32_t tok;
-            int dup;
-            do {
-                tok = (int32_t)zt_rng_below(&r, (uint32_t)vocab);
-                dup = 0;
-                for (size_t i = 0; i < j; i++) dup |= s[i] == tok;
-            } while (dup);
-            s[j] = tok;
-            double u = zt_rng_uniform_d(&r);
-            probs[j] = u * u + 0.05;
-            total += probs[j];
-        }
-        double acc = 0.0;
-        for (size_t j = 0; j < nb; j++) {
-            probs[j] /= total;
-            acc += probs[j];
-            d->succ_cdf[c * nb + j] = acc;
-        }
-        d->succ_cdf[c * nb + nb - 1] = 1.0;
-    }
-
-    /* Stationary distribution by lazy power iteration (pi <- (pi + pi P) / 2
-     * converges even for a periodic chain and has the same fixed point). */
-    for (size_t c = 0; c < nc; c++) d->stationary[c] = 1.0 / (double)nc;
-    for (int it = 0; it < 100000; it++) {
-        memset(next, 0, nc * sizeof *next);
-        for (size_t c = 0; c < nc; c++) {
-            double prev = 0.0;
-            for (size_t j = 0; j < nb; j++) {
-                double q = d->succ_cdf[c * nb + j] - prev;
-                prev = d->succ_cdf[c * nb + j];
-                size_t nxt = (c * (size_t)vocab + (size_t)d->succ[c * nb + j]) % nc;
-                next[nxt] += d->stationary[c] * q;
-            }
-        }
-        double diff = 0.0;
-        for (size_t c = 0; c < nc; c++) {
-            double v = 0.5 * (d->stationary[c] + next[c]);
-            diff += fabs(v - d->stationary[c]);
-            d->stationary[c] = v;
-        }
-        if (diff < 1e-14) break;
+/* One context's successors: nb distinct tokens in succ [nb] with skewed
+ * random weights, their cumulative probabilities in cdf [nb]. */
+static void draw_successors(zt_rng *r, int vocab, size_t nb, int32_t *succ, double *cdf, double *probs) {
+    double total = 0.0;
+    for (size_t j = 0; j < nb; j++) {
+        int32_t tok;
+        int dup;
+        do {
+            tok = (int32_t)zt_rng_below(r, (uint32_t)vocab);
+            dup = 0;
+            for (size_t i = 0; i < j; i++) dup |= succ[i] == tok;
+        } while (dup);
+        succ[j] = tok;
+        double u = zt_rng_uniform_d(r);
+        probs[j] = u * u + 0.05;
+        total += probs[j];
     }
     double acc = 0.0;
+    for (size_t j = 0; j < nb; j++) {
+        probs[j] /= total;
+        acc += probs[j];
+        cdf[j] = acc;
+    }
+    cdf[nb - 1] = 1.0;
+}
+
+/* One step of find_stationary's iteration, with next [ncontexts] as
+ * scratch; returns the L1 change of pi. */
+static double lazy_power_step(zt_data *d, double *next) {
+    size_t nc = d->ncontexts, nb = (size_t)d->branch;
+    memset(next, 0, nc * sizeof *next);
+    for (size_t c = 0; c < nc; c++) {
+        double prev = 0.0;
+        for (size_t j = 0; j < nb; j++) {
+            double q = d->succ_cdf[c * nb + j] - prev;
+            prev = d->succ_cdf[c * nb + j];
+            size_t nxt = (c * (size_t)d->vocab + (size_t)d->succ[c * nb + j]) % nc;
+            next[nxt] += d->stationary[c] * q;
+        }
+    }
+    double diff = 0.0;
+    for (size_t c = 0; c < nc; c++) {
+        double v = 0.5 * (d->stationary[c] + next[c]);
+        diff += fabs(v - d->stationary[c]);
+        d->stationary[c] = v;
+    }
+    return diff;
+}
+
+/* Stationary distribution by lazy power iteration (pi <- (pi + pi P) / 2
+ * converges even for a periodic chain and has the same fixed point). */
+static void find_stationary(zt_data *d, double *next) {
+    size_t nc = d->ncontexts;
+    for (size_t c = 0; c < nc; c++) d->stationary[c] = 1.0 / (double)nc;
+    for (int it = 0; it < 100000; it++)
+        if (lazy_power_step(d, next) < 1e-14) break;
+}
+
+/* From the stationary law: the entropy rate, the start contexts' cdf and
+ * the entropies of the first k tokens and of the first token alone; next
+ * [ncontexts] and probs [branch] are scratch. */
+static void stationary_entropies(zt_data *d, double *next, double *probs) {
+    size_t nc = d->ncontexts, nb = (size_t)d->branch;
+    double rate = 0.0, acc = 0.0;
     for (size_t c = 0; c < nc; c++) {
         double prev = 0.0;
         for (size_t j = 0; j < nb; j++) {
@@ -105,10 +111,34 @@ zt_status zt_data_markov_create(zt_data *d, int vocab, int order, int branch, ui
     d->entropy_rate = rate;
     d->start_entropy = entropy_of(d->stationary, nc);
     /* The first token of a context is its most significant base-V digit. */
-    memset(next, 0, (size_t)vocab * sizeof *next);
-    size_t stride = nc / (size_t)vocab;
+    memset(next, 0, (size_t)d->vocab * sizeof *next);
+    size_t stride = nc / (size_t)d->vocab;
     for (size_t c = 0; c < nc; c++) next[c / stride] += d->stationary[c];
-    d->first_token_entropy = entropy_of(next, (size_t)vocab);
+    d->first_token_entropy = entropy_of(next, (size_t)d->vocab);
+}
+
+zt_status zt_data_markov_create(zt_data *d, int vocab, int order, int branch, uint64_t seed, zt_error *err) {
+    memset(d, 0, sizeof *d);
+    d->kind = ZT_DATA_MARKOV;
+    if (vocab < 2 || order < 1 || branch < 1 || branch > vocab)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "markov source: need vocab >= 2, order >= 1, 1 <= branch <= vocab");
+    double nctx = pow((double)vocab, (double)order);
+    if (nctx > (double)(1u << 22))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "markov source: vocab^order = %.0f contexts is too many (max 4194304)", nctx);
+    d->vocab = vocab;
+    d->order = order;
+    d->branch = branch;
+    d->ncontexts = (size_t)nctx;
+    double *next, *probs; /* [ncontexts], [branch] scratch */
+    ZT_TRY(alloc_tables(d, &next, &probs, err));
+
+    /* Successors: `branch` distinct tokens with skewed random weights. */
+    zt_rng r = zt_rng_keyed(seed, 0x6d61726bu, (uint64_t)vocab, (uint64_t)order);
+    size_t nb = (size_t)branch;
+    for (size_t c = 0; c < d->ncontexts; c++)
+        draw_successors(&r, vocab, nb, d->succ + c * nb, d->succ_cdf + c * nb, probs);
+    find_stationary(d, next);
+    stationary_entropies(d, next, probs);
     free(next);
     free(probs);
     return ZT_OK;

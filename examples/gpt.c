@@ -263,7 +263,7 @@ zt_status zt_gpt_take_losses(zt_gpt *g, zt_ctx *ctx, double *sum_of_means) {
 }
 
 void zt_gpt_free_activations(zt_gpt *g, zt_engine *eng) {
-    zt_mem *mem = &eng->ctx->device_mem;
+    zt_mem *mem = &zt_engine_context(eng)->device_mem;
     zt_tensor_free(&g->tokens, mem);
     zt_tensor_free(&g->targets, mem);
     zt_tensor_free(&g->encoded, mem);
@@ -367,8 +367,8 @@ static zt_status replay_block(zt_gpt *g, zt_ctx *ctx, const zt_ops *ops, int l, 
 
 zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const int32_t *targets,
                          int B, int T, float *mean_loss) {
-    zt_ctx *ctx = eng->ctx;
-    const zt_ops *ops = eng->kernels;
+    zt_ctx *ctx = zt_engine_context(eng);
+    const zt_ops *ops = zt_engine_kernels(eng);
     zt_stream *s = &ctx->compute;
     int C = g->cfg.d_model, V = g->cfg.vocab, L = g->cfg.layers;
     if (B <= 0 || T <= 0 || T > g->cfg.seq_len)
@@ -377,7 +377,7 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
     zt_gpt_free_activations(g, eng);
     g->B = B;
     g->T = T;
-    g->act = eng->compute_dtype;
+    g->act = zt_engine_compute_dtype(eng);
     size_t N = (size_t)B * T, d = zt_dtype_size(g->act);
 
     /* Token ids live on the device. */
@@ -506,37 +506,40 @@ static void block_backward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, con
 #undef F
 }
 
-zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
-    zt_ctx *ctx = eng->ctx;
-    const zt_ops *ops = eng->kernels;
+/* Carves the backward workspace (zt_gpt_backward_workspace_bytes) into the
+ * activation gradients and the attention scratch. */
+static zt_status backward_ws_alloc(const zt_gpt *g, zt_ctx *ctx, backward_ws *ws) {
+    size_t NC = (size_t)g->B * g->T * g->cfg.d_model, e = zt_dtype_size(g->act);
+    memset(ws, 0, sizeof *ws);
+    ZT_TRY(alloc_bytes(ctx, &ws->buf, zt_gpt_backward_workspace_bytes(&g->cfg, g->B, g->T, g->act),
+                       ZT_CAT_WORKSPACE, "backward grads"));
+    char *base = ws->buf.data; /* [14 NC] act, then [B,NH,T] fp32 */
+    ws->elem = e;
+    ws->dres = base;
+    ws->dln = base + NC * e;
+    ws->datty = base + 2 * NC * e;
+    ws->dqkv = base + 3 * NC * e;
+    ws->dfch = base + 6 * NC * e;
+    ws->dfchg = base + 10 * NC * e; /* adjacent to dfch: block_backward lends both as one scratch */
+    ws->datt = (float *)(base + ((14 * NC * e + 3) & ~(size_t)3));
+    return ZT_OK;
+}
+
+/* The head's backward (cross-entropy, LM head, final layernorm), from the
+ * last block's output xL [N,C]: leaves its gradient in ws->dres and frees
+ * the head's activations. */
+static zt_status head_backward(zt_gpt *g, zt_engine *eng, const void *xL, float dloss, backward_ws *ws) {
+    zt_ctx *ctx = zt_engine_context(eng);
+    const zt_ops *ops = zt_engine_kernels(eng);
     zt_stream *s = &ctx->compute;
-    int B = g->B, T = g->T, C = g->cfg.d_model, V = g->cfg.vocab, L = g->cfg.layers;
-    size_t N = (size_t)B * T, NC = N * C, e = zt_dtype_size(g->act);
-    if (!g->head_acts.data) return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "backward without forward");
-
-    backward_ws ws;
-    memset(&ws, 0, sizeof ws);
-    ZT_TRY(alloc_bytes(ctx, &ws.buf, zt_gpt_backward_workspace_bytes(&g->cfg, B, T, g->act), ZT_CAT_WORKSPACE,
-                       "backward grads"));
-    char *base = ws.buf.data;
-    ws.elem = e;
-    ws.dres = base;
-    ws.dln = base + NC * e;
-    ws.datty = base + 2 * NC * e;
-    ws.dqkv = base + 3 * NC * e;
-    ws.dfch = base + 6 * NC * e;
-    ws.dfchg = base + 10 * NC * e; /* adjacent to dfch: block_backward lends both as one scratch */
-    ws.datt = (float *)(base + ((14 * NC * e + 3) & ~(size_t)3));
-
-    const int32_t *dtok = g->tokens.data, *dtgt = g->targets.data;
-    zt_gpt_head_layout hl = zt_gpt_head_layout_for(&g->cfg, B, T, g->act);
-    void *lnf = at(&g->head_acts, hl.lnf), *probs = at(&g->head_acts, hl.probs);
-    float *lnf_mean = (float *)at(&g->head_acts, hl.lnf_mean), *lnf_rstd = (float *)at(&g->head_acts, hl.lnf_rstd);
-    zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T, g->act);
-    const void *xL = L > 0 ? block_output(g, L - 1, &lay) : g->encoded.data;
-
-    /* Head. */
-    ZT_TRY(zt_engine_begin_pass(eng, ZT_PASS_BACKWARD));
+    int C = g->cfg.d_model, V = g->cfg.vocab;
+    size_t N = (size_t)g->B * g->T, NC = N * C, e = ws->elem;
+    const int32_t *dtgt = g->targets.data; /* [N] */
+    zt_gpt_head_layout hl = zt_gpt_head_layout_for(&g->cfg, g->B, g->T, g->act);
+    void *lnf = at(&g->head_acts, hl.lnf);     /* [N,C] act */
+    void *probs = at(&g->head_acts, hl.probs); /* [N,V] act */
+    float *lnf_mean = (float *)at(&g->head_acts, hl.lnf_mean); /* [N] fp32 */
+    float *lnf_rstd = (float *)at(&g->head_acts, hl.lnf_rstd); /* [N] fp32 */
     const void *w, *wemb = NULL;
     float *dw, *dwemb = NULL;
     ZT_TRY(zt_engine_gather(eng, g->unit_head, &w));
@@ -546,65 +549,80 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
         ZT_TRY(zt_engine_grad_buffer(eng, g->unit_embed, &dwemb));
     }
     const void *lm_w = g->cfg.tied ? param_ptr(g, wemb, g->unit_embed, g->p_wte)
-                                   : param_ptr(g, w, g->unit_head, g->p_lm_head);
+                                   : param_ptr(g, w, g->unit_head, g->p_lm_head); /* [V,C] */
     float *dlm_w = g->cfg.tied ? grad_ptr(g, dwemb, g->unit_embed, g->p_wte)
-                               : grad_ptr(g, dw, g->unit_head, g->p_lm_head);
+                               : grad_ptr(g, dw, g->unit_head, g->p_lm_head); /* [V,C] fp32 */
     ops->softmax_xent_bwd(s, probs, probs, dtgt, (int)N, V, dloss); /* dlogits in place */
-    zero(s, ws.dln, NC, e);
-    ops->matmul_bwd(s, ws.dln, dlm_w, NULL, probs, lnf, lm_w, (int)N, C, V);
-    zero(s, ws.dres, NC, e);
-    ops->layernorm_bwd(s, ws.dres, grad_ptr(g, dw, g->unit_head, g->p_lnf_w),
-                       grad_ptr(g, dw, g->unit_head, g->p_lnf_b), ws.dln, xL,
+    zero(s, ws->dln, NC, e);
+    ops->matmul_bwd(s, ws->dln, dlm_w, NULL, probs, lnf, lm_w, (int)N, C, V);
+    zero(s, ws->dres, NC, e);
+    ops->layernorm_bwd(s, ws->dres, grad_ptr(g, dw, g->unit_head, g->p_lnf_w),
+                       grad_ptr(g, dw, g->unit_head, g->p_lnf_b), ws->dln, xL,
                        param_ptr(g, w, g->unit_head, g->p_lnf_w), lnf_mean, lnf_rstd, (int)N, C);
     if (g->cfg.tied) ZT_TRY(zt_engine_release(eng, g->unit_embed));
     ZT_TRY(zt_engine_release(eng, g->unit_head));
     ZT_TRY(zt_engine_grads_ready(eng, g->unit_head));
     zt_tensor_free(&g->head_acts, &ctx->device_mem);
-
-    /* Blocks, last to first. */
-    for (int l = L - 1; l >= 0; l--) {
-        int u = g->first_block + l;
-        const void *x = block_input(g, l, &lay);
-        ZT_TRY(zt_engine_gather(eng, u, &w));
-        if (block_keep(g, l) != ZT_KEEP_ALL) {
-            /* Replay with the parameters just gathered for backward (one
-             * gather at stage 3, not two). Host time: the replay itself on
-             * the CPU; on a GPU the time to enqueue it (a wait here would
-             * stall the stream pipeline). */
-            double t0 = zt_now_s();
-            ZT_TRY(replay_block(g, ctx, ops, l, &lay, x, w, u));
-            g->recompute_time_s += zt_now_s() - t0;
-        }
-        ZT_TRY(zt_engine_grad_buffer(eng, u, &dw));
-        block_backward(g, s, ops, g->block_acts[l].data, &lay, x, w, dw, u, &ws);
-        ZT_TRY(zt_engine_release(eng, u));
-        ZT_TRY(zt_engine_grads_ready(eng, u));
-        zt_tensor_free(&g->block_acts[l], &ctx->device_mem);
-        zt_tensor_free(&g->block_out[l], &ctx->device_mem);
-    }
-
-    /* Embedding. */
-    ZT_TRY(zt_engine_grad_buffer(eng, g->unit_embed, &dw));
-    ops->embedding_bwd(s, grad_ptr(g, dw, g->unit_embed, g->p_wte), grad_ptr(g, dw, g->unit_embed, g->p_wpe),
-                       ws.dres, dtok, B, T, C);
-    ZT_TRY(zt_engine_grads_ready(eng, g->unit_embed));
-    zt_tensor_free(&ws.buf, &ctx->device_mem);
-    zt_gpt_free_activations(g, eng);
     return ZT_OK;
 }
 
-void zt_gpt_activation_bytes(const zt_gpt *g, int B, int T, zt_dtype act, size_t *per_unit, size_t *transient_bytes) {
-    size_t N = (size_t)B * T, C = (size_t)g->cfg.d_model, d = zt_dtype_size(act);
-    zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T, act);
-    int replays = 0;
-    for (int u = 0; u < g->spec->nunits; u++) per_unit[u] = 0;
-    per_unit[g->unit_embed] = (N * C * d + 3) / 4 * 4;
-    for (int l = 0; l < g->cfg.layers; l++) {
-        zt_keep keep = zt_recompute_keep(&g->cfg.recompute, l);
-        per_unit[g->first_block + l] = zt_gpt_block_kept_bytes(&g->cfg, B, T, act, keep);
-        replays |= keep != ZT_KEEP_ALL;
+/* Block l's unit through backward: gathered, its activations replayed if it
+ * did not keep them all, its gradients handed to the engine; ws->dres [N,C]
+ * goes from its output's gradient to its input's. */
+static zt_status block_unit_backward(zt_gpt *g, zt_engine *eng, int l, const zt_gpt_block_layout *lay,
+                                     backward_ws *ws) {
+    zt_ctx *ctx = zt_engine_context(eng);
+    const zt_ops *ops = zt_engine_kernels(eng);
+    int u = g->first_block + l;
+    const void *x = block_input(g, l, lay); /* [N,C] act */
+    const void *w;
+    float *dw;
+    ZT_TRY(zt_engine_gather(eng, u, &w));
+    if (block_keep(g, l) != ZT_KEEP_ALL) {
+        /* Replay with the parameters just gathered for backward (one
+         * gather at stage 3, not two). Host time: the replay itself on
+         * the CPU; on a GPU the time to enqueue it (a wait here would
+         * stall the stream pipeline). */
+        double t0 = zt_now_s();
+        ZT_TRY(replay_block(g, ctx, ops, l, lay, x, w, u));
+        g->recompute_time_s += zt_now_s() - t0;
     }
-    per_unit[g->unit_head] = zt_gpt_head_layout_for(&g->cfg, B, T, act).total;
-    /* backward workspace (see zt_gpt_backward) plus, when a block replays, its activations */
-    *transient_bytes = zt_gpt_backward_workspace_bytes(&g->cfg, B, T, act) + (replays ? lay.total : 0);
+    ZT_TRY(zt_engine_grad_buffer(eng, u, &dw));
+    block_backward(g, &ctx->compute, ops, g->block_acts[l].data, lay, x, w, dw, u, ws);
+    ZT_TRY(zt_engine_release(eng, u));
+    ZT_TRY(zt_engine_grads_ready(eng, u));
+    zt_tensor_free(&g->block_acts[l], &ctx->device_mem);
+    zt_tensor_free(&g->block_out[l], &ctx->device_mem);
+    return ZT_OK;
+}
+
+/* The embedding's gradients from ws->dres [N,C], the first block's input's. */
+static zt_status embedding_backward(zt_gpt *g, zt_engine *eng, const backward_ws *ws) {
+    const int32_t *dtok = g->tokens.data; /* [N] */
+    float *dw;
+    ZT_TRY(zt_engine_grad_buffer(eng, g->unit_embed, &dw));
+    zt_engine_kernels(eng)->embedding_bwd(&zt_engine_context(eng)->compute, grad_ptr(g, dw, g->unit_embed, g->p_wte),
+                                grad_ptr(g, dw, g->unit_embed, g->p_wpe), ws->dres, dtok, g->B, g->T,
+                                g->cfg.d_model);
+    return zt_engine_grads_ready(eng, g->unit_embed);
+}
+
+zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
+    zt_ctx *ctx = zt_engine_context(eng);
+    int L = g->cfg.layers;
+    if (!g->head_acts.data) return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "backward without forward");
+
+    backward_ws ws;
+    ZT_TRY(backward_ws_alloc(g, ctx, &ws));
+    zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, g->B, g->T, g->act);
+    const void *xL = L > 0 ? block_output(g, L - 1, &lay) : g->encoded.data; /* [N,C] act */
+
+    ZT_TRY(zt_engine_begin_pass(eng, ZT_PASS_BACKWARD));
+    ZT_TRY(head_backward(g, eng, xL, dloss, &ws));
+    /* Blocks, last to first. */
+    for (int l = L - 1; l >= 0; l--) ZT_TRY(block_unit_backward(g, eng, l, &lay, &ws));
+    ZT_TRY(embedding_backward(g, eng, &ws));
+    zt_tensor_free(&ws.buf, &ctx->device_mem);
+    zt_gpt_free_activations(g, eng);
+    return ZT_OK;
 }

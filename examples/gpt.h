@@ -125,13 +125,6 @@ zt_status zt_gpt_take_losses(zt_gpt *gpt, zt_ctx *ctx, double *sum_of_means);
 /* Backward of the last forward; the loss gradient per position is dloss
  * (1/(B*T*grad_accum) for a mean). Frees the activations as it goes. */
 zt_status zt_gpt_backward(zt_gpt *gpt, zt_engine *eng, float dloss);
-/* Planner hook: bytes of activations each unit keeps from its forward to its
- * backward for a [B,T] micro-batch in compute dtype `act` under its
- * recomputation policy (per_unit[nunits]), and the transient bytes the
- * largest step adds on top (the backward workspace and a replayed block).
- * Token ids (category other) are not included. */
-void zt_gpt_activation_bytes(const zt_gpt *gpt, int B, int T, zt_dtype act, size_t *per_unit, size_t *transient_bytes);
-
 /* Frees any activations still held (after an error, or forward without backward). */
 void zt_gpt_free_activations(zt_gpt *gpt, zt_engine *eng);
 

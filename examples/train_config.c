@@ -56,6 +56,9 @@ static const opt_spec options[] = {
     {"grad-clip", OPT_FLOAT, F(grad_clip), 0, 0, 1e30, NULL, "global gradient-norm clipping (0: off)"},
     {"stage", OPT_INT, F(stage), 0, 0, 3, NULL, "ZeRO stage 0..3"},
     {"offload", OPT_CHOICE, S(offload), 0, 0, "none|cpu", "optimizer state offload"},
+    {"offload-delay", OPT_INT, F(offload_delay), 0, 0, 1, NULL,
+     "1: delayed parameter update (experimental; with --offload cpu): the CPU Adam of a step overlaps the next "
+     "step's forward and backward, which use the parameters from before it"},
     {"recompute", OPT_STRING, S(recompute), 0, 0, NULL,
      "activation recomputation: none, full (blocks keep their input), selective (their GEMM outputs), every-K "
      "(one block in K replays)"},
@@ -402,6 +405,9 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
         c->prefetch_bucket_size = (int64_t)(0.9 * C * C);
     zt_recompute_policy rp;
     ZT_TRY(zt_recompute_parse(c->recompute, &rp, err));
+    if (c->offload_delay && strcmp(c->offload, "cpu") != 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-delay 1 needs --offload cpu (got --offload %s): the delayed "
+                       "update overlaps the CPU Adam with the next step", c->offload);
     if (c->save_every > 0 && !c->save_dir[0])
         return ZT_FAIL(err, ZT_ERR_INVALID, "--save-every %d needs --save-dir", c->save_every);
     if (c->d_model % c->heads != 0)

@@ -22,7 +22,7 @@ typedef struct {
     int64_t seed;
     double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
     /* runtime */
-    int stage, prefetch, threads, quiet, overlap_comm, trace, report_every;
+    int stage, prefetch, threads, quiet, overlap_comm, trace, report_every, offload_delay;
     double seq_len_jitter; /* each rank's T per step drawn in [(1 - F) seq_len, seq_len] */
     int64_t trace_max_events;
     int64_t prefetch_bucket_size; /* DeepSpeed's stage3_prefetch_bucket_size (parameters); 0: use prefetch */

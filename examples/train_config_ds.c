@@ -78,7 +78,8 @@ static void each_key(reader *r, json_t *obj, const char *prefix, key_fn each) {
     json_t *val;
     json_object_foreach(obj, key, val) {
         char path[200];
-        snprintf(path, sizeof path, "%s.%s", prefix, key);
+        int n = snprintf(path, sizeof path, "%s.%s", prefix, key);
+        if (n < 0 || (size_t)n >= sizeof path) memcpy(path + sizeof path - 4, "...", 4); /* named by its start */
         each(r, key, val, path);
     }
 }

@@ -14,6 +14,7 @@
 #include "zt_checkpoint.h"
 #include "zt_imbalance.h"
 #include "zt_rng.h"
+#include "zt_step.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -41,7 +42,7 @@ typedef struct {
 } trainer;
 
 static void trainer_free(trainer *t) {
-    if (t->eng.ctx) zt_gpt_free_activations(&t->gpt, &t->eng); /* engine exists only after init */
+    if (zt_engine_context(&t->eng)) zt_gpt_free_activations(&t->gpt, &t->eng); /* engine exists only after init */
     zt_engine_destroy(&t->eng);
     zt_gpt_destroy(&t->gpt);
     zt_data_destroy(&t->data);
@@ -183,30 +184,6 @@ static void print_rank_table(const zt_ctx *ctx, int N, const size_t *table, cons
     free(cats);
 }
 
-/* After a step: a skipped one is reported; too many in a row, or an fp16
- * overflow at the smallest loss scale allowed, stop the run. */
-static zt_status check_skipped(const zt_train_config *c, zt_ctx *ctx, const zt_engine *eng, int step) {
-    const zt_loss_scaler *s = &eng->scaler;
-    if (!eng->last_step_skipped) return ZT_OK;
-    int dynamic = zt_loss_scaler_dynamic(&eng->cfg);
-    if (s->exhausted)
-        return ZT_FAIL(&ctx->err, ZT_ERR_NUMERIC,
-                       "step %d: fp16 gradients overflowed at loss scale %g, and halving it would go below "
-                       "--min-loss-scale %g; the run stops (a lower --lr, or bf16, may help)",
-                       step, s->scale, eng->cfg.loss.min_loss_scale);
-    if (!dynamic && s->consecutive_skips >= c->max_skipped_steps)
-        return ZT_FAIL(&ctx->err, ZT_ERR_NUMERIC,
-                       "step %d: the gradients were not finite in %d step(s) in a row (--max-skipped-steps %d); "
-                       "the run stops", step, s->consecutive_skips, c->max_skipped_steps);
-    if (dynamic)
-        zt_log_rank0(&ctx->log, "step %d skipped: fp16 gradients overflowed (loss scale now %g; %ld skipped so far)",
-                     step, s->scale, s->skipped_steps);
-    else
-        zt_log_rank0(&ctx->log, "step %d skipped: the gradient norm is %g (%ld skipped so far)", step,
-                     eng->last_grad_norm, s->skipped_steps);
-    return ZT_OK;
-}
-
 /* One run's state across its steps. */
 typedef struct {
     const zt_train_config *c;
@@ -224,11 +201,11 @@ typedef struct {
 /* One step: what was counted before it, and what it measured. */
 typedef struct {
     int step, T; /* 0-based step; this rank's sequence length */
-    double t0, dt, loss, scale_used;
     float lr;
+    zt_step_result r;
     zt_coll_stats comm_before[ZT_COLL_KINDS];
     unsigned long long staging_allocs_before;
-    double xfer_before[4]; /* d2h bytes, d2h s, h2d bytes, h2d s */
+    zt_transfer_stats xfer_before;
     size_t driver_used, driver_total;
 } step_record;
 
@@ -272,6 +249,7 @@ static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, cons
                           .prefetch = prefetch,
                           .overlap_comm = c->overlap_comm,
                           .offload = strcmp(c->offload, "cpu") == 0,
+                          .offload_delay = c->offload_delay,
                           .host_threads = ctx->be->nthreads,
                           .loss = {c->loss_scale, c->initial_scale_power, c->loss_scale_window, c->hysteresis,
                                    c->min_loss_scale}};
@@ -351,80 +329,74 @@ static int seq_len_at(const zt_train_config *c, int rank, int step) {
     return lo + (int)zt_rng_below(&jr, (uint32_t)(T - lo + 1));
 }
 
-/* Forward and backward of every micro-batch of the step. */
-static zt_status micro_batches(run_state *r, const step_record *s) {
-    const zt_train_config *c = r->c;
-    zt_ctx *ctx = r->ctx;
-    trainer *t = r->t;
-    int B = c->micro_batch;
-    for (int micro = 0; micro < c->grad_accum; micro++) {
-        zt_data_batch(&t->data, (uint64_t)c->seed, ctx->rank, s->step, micro, B, s->T, t->tokens, t->targets);
-        zt_engine_begin_micro(&t->eng, micro == c->grad_accum - 1);
-        zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_FORWARD);
-        double tf = zt_now_s();
-        /* The loss is read after the step: no host wait between forward and backward. */
-        ZT_TRY(zt_gpt_forward(&t->gpt, &t->eng, t->tokens, t->targets, B, s->T, NULL));
-        zt_trace_span(ctx->trace, "forward", "phase", 0, tf);
-        zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_BACKWARD);
-        double tb = zt_now_s();
-        /* The mean's gradient, times the loss scale (1 unless fp16). */
-        float dloss = (float)t->eng.scaler.scale / ((float)B * (float)s->T * (float)c->grad_accum);
-        if (s->step + 1 == c->test_overflow_step && ctx->rank == c->test_overflow_rank) dloss = INFINITY;
-        ZT_TRY(zt_gpt_backward(&t->gpt, &t->eng, dloss));
-        ZT_TRY(zt_engine_sync_grads(&t->eng));
-        zt_trace_span(ctx->trace, "backward", "phase", 0, tb);
-    }
-    return ZT_OK;
+/* The GPT's half of a step (zt_step_model): each micro-batch's data, then
+ * its forward and backward. */
+typedef struct {
+    run_state *r;
+    int T; /* this rank's sequence length in this step */
+} gpt_step;
+
+static zt_status gpt_forward(void *arg, int step, int micro) {
+    gpt_step *g = arg;
+    const zt_train_config *c = g->r->c;
+    trainer *t = g->r->t;
+    zt_data_batch(&t->data, (uint64_t)c->seed, g->r->ctx->rank, step, micro, c->micro_batch, g->T, t->tokens,
+                  t->targets);
+    return zt_gpt_forward(&t->gpt, &t->eng, t->tokens, t->targets, c->micro_batch, g->T, NULL);
 }
 
-/* One training step: micro-batches, the optimizer, the global mean loss. */
+static zt_status gpt_backward(void *arg, int step, int micro, float loss_scale) {
+    (void)micro;
+    gpt_step *g = arg;
+    const zt_train_config *c = g->r->c;
+    /* The mean's gradient over the step's tokens, times the loss scale. */
+    float dloss = loss_scale / ((float)c->micro_batch * (float)g->T * (float)c->grad_accum);
+    if (step + 1 == c->test_overflow_step && g->r->ctx->rank == c->test_overflow_rank) dloss = INFINITY;
+    return zt_gpt_backward(&g->r->t->gpt, &g->r->t->eng, dloss);
+}
+
+static zt_status gpt_take_losses(void *arg, double *sum) {
+    gpt_step *g = arg;
+    return zt_gpt_take_losses(&g->r->t->gpt, g->r->ctx, sum);
+}
+
+/* ZT_TEST_EXIT_STEP/RANK: that rank dies between backward and the optimizer. */
+static void exit_hook(void *arg, int step) {
+    run_state *r = arg;
+    if (r->c->test_exit_step != step + 1 || r->c->test_exit_rank != r->ctx->rank) return;
+    zt_log_error(&r->ctx->log, "test hook: rank %d exits abruptly at step %d", r->ctx->rank, step + 1);
+    _exit(7);
+}
+
+/* One training step (zt_train_step), with what it is measured against. */
 static zt_status train_step(run_state *r, step_record *s) {
     const zt_train_config *c = r->c;
-    zt_ctx *ctx = r->ctx;
     trainer *t = r->t;
-    s->t0 = zt_now_s();
-    zt_mem_window_reset(&ctx->device_mem);
     t->gpt.recompute_time_s = 0.0;
     memcpy(s->comm_before, r->comm->stats, sizeof s->comm_before);
     s->staging_allocs_before = r->comm->staging.pinned_allocs;
-    double xfer[4] = {t->eng.d2h_bytes, t->eng.d2h_time_s, t->eng.h2d_bytes, t->eng.h2d_time_s};
-    memcpy(s->xfer_before, xfer, sizeof xfer);
-    s->T = seq_len_at(c, ctx->rank, s->step);
-    ZT_TRY(zt_engine_zero_grads(&t->eng));
-    ZT_TRY(micro_batches(r, s));
-    if (c->test_exit_step == s->step + 1 && c->test_exit_rank == ctx->rank) {
-        zt_log_error(&ctx->log, "test hook: rank %d exits abruptly at step %d", ctx->rank, s->step + 1);
-        _exit(7);
-    }
+    s->xfer_before = zt_engine_transfers(&t->eng);
+    s->T = seq_len_at(c, r->ctx->rank, s->step);
     s->lr = lr_at(c, s->step);
-    zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_OPTIMIZER);
-    double to = zt_now_s(), loss_sum = 0.0;
-    s->scale_used = t->eng.scaler.scale;
-    ZT_TRY(zt_engine_step(&t->eng, s->lr));
-    ZT_TRY(check_skipped(c, ctx, &t->eng, s->step + 1));
-    ZT_TRY(zt_gpt_take_losses(&t->gpt, ctx, &loss_sum)); /* waits for the step's kernels */
-    zt_trace_span(ctx->trace, "optimizer", "phase", 0, to);
-    char step_name[32];
-    snprintf(step_name, sizeof step_name, "step %d", s->step + 1);
-    zt_trace_span(ctx->trace, step_name, "step", 0, s->t0);
-    s->dt = zt_now_s() - s->t0;
-    zt_backend_driver_mem(ctx->be, &s->driver_used, &s->driver_total); /* once per step */
-    /* The global mean loss: per-rank means added in rank order. */
-    ZT_TRY(zt_comm_sum_f64(r->comm, loss_sum / c->grad_accum, &s->loss, &ctx->err));
-    s->loss /= r->comm->world_size;
-    t->losses[s->step - r->start] = s->loss;
-    t->step_times[s->step - r->start] = s->dt;
+    gpt_step g = {r, s->T};
+    zt_step_model model = {&g, gpt_forward, gpt_backward, gpt_take_losses};
+    zt_step_options opt = {c->grad_accum, s->lr, c->max_skipped_steps, exit_hook, r};
+    ZT_TRY(zt_train_step(&t->eng, &model, &opt, s->step, &s->r));
+    zt_backend_driver_mem(r->ctx->be, &s->driver_used, &s->driver_total); /* once per step */
+    t->losses[s->step - r->start] = s->r.loss;
+    t->step_times[s->step - r->start] = s->r.time_s;
     if (s->step > r->start || c->steps - r->start == 1) {
-        r->tokens_time += s->dt;
+        r->tokens_time += s->r.time_s;
         r->tokens_counted += (long)c->micro_batch * s->T * c->grad_accum * r->comm->world_size;
     }
     return ZT_OK;
 }
 
 /* The offload transfers of the step (bytes and GB/s each way, locked host bytes). */
-static json_t *offload_json(const zt_ctx *ctx, const zt_engine *eng, const double *before) {
-    double d2h = eng->d2h_bytes - before[0], d2h_s = eng->d2h_time_s - before[1];
-    double h2d = eng->h2d_bytes - before[2], h2d_s = eng->h2d_time_s - before[3];
+static json_t *offload_json(const zt_ctx *ctx, const zt_engine *eng, const zt_transfer_stats *before) {
+    zt_transfer_stats now = zt_engine_transfers(eng);
+    double d2h = now.d2h_bytes - before->d2h_bytes, d2h_s = now.d2h_s - before->d2h_s;
+    double h2d = now.h2d_bytes - before->h2d_bytes, h2d_s = now.h2d_s - before->h2d_s;
     json_t *x = json_object();
     json_object_set_new(x, "d2h_bytes", json_real(d2h));
     json_object_set_new(x, "d2h_gbs", json_real(d2h_s > 0 ? d2h / d2h_s / 1e9 : 0.0));
@@ -432,6 +404,9 @@ static json_t *offload_json(const zt_ctx *ctx, const zt_engine *eng, const doubl
     json_object_set_new(x, "h2d_gbs", json_real(h2d_s > 0 ? h2d / h2d_s / 1e9 : 0.0));
     json_object_set_new(x, "host_locked_bytes", json_integer((json_int_t)ctx->host_lock.locked_bytes));
     json_object_set_new(x, "host_unlocked_bytes", json_integer((json_int_t)ctx->host_lock.unlocked_bytes));
+    /* --offload-delay 1: the CPU Adam joined this step, and how long the step waited for it */
+    json_object_set_new(x, "delayed_adam_s", json_real(now.delayed_adam_s - before->delayed_adam_s));
+    json_object_set_new(x, "delayed_wait_s", json_real(now.delayed_wait_s - before->delayed_wait_s));
     return x;
 }
 
@@ -442,14 +417,14 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
     const zt_engine *eng = &t->eng;
     json_t *o = json_object();
     json_object_set_new(o, "step", json_integer(s->step + 1));
-    json_object_set_new(o, "loss", json_real(s->loss));
+    json_object_set_new(o, "loss", json_real(s->r.loss));
     json_object_set_new(o, "lr", json_real(s->lr));
     /* JSON has no inf or NaN: a skipped step's norm is null */
-    json_object_set_new(o, "grad_norm", isfinite(eng->last_grad_norm) ? json_real(eng->last_grad_norm) : json_null());
-    json_object_set_new(o, "skipped", json_boolean(eng->last_step_skipped));
-    json_object_set_new(o, "skipped_steps", json_integer(eng->scaler.skipped_steps));
-    json_object_set_new(o, "loss_scale", json_real(s->scale_used));
-    json_object_set_new(o, "step_time_s", json_real(s->dt));
+    json_object_set_new(o, "grad_norm", isfinite(s->r.grad_norm) ? json_real(s->r.grad_norm) : json_null());
+    json_object_set_new(o, "skipped", json_boolean(s->r.skipped));
+    json_object_set_new(o, "skipped_steps", json_integer(s->r.skipped_steps));
+    json_object_set_new(o, "loss_scale", json_real(s->r.loss_scale));
+    json_object_set_new(o, "step_time_s", json_real(s->r.time_s));
     json_object_set_new(o, "recompute_time_s", json_real(t->gpt.recompute_time_s));
     json_object_set_new(o, "tokens_per_s", json_real(tps));
     json_object_set_new(o, "seq_len", json_integer(s->T));
@@ -458,8 +433,8 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
     json_object_set_new(o, "comm", comm_json(r->comm, s->comm_before));
     json_t *staging = staging_json(r->comm, s->staging_allocs_before);
     if (staging) json_object_set_new(o, "host_staging", staging);
-    json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)eng->gathered_inflight_peak));
-    if (eng->cfg.offload) json_object_set_new(o, "offload", offload_json(ctx, eng, s->xfer_before));
+    json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)zt_engine_gathered_peak(eng)));
+    if (strcmp(r->c->offload, "cpu") == 0) json_object_set_new(o, "offload", offload_json(ctx, eng, &s->xfer_before));
     char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
     json_decref(o);
     if (line) {
@@ -474,7 +449,7 @@ static zt_status after_step(run_state *r, const step_record *s) {
     zt_ctx *ctx = r->ctx;
     zt_comm *comm = r->comm;
     int done = s->step + 1;
-    double tps = (double)c->micro_batch * s->T * c->grad_accum * comm->world_size / s->dt;
+    double tps = (double)c->micro_batch * s->T * c->grad_accum * comm->world_size / s->r.time_s;
     if (r->t->jsonl) write_step_json(r, s, tps);
     char peak[96];
     zt_format_bytes(ctx->device_mem.window_allocated_peak, peak, sizeof peak);
@@ -502,7 +477,7 @@ static zt_status after_step(run_state *r, const step_record *s) {
         zt_log_rank0(&ctx->log, "saved checkpoint step %d in %s (%.3f s)", done, c->save_dir, zt_now_s() - ts);
     }
     zt_log_rank0(&ctx->log, "step %5d/%d | loss %.6f | lr %.2e | grad norm %.3f | %.1f ms | %.0f tok/s | peak %s",
-                 done, c->steps, s->loss, s->lr, r->t->eng.last_grad_norm, s->dt * 1e3, tps, peak);
+                 done, c->steps, s->r.loss, s->lr, s->r.grad_norm, s->r.time_s * 1e3, tps, peak);
     return ZT_OK;
 }
 

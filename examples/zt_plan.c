@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "gpt.h"
-#include "planner.h"
+#include "gpt_plan.h"
 #include "train_config.h"
 
 typedef struct {
@@ -81,19 +81,26 @@ static zt_status synth_spec(zt_model_spec *spec, const zt_train_config *c, const
     return zt_spec_add_param(spec, *uh, "head", 1, shape, 1, &idx, err);
 }
 
-static void plan_for(zt_plan_input *in, zt_model_spec *spec, int world, int stage, zt_plan *out) {
-    zt_spec_layout(spec, world);
-    in->world = world;
-    in->stage = stage;
-    zt_plan_compute(in, out);
+/* What zt-plan plans: the engine's levers and the model's shape. */
+typedef struct {
+    zt_plan_input in;
+    zt_gpt_plan_model model;
+    zt_model_spec *spec;
+} plan_job;
+
+static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
+    zt_spec_layout(j->spec, world);
+    j->in.world = world;
+    j->in.stage = stage;
+    zt_plan_compute(&j->in, zt_gpt_plan_walk, &j->model, out);
 }
 
 /* Smallest world size at which the peak fits (0: none up to 2^20). */
-static int min_world(zt_plan_input in, zt_model_spec *spec, int stage, size_t device_mem) {
+static int min_world(plan_job j, int stage, size_t device_mem) {
     zt_plan p;
     int hi = 1;
     while (hi <= 1 << 20) {
-        plan_for(&in, spec, hi, stage, &p);
+        plan_for(&j, hi, stage, &p);
         if (p.peak_bytes <= device_mem) break;
         hi *= 2;
     }
@@ -101,7 +108,7 @@ static int min_world(zt_plan_input in, zt_model_spec *spec, int stage, size_t de
     int lo = hi / 2 + 1;
     while (lo < hi) { /* the peak falls as ranks are added */
         int mid = lo + (hi - lo) / 2;
-        plan_for(&in, spec, mid, stage, &p);
+        plan_for(&j, mid, stage, &p);
         if (p.peak_bytes <= device_mem) hi = mid;
         else lo = mid + 1;
     }
@@ -117,166 +124,181 @@ static void gb(char *buf, size_t cap, double bytes) {
     else snprintf(buf, cap, "%s", bin);
 }
 
-int main(int argc, char **argv) {
+/* Options, as zt-train reads them, and zt-plan's own; 2 on bad input,
+ * 0 after --help, -1 to go on. */
+static int read_options(int argc, char **argv, plan_flags *pf, zt_train_config *c) {
     zt_error err = {0};
-    plan_flags pf = {1, 0, 0, 0, 0};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    int nrest = 0;
-    zt_train_config c;
-    zt_train_config_defaults(&c);
-    int want_help = 0;
-    if (!rest || !take_flags(argc, argv, &pf, rest, &nrest, &err) ||
-        zt_train_config_parse(&c, nrest, rest, &want_help, &err) != ZT_OK ||
-        (!want_help && zt_train_config_validate(&c, &err) != ZT_OK)) {
+    int nrest = 0, want_help = 0;
+    zt_train_config_defaults(c);
+    if (!rest || !take_flags(argc, argv, pf, rest, &nrest, &err) ||
+        zt_train_config_parse(c, nrest, rest, &want_help, &err) != ZT_OK ||
+        (!want_help && zt_train_config_validate(c, &err) != ZT_OK)) {
         fprintf(stderr, "zt-plan: error: %s\n", err.msg);
         free(rest);
         return 2;
     }
     free(rest);
-    if (want_help) {
-        printf("usage: zt-plan [--world N] [--device-mem SIZE] [--json] [--params N --largest-unit-params N]\n"
-               "               [any zt-train option: model shape, --stage, --offload, --recompute, --dtype,\n"
-               "                --prefetch, --bucket-size, --micro-batch, ...]\n"
-               "Predicts per-rank device memory by category at the peak, host memory, whether it fits in\n"
-               "--device-mem, and for each stage the smallest world size at which it fits.\n"
-               "Without --params the model is zt-train's toy GPT with the given flags.\n\n");
-        zt_train_config_print_help(stdout, "zt-plan (zt-train options)");
-        return 0;
+    if (!want_help) return -1;
+    printf("usage: zt-plan [--world N] [--device-mem SIZE] [--json] [--params N --largest-unit-params N]\n"
+           "               [any zt-train option: model shape, --stage, --offload, --recompute, --dtype,\n"
+           "                --prefetch, --bucket-size, --micro-batch, ...]\n"
+           "Predicts per-rank device memory by category at the peak, host memory, whether it fits in\n"
+           "--device-mem, and for each stage the smallest world size at which it fits.\n"
+           "Without --params the model is zt-train's toy GPT with the given flags.\n\n");
+    zt_train_config_print_help(stdout, "zt-plan (zt-train options)");
+    return 0;
+}
+
+/* The units: the toy GPT's, or a GPT-shaped model from its totals. */
+static zt_status model_units(plan_job *j, zt_train_config *c, const plan_flags *pf, zt_error *err) {
+    if (c->heads <= 0 || c->d_model % c->heads) c->heads = c->d_model >= 64 ? c->d_model / 64 : 1;
+    zt_gpt_config *gc = &j->model.cfg;
+    *gc = (zt_gpt_config){.layers = c->layers, .d_model = c->d_model, .heads = c->heads, .seq_len = c->seq_len,
+                          .vocab = strcmp(c->data, "markov") == 0 ? c->vocab : 256, .micro_batch = c->micro_batch,
+                          .tied = c->tied, .attention_fused = strcmp(c->attention, "fused") == 0};
+    (void)zt_recompute_parse(c->recompute, &gc->recompute, err); /* checked by zt_train_config_validate */
+    j->spec = calloc(1, sizeof *j->spec);
+    if (!j->spec) return ZT_FAIL(err, ZT_ERR_OOM, "no memory");
+    if (pf->params > 0) {
+        return synth_spec(j->spec, c, pf, &j->model.unit_embed, &j->model.first_block, &j->model.unit_head, err);
     }
-    zt_model_spec *spec = calloc(1, sizeof *spec);
     zt_gpt gpt;
     memset(&gpt, 0, sizeof gpt);
-    zt_plan_input in;
-    memset(&in, 0, sizeof in);
-    if (c.heads <= 0 || c.d_model % c.heads) c.heads = c.d_model >= 64 ? c.d_model / 64 : 1;
-    int vocab = strcmp(c.data, "markov") == 0 ? c.vocab : 256;
-    zt_status st;
-    if (pf.params > 0) {
-        st = spec ? synth_spec(spec, &c, &pf, &in.unit_embed, &in.first_block, &in.unit_head, &err)
-                  : ZT_FAIL(&err, ZT_ERR_OOM, "no memory");
-    } else {
-        zt_gpt_config gc = {.layers = c.layers, .d_model = c.d_model, .heads = c.heads, .seq_len = c.seq_len,
-                            .vocab = vocab, .micro_batch = c.micro_batch, .tied = c.tied};
-        st = zt_gpt_create(&gpt, &gc, &err);
-        if (st == ZT_OK && spec) {
-            memcpy(spec, gpt.spec, sizeof *spec);
-            in.unit_embed = gpt.unit_embed;
-            in.first_block = gpt.first_block;
-            in.unit_head = gpt.unit_head;
-        }
-    }
-    if (st != ZT_OK) {
-        fprintf(stderr, "zt-plan: error: %s\n", err.msg);
-        zt_gpt_destroy(&gpt);
-        free(spec);
-        return 2;
-    }
-    in.offload = strcmp(c.offload, "cpu") == 0;
-    (void)zt_recompute_parse(c.recompute, &in.recompute, &err); /* checked by zt_train_config_validate */
-    in.attention_fused = strcmp(c.attention, "fused") == 0;
-    in.prefetch = c.prefetch;
-    in.prefetch_params = (long long)c.prefetch_bucket_size;
-    in.overlap_comm = c.overlap_comm;
-    in.tied = c.tied;
-    /* Activations in the compute dtype, as both backends and DeepSpeed's
-     * and FSDP's mixed precision keep them. */
-    (void)zt_dtype_parse(c.dtype, &in.dtype);
-    (void)zt_dtype_parse(c.reduce_dtype, &in.reduce_dtype);
-    in.compute_dtype = in.dtype;
-    in.bucket_bytes = c.bucket_size;
-    in.layers = c.layers;
-    in.d_model = c.d_model;
-    in.heads = c.heads;
-    in.seq_len = c.seq_len;
-    in.vocab = vocab;
-    in.micro_batch = c.micro_batch;
-    in.spec = spec;
-
-    zt_plan p;
-    plan_for(&in, spec, pf.world, c.stage, &p);
-    int fits = pf.device_mem == 0 || p.peak_bytes <= pf.device_mem;
-    int minw[4] = {0, 0, 0, 0};
-    if (pf.device_mem)
-        for (int s = 0; s < 4; s++) minw[s] = min_world(in, spec, s, pf.device_mem);
-    plan_for(&in, spec, pf.world, c.stage, &p); /* min_world re-laid the spec */
-
-    double P = (double)spec->total_numel;
-    size_t d = zt_dtype_size(in.dtype);
-    if (pf.json) {
-        json_t *o = json_object(), *cats = json_object(), *cat_peaks = json_object(), *mw = json_object();
-        for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
-            json_object_set_new(cats, zt_category_name(cc), json_integer((json_int_t)p.by_category[cc]));
-            json_object_set_new(cat_peaks, zt_category_name(cc), json_integer((json_int_t)p.peak_by_category[cc]));
-        }
-        for (int s = 0; s < 4 && pf.device_mem; s++) {
-            char k[4];
-            snprintf(k, sizeof k, "%d", s);
-            json_object_set_new(mw, k, minw[s] ? json_integer(minw[s]) : json_null());
-        }
-        json_object_set_new(o, "peak_bytes", json_integer((json_int_t)p.peak_bytes));
-        json_object_set_new(o, "by_category", cats);
-        /* Each category at its own peak (as zt-train's summary reports it). */
-        json_object_set_new(o, "peak_by_category", cat_peaks);
-        json_object_set_new(o, "host_bytes", json_integer((json_int_t)p.host_bytes));
-        json_object_set_new(o, "fits", json_boolean(fits));
-        json_object_set_new(o, "peak_moment", json_string(p.peak_moment));
-        json_object_set_new(o, "params", json_integer((json_int_t)spec->total_numel));
-        json_object_set_new(o, "world", json_integer(pf.world));
-        json_object_set_new(o, "stage", json_integer(c.stage));
-        json_object_set_new(o, "model_state_bytes_per_rank", json_integer((json_int_t)p.persistent_bytes));
-        json_object_set_new(o, "activations_kept_bytes", json_integer((json_int_t)p.activations_kept_bytes));
-        json_object_set_new(o, "device_mem", pf.device_mem ? json_integer((json_int_t)pf.device_mem) : json_null());
-        json_object_set_new(o, "min_world_by_stage", mw);
-        char *text = json_dumps(o, JSON_INDENT(1));
-        printf("%s\n", text);
-        free(text);
-        json_decref(o);
-    } else {
-        char a[64], b2[64], c2[64];
-        printf("zt-plan: %.4g parameters (%d units, largest %.4g), %s, ZeRO stage %d, %d rank(s), offload %s, "
-               "recompute %s, attention %s\n", P, spec->nunits, (double)spec->largest_unit_numel, zt_dtype_name(in.dtype),
-               c.stage, pf.world, c.offload, c.recompute, c.attention);
-        gb(a, sizeof a, P * (double)d);
-        gb(b2, sizeof b2, P * (double)(2 * d + 4 * (in.dtype != ZT_FP32 || in.offload) + 8));
-        gb(c2, sizeof c2, (double)p.persistent_bytes);
-        printf("  weights alone (%s): %s\n  model state (params %zu + grads %zu + fp32 master %d + Adam 8 bytes/param): %s in all\n"
-               "  model state per rank at this stage: %s\n",
-               zt_dtype_name(in.dtype), a, d, d, (in.dtype != ZT_FP32 || in.offload) ? 4 : 0, b2, c2);
-        printf("  per-rank device memory at the peak (%s):\n", p.peak_moment);
-        for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
-            gb(a, sizeof a, (double)p.by_category[cc]);
-            printf("    %-16s %s\n", zt_category_name(cc), a);
-        }
-        gb(a, sizeof a, (double)p.peak_bytes);
-        printf("    %-16s %s\n", "peak", a);
-        gb(a, sizeof a, (double)p.host_bytes);
-        printf("  host pool (offload): %s\n", a);
-        if (pf.device_mem) {
-            gb(a, sizeof a, (double)pf.device_mem);
-            gb(b2, sizeof b2, (double)p.peak_bytes);
-            printf("  verdict: %s: the peak %s is %s the %s device\n", fits ? "FITS" : "DOES NOT FIT", b2,
-                   fits ? "within" : "above", a);
-            /* The reason: model state against the largest other category. */
-            int top = ZT_CAT_ACTIVATIONS;
-            for (int cc = ZT_CAT_ACTIVATIONS; cc < ZT_NUM_CATEGORIES; cc++)
-                if (p.by_category[cc] > p.by_category[top]) top = cc;
-            gb(a, sizeof a, (double)p.persistent_bytes);
-            gb(b2, sizeof b2, (double)p.by_category[top]);
-            printf("  reason: model state takes %s per rank; the largest other part is %s with %s%s\n", a,
-                   zt_category_name(top), b2,
-                   top != ZT_CAT_ACTIVATIONS ? ""
-                   : !zt_recompute_any(&in.recompute) && !in.attention_fused
-                       ? " (try --attention fused, --recompute full or a smaller --micro-batch)"
-                   : !zt_recompute_any(&in.recompute) ? " (try --recompute full or a smaller --micro-batch)"
-                   : !in.attention_fused ? " (try --attention fused or a smaller --micro-batch)"
-                                         : " (try a smaller --micro-batch)");
-            for (int s = 0; s < 4; s++) {
-                if (minw[s]) printf("  stage %d fits from %d rank(s)\n", s, minw[s]);
-                else printf("  stage %d does not fit at any world size up to 1048576\n", s);
-            }
-        }
+    zt_status st = zt_gpt_create(&gpt, gc, err);
+    if (st == ZT_OK) {
+        memcpy(j->spec, gpt.spec, sizeof *j->spec);
+        j->model.unit_embed = gpt.unit_embed;
+        j->model.first_block = gpt.first_block;
+        j->model.unit_head = gpt.unit_head;
     }
     zt_gpt_destroy(&gpt);
-    free(spec);
+    return st;
+}
+
+/* The engine's levers from the options. Activations in the compute dtype,
+ * as both backends and DeepSpeed's and FSDP's mixed precision keep them. */
+static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_model_spec *spec) {
+    memset(in, 0, sizeof *in);
+    in->offload = strcmp(c->offload, "cpu") == 0;
+    in->offload_delay = c->offload_delay;
+    in->prefetch = c->prefetch;
+    in->prefetch_params = (long long)c->prefetch_bucket_size;
+    in->overlap_comm = c->overlap_comm;
+    (void)zt_dtype_parse(c->dtype, &in->dtype);
+    (void)zt_dtype_parse(c->reduce_dtype, &in->reduce_dtype);
+    in->compute_dtype = in->dtype;
+    in->bucket_bytes = c->bucket_size;
+    in->spec = spec;
+}
+
+static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
+                       const int *minw, int fits) {
+    json_t *o = json_object(), *cats = json_object(), *cat_peaks = json_object(), *mw = json_object();
+    for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
+        json_object_set_new(cats, zt_category_name(cc), json_integer((json_int_t)p->by_category[cc]));
+        json_object_set_new(cat_peaks, zt_category_name(cc), json_integer((json_int_t)p->peak_by_category[cc]));
+    }
+    for (int s = 0; s < 4 && pf->device_mem; s++) {
+        char k[4];
+        snprintf(k, sizeof k, "%d", s);
+        json_object_set_new(mw, k, minw[s] ? json_integer(minw[s]) : json_null());
+    }
+    json_object_set_new(o, "peak_bytes", json_integer((json_int_t)p->peak_bytes));
+    json_object_set_new(o, "by_category", cats);
+    /* Each category at its own peak (as zt-train's summary reports it). */
+    json_object_set_new(o, "peak_by_category", cat_peaks);
+    json_object_set_new(o, "host_bytes", json_integer((json_int_t)p->host_bytes));
+    json_object_set_new(o, "fits", json_boolean(fits));
+    json_object_set_new(o, "peak_moment", json_string(p->peak_moment));
+    json_object_set_new(o, "params", json_integer((json_int_t)j->spec->total_numel));
+    json_object_set_new(o, "world", json_integer(pf->world));
+    json_object_set_new(o, "stage", json_integer(c->stage));
+    json_object_set_new(o, "model_state_bytes_per_rank", json_integer((json_int_t)p->persistent_bytes));
+    json_object_set_new(o, "activations_kept_bytes", json_integer((json_int_t)p->activations_kept_bytes));
+    json_object_set_new(o, "device_mem", pf->device_mem ? json_integer((json_int_t)pf->device_mem) : json_null());
+    json_object_set_new(o, "min_world_by_stage", mw);
+    char *text = json_dumps(o, JSON_INDENT(1));
+    printf("%s\n", text);
+    free(text);
+    json_decref(o);
+}
+
+/* The part of the report on fitting: the verdict, its reason, each stage's smallest world. */
+static void print_verdict(const zt_plan *p, const plan_flags *pf, const zt_recompute_policy *rp, int fused,
+                          const int *minw, int fits) {
+    char a[64], b2[64];
+    gb(a, sizeof a, (double)pf->device_mem);
+    gb(b2, sizeof b2, (double)p->peak_bytes);
+    printf("  verdict: %s: the peak %s is %s the %s device\n", fits ? "FITS" : "DOES NOT FIT", b2,
+           fits ? "within" : "above", a);
+    /* The reason: model state against the largest other category. */
+    int top = ZT_CAT_ACTIVATIONS;
+    for (int cc = ZT_CAT_ACTIVATIONS; cc < ZT_NUM_CATEGORIES; cc++)
+        if (p->by_category[cc] > p->by_category[top]) top = cc;
+    gb(a, sizeof a, (double)p->persistent_bytes);
+    gb(b2, sizeof b2, (double)p->by_category[top]);
+    printf("  reason: model state takes %s per rank; the largest other part is %s with %s%s\n", a,
+           zt_category_name(top), b2,
+           top != ZT_CAT_ACTIVATIONS ? ""
+           : !zt_recompute_any(rp) && !fused ? " (try --attention fused, --recompute full or a smaller --micro-batch)"
+           : !zt_recompute_any(rp) ? " (try --recompute full or a smaller --micro-batch)"
+           : !fused ? " (try --attention fused or a smaller --micro-batch)"
+                    : " (try a smaller --micro-batch)");
+    for (int s = 0; s < 4; s++) {
+        if (minw[s]) printf("  stage %d fits from %d rank(s)\n", s, minw[s]);
+        else printf("  stage %d does not fit at any world size up to 1048576\n", s);
+    }
+}
+
+static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
+                       const int *minw, int fits) {
+    char a[64], b2[64], c2[64];
+    double P = (double)j->spec->total_numel;
+    zt_dtype dt = j->in.dtype;
+    size_t d = zt_dtype_size(dt);
+    int master = dt != ZT_FP32 || j->in.offload;
+    printf("zt-plan: %.4g parameters (%d units, largest %.4g), %s, ZeRO stage %d, %d rank(s), offload %s, "
+           "recompute %s, attention %s\n", P, j->spec->nunits, (double)j->spec->largest_unit_numel,
+           zt_dtype_name(dt), c->stage, pf->world, c->offload, c->recompute, c->attention);
+    gb(a, sizeof a, P * (double)d);
+    gb(b2, sizeof b2, P * (double)(2 * d + 4 * master + 8));
+    gb(c2, sizeof c2, (double)p->persistent_bytes);
+    printf("  weights alone (%s): %s\n  model state (params %zu + grads %zu + fp32 master %d + Adam 8 bytes/param): "
+           "%s in all\n  model state per rank at this stage: %s\n", zt_dtype_name(dt), a, d, d, master ? 4 : 0, b2, c2);
+    printf("  per-rank device memory at the peak (%s):\n", p->peak_moment);
+    for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
+        gb(a, sizeof a, (double)p->by_category[cc]);
+        printf("    %-16s %s\n", zt_category_name(cc), a);
+    }
+    gb(a, sizeof a, (double)p->peak_bytes);
+    printf("    %-16s %s\n", "peak", a);
+    gb(a, sizeof a, (double)p->host_bytes);
+    printf("  host pool (offload): %s\n", a);
+    if (pf->device_mem) print_verdict(p, pf, &j->model.cfg.recompute, j->model.cfg.attention_fused, minw, fits);
+}
+
+int main(int argc, char **argv) {
+    plan_flags pf = {1, 0, 0, 0, 0};
+    zt_train_config c;
+    int rc = read_options(argc, argv, &pf, &c);
+    if (rc >= 0) return rc;
+    zt_error err = {0};
+    plan_job j;
+    memset(&j, 0, sizeof j);
+    if (model_units(&j, &c, &pf, &err) != ZT_OK) {
+        fprintf(stderr, "zt-plan: error: %s\n", err.msg);
+        free(j.spec);
+        return 2;
+    }
+    engine_levers(&j.in, &c, j.spec);
+    zt_plan p;
+    int minw[4] = {0, 0, 0, 0};
+    for (int s = 0; s < 4 && pf.device_mem; s++) minw[s] = min_world(j, s, pf.device_mem);
+    plan_for(&j, pf.world, c.stage, &p); /* after min_world, which re-lays the spec */
+    int fits = pf.device_mem == 0 || p.peak_bytes <= pf.device_mem;
+    if (pf.json) print_json(&j, &p, &pf, &c, minw, fits);
+    else print_text(&j, &p, &pf, &c, minw, fits);
+    free(j.spec);
     return fits ? 0 : 1;
 }

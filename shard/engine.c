@@ -60,7 +60,8 @@ static zt_status check_agreement(zt_engine *e) {
     XXH64_state_t *h = XXH64_createState();
     if (!h) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate hash state");
     XXH64_reset(h, 0);
-    int head[4] = {e->spec->nunits, e->cfg.stage, (int)e->cfg.dtype, (int)e->cfg.reduce_dtype};
+    int head[6] = {e->spec->nunits, e->cfg.stage, (int)e->cfg.dtype, (int)e->cfg.reduce_dtype, e->cfg.offload,
+                   e->cfg.offload_delay};
     XXH64_update(h, head, sizeof head);
     for (int u = 0; u < e->spec->nunits; u++) {
         size_t sizes[2] = {e->spec->units[u].numel, e->spec->units[u].padded_numel};
@@ -82,6 +83,39 @@ static zt_status check_agreement(zt_engine *e) {
     return st;
 }
 
+/* Unit u's persistent buffers, as the stage and offload place them (zeroed). */
+static zt_status alloc_unit_state(zt_engine *e, int u) {
+    const zt_unit_spec *us = &e->spec->units[u];
+    zt_unit_state *st = &e->units[u];
+    size_t P = us->padded_numel, S = us->shard_numel, owned = owned_numel(e, u);
+    zt_dtype dt = e->cfg.dtype;
+    st->phase = full_params(e) ? ZT_UNIT_GATHERED : ZT_UNIT_SHARDED;
+    ZT_TRY(zt_engine_alloc(e, &st->params, dt, full_params(e) ? P : S, ZT_CAT_PARAMS, "params", u));
+    ZT_TRY(zt_engine_alloc(e, &st->grads, dt, full_grads(e) ? P : S, ZT_CAT_GRADS, "grads", u));
+    if (e->cfg.offload) {
+        ZT_TRY(zt_engine_alloc_host(e, &st->host_master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
+        ZT_TRY(zt_engine_alloc_host(e, &st->host_m, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam m", u));
+        return zt_engine_alloc_host(e, &st->host_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u);
+    }
+    if (dt != ZT_FP32) /* 16-bit params: an fp32 master copy */
+        ZT_TRY(zt_engine_alloc(e, &st->master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
+    ZT_TRY(zt_engine_alloc(e, &st->adam_m, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam m", u));
+    return zt_engine_alloc(e, &st->adam_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u);
+}
+
+/* Unit u's initial values, made whole on the host (they depend only on
+ * unit and parameter), placed as a checkpoint's are: this rank's owned
+ * part; stages 1-2 then all-gather the rest of the compute params. */
+static zt_status set_initial_values(zt_engine *e, int u, zt_param_init_fn init, void *init_arg) {
+    const zt_unit_spec *us = &e->spec->units[u];
+    float *vals = calloc(us->padded_numel, sizeof(float)); /* [P], padding zero */
+    if (!vals) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "engine: cannot allocate init values for unit %d", u);
+    for (int p = 0; p < us->nparams; p++) init(init_arg, u, p, vals + us->params[p].offset);
+    zt_status st = zt_engine_set_owned(e, u, vals + owned_lo(e, u), NULL, NULL);
+    free(vals);
+    return st;
+}
+
 zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_model_spec *spec,
                          const zt_engine_config *cfg, zt_param_init_fn init, void *init_arg) {
     memset(e, 0, sizeof *e);
@@ -91,6 +125,9 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
     e->cfg = *cfg;
     if (cfg->stage < 0 || cfg->stage > 3) return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "ZeRO stage %d", cfg->stage);
     if (cfg->bucket_bytes == 0) e->cfg.bucket_bytes = 1;
+    if (cfg->offload_delay && !cfg->offload)
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "--offload-delay 1 needs --offload cpu (the delayed update is the "
+                       "CPU Adam's)");
     e->kernels = ctx->be->ops_for[cfg->dtype] ? ctx->be->ops_for[cfg->dtype] : ctx->be->ops;
     e->compute_dtype = e->kernels->dtype;
     e->scaler = zt_loss_scaler_initial(cfg);
@@ -98,65 +135,18 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
     if (!e->units) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate unit table");
     ZT_TRY(check_agreement(e));
 
-    int half = cfg->dtype != ZT_FP32; /* 16-bit params: fp32 master copy */
-    for (int u = 0; u < spec->nunits; u++) {
-        const zt_unit_spec *us = &spec->units[u];
-        zt_unit_state *st = &e->units[u];
-        size_t P = us->padded_numel, S = us->shard_numel, lo = shard_lo(e, u);
-        st->phase = full_params(e) ? ZT_UNIT_GATHERED : ZT_UNIT_SHARDED;
-        ZT_TRY(zt_engine_alloc(e, &st->params, cfg->dtype, full_params(e) ? P : S, ZT_CAT_PARAMS, "params", u));
-        ZT_TRY(zt_engine_alloc(e, &st->grads, cfg->dtype, full_grads(e) ? P : S, ZT_CAT_GRADS, "grads", u));
-        size_t owned = owned_numel(e, u);
-        if (cfg->offload) {
-            ZT_TRY(zt_engine_alloc_host(e, &st->host_master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
-            ZT_TRY(zt_engine_alloc_host(e, &st->host_m, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam m", u));
-            ZT_TRY(zt_engine_alloc_host(e, &st->host_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u));
-        } else {
-            if (half) ZT_TRY(zt_engine_alloc(e, &st->master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
-            ZT_TRY(zt_engine_alloc(e, &st->adam_m, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam m", u));
-            ZT_TRY(zt_engine_alloc(e, &st->adam_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u));
-        }
-
-        /* The full initial values are made on the host, then each buffer
-         * takes its part (a copy to the device; 16-bit values rounded on the
-         * host with the same rounding as the cast kernels). */
-        float *vals = malloc(P * sizeof(float)); /* [P] */
-        uint16_t *vals16 = half ? malloc(P * sizeof(uint16_t)) : NULL; /* [P] dtype */
-        if (!vals || (half && !vals16)) {
-            free(vals);
-            free(vals16);
-            return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate init values for unit %d", u);
-        }
-        memset(vals, 0, P * sizeof(float));
-        for (int p = 0; p < us->nparams; p++) init(init_arg, u, p, vals + us->params[p].offset);
-        zt_tensor *fp32_store = cfg->offload ? &st->host_master : half ? &st->master : &st->params;
-        int store_full = cfg->offload || half ? full_optim(e) : full_params(e);
-        size_t slo = store_full ? 0 : lo, sn = store_full ? P : S;
-        size_t plo = full_params(e) ? 0 : lo, pn = full_params(e) ? P : S;
-        zt_status s = ZT_OK;
-        if (cfg->offload) memcpy(fp32_store->data, vals + slo, sn * sizeof(float)); /* host pool */
-        else s = ctx->be->memcpy_async(ctx->be, fp32_store->data, vals + slo, sn * sizeof(float), ZT_COPY_H2D,
-                                       &ctx->compute, &ctx->err);
-        if (s == ZT_OK && cfg->offload && !half) /* fp32 offload: the device params copy the host master */
-            s = ctx->be->memcpy_async(ctx->be, st->params.data, vals + plo, pn * sizeof(float), ZT_COPY_H2D,
-                                      &ctx->compute, &ctx->err);
-        if (s == ZT_OK && half) {
-            for (size_t k = 0; k < pn; k++) zt_dtype_store(vals16, cfg->dtype, k, vals[plo + k]);
-            s = ctx->be->memcpy_async(ctx->be, st->params.data, vals16, pn * sizeof(uint16_t), ZT_COPY_H2D,
-                                      &ctx->compute, &ctx->err);
-        }
-        if (s == ZT_OK) s = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
-        free(vals);
-        free(vals16);
-        ZT_TRY(s);
-    }
-    return ZT_OK;
+    for (int u = 0; u < spec->nunits; u++) ZT_TRY(alloc_unit_state(e, u));
+    for (int u = 0; u < spec->nunits; u++) ZT_TRY(set_initial_values(e, u, init, init_arg));
+    return zt_engine_gather_params(e);
 }
 
 void zt_engine_destroy(zt_engine *e) {
     if (!e->units) return;
     zt_mem *mem = &e->ctx->device_mem;
     zt_error ignore = {0};
+    zt_error reported = e->ctx->err; /* teardown after a failure must not replace its message */
+    (void)zt_engine_delayed_wait(e); /* its thread writes the host buffers freed below */
+    e->ctx->err = reported;
     for (int u = 0; u < e->spec->nunits; u++) {
         zt_unit_state *st = &e->units[u];
         if (st->gather_handle.active) zt_comm_wait(e->comm, &st->gather_handle, &ignore);
@@ -199,4 +189,17 @@ zt_status zt_engine_digest(zt_engine *e, char hex[33]) {
     free(full);
     snprintf(hex, 33, "%016llx%016llx", (unsigned long long)d.high64, (unsigned long long)d.low64);
     return st;
+}
+
+const zt_ops *zt_engine_kernels(const zt_engine *e) { return e->kernels; }
+zt_dtype zt_engine_compute_dtype(const zt_engine *e) { return e->compute_dtype; }
+zt_ctx *zt_engine_context(const zt_engine *e) { return e->ctx; }
+const zt_engine_config *zt_engine_settings(const zt_engine *e) { return &e->cfg; }
+const zt_model_spec *zt_engine_spec(const zt_engine *e) { return e->spec; }
+size_t zt_engine_gathered_peak(const zt_engine *e) { return e->gathered_inflight_peak; }
+
+zt_transfer_stats zt_engine_transfers(const zt_engine *e) {
+    zt_transfer_stats t = {e->d2h_bytes,      e->d2h_time_s,    e->h2d_bytes,
+                           e->h2d_time_s,     e->delayed_adam_s, e->delayed_wait_s};
+    return t;
 }

@@ -21,6 +21,18 @@ static inline size_t owned_numel(const zt_engine *e, int u) {
     return full_optim(e) ? e->spec->units[u].padded_numel : e->spec->units[u].shard_numel;
 }
 
+/* Parameter i of unit u clipped to the unit range [lo, hi): [*a, *b) and
+ * its AdamW weight decay (only where the model asked for it); 0 when they
+ * do not overlap. */
+static inline int param_in_range(const zt_engine *e, int u, int i, size_t lo, size_t hi, size_t *a, size_t *b,
+                                 float *wd) {
+    const zt_param_spec *ps = &e->spec->units[u].params[i];
+    *a = ps->offset > lo ? ps->offset : lo;
+    *b = ps->offset + ps->numel < hi ? ps->offset + ps->numel : hi;
+    *wd = ps->decay ? e->cfg.weight_decay : 0.0f;
+    return *a < *b;
+}
+
 /* Allocates a zeroed 1-d tensor labelled "<unit> <what>", on the device or
  * (zt_engine_alloc_host) in the host pool. */
 zt_status zt_engine_alloc(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
@@ -32,6 +44,29 @@ zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_
 zt_status zt_engine_offload_grads(zt_engine *e, int u);
 /* Offload: CPU AdamW of unit u's owned part, new params copied to the device. */
 zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr, int t);
+/* Offload: unit u's reduced gradients are on the host, in fp32 (host_grads). */
+zt_status zt_engine_offload_grads_landed(zt_engine *e, int u);
+/* Offload: AdamW on unit u's host master and m, v with g[owned] (out[owned]:
+ * the new values in the params dtype too, or NULL). Thread-safe per unit. */
+void zt_engine_host_adam(const zt_engine *e, int u, const float *g, void *out, float clip, float lr, int t);
+/* Offload: unit u's owned device params := its host master (rounded to the
+ * params dtype), through an h2d slot, as the step's copies. */
+zt_status zt_engine_offload_apply_unit(zt_engine *e, int u);
+
+/* Runs update(e, u, arg) on every unit in order; at stages 1-2 each unit's
+ * updated slice is all-gathered (after `producer`) while later units
+ * update, and compute waits for all of them at the end, before the next
+ * forward reads the parameters. */
+typedef zt_status (*zt_unit_update_fn)(zt_engine *e, int u, void *arg);
+zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, void *arg, zt_stream *producer);
+
+/* Delayed update (shard/delayed_update.c): the optimizer part of a step
+ * under --offload-delay 1, given the unscale-and-clip multiplier; skip: the
+ * gradients were not finite (nothing new starts). */
+zt_status zt_engine_delayed_step(zt_engine *e, float mult, float lr, int skip);
+/* Waits for the update in flight, if any: the host master and m, v are
+ * then current (the device params may still be behind: params_behind). */
+zt_status zt_engine_delayed_wait(zt_engine *e);
 /* Element i (unit coordinates) of a buffer that is full or holds [lo, lo+shard). */
 static inline size_t local_index(int is_full, size_t i, size_t lo) { return is_full ? i : i - lo; }
 

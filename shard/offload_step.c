@@ -89,47 +89,50 @@ static zt_status retire_h2d_slot(zt_engine *e, int k) {
     return s;
 }
 
-/* One unit's CPU step: AdamW per parameter segment of the owned range on the
- * host buffers, the compute-dtype copy written to a host buffer, then copied
- * into the device parameters on the h2d stream. */
-zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr, int t) {
-    zt_ctx *ctx = e->ctx;
-    zt_backend *be = ctx->be;
+/* AdamW over unit u's owned part on the host buffers, segment by segment
+ * (weight decay where the model asked for it), with gradients g[n]; the
+ * fused pass also writes the new compute-dtype values to out[n] (NULL: not).
+ * Touches only u's host master and m, v: the delayed update runs it on its
+ * own thread. */
+void zt_engine_host_adam(const zt_engine *e, int u, const float *g, void *out, float clip, float lr, int t) {
     zt_unit_state *st = &e->units[u];
     const zt_unit_spec *us = &e->spec->units[u];
-    size_t n = owned_numel(e, u), lo = owned_lo(e, u);
-    if (!grads_in_flight(e, st)->data) ZT_TRY(zt_engine_offload_grads(e, u)); /* no bucket carried it */
-    size_t d = zt_dtype_size(e->cfg.dtype);
-    /* The slot's previous copy (two units ago) has had a whole CPU step to
-     * finish; retired first so its buffer is gone before u's arrive. */
-    int k = e->h2d_slot;
-    ZT_TRY(retire_h2d_slot(e, k));
-    ZT_TRY(host_grads_ready(e, u, n));
-    zt_tensor *out = &e->h2d_src[k];
-    ZT_TRY(zt_engine_alloc_host(e, out, e->cfg.dtype, n, ZT_CAT_COMM_BUFFERS, "params out", u));
-    float *p = zt_f32(&st->host_master), *g = zt_f32(&st->host_grads);
-    float *m = zt_f32(&st->host_m), *v = zt_f32(&st->host_v);
+    size_t n = owned_numel(e, u), lo = owned_lo(e, u), d = zt_dtype_size(e->cfg.dtype);
+    float *p = zt_f32(&st->host_master), *m = zt_f32(&st->host_m), *v = zt_f32(&st->host_v);
     zt_adam_isa isa = zt_cpu_adam_best_isa();
     for (int i = 0; i < us->nparams; i++) {
-        const zt_param_spec *ps = &us->params[i];
-        size_t a = ps->offset > lo ? ps->offset : lo;
-        size_t b = ps->offset + ps->numel < lo + n ? ps->offset + ps->numel : lo + n;
-        if (a >= b) continue;
+        size_t a, b;
+        float wd;
+        if (!param_in_range(e, u, i, lo, lo + n, &a, &b, &wd)) continue;
         size_t j = a - lo;
-        float wd = ps->decay ? e->cfg.weight_decay : 0.0f;
-        /* The fused pass writes fp32 and bf16 copies; fp16 is rounded below. */
-        void *o = e->cfg.dtype == ZT_FP16 ? NULL : (char *)out->data + j * d;
+        void *o = out ? (char *)out + j * d : NULL;
         zt_cpu_adam_fused(isa, e->cfg.host_threads, p + j, g + j, m + j, v + j, o, e->cfg.dtype, b - a, clip, lr,
                           e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
     }
-    /* Padding never changes, but the device copy is rewritten whole. */
-    for (size_t j = 0; j < n; j++)
-        if (lo + j >= us->numel || e->cfg.dtype == ZT_FP16) zt_dtype_store(out->data, e->cfg.dtype, j, p[j]);
-    zt_tensor_free(&st->host_grads, &ctx->host_mem);
+}
+
+/* The next h2d slot for unit u's new parameters: the slot's previous copy
+ * (two units ago) has had a whole CPU step to finish and is retired first,
+ * so its buffer is gone before u's is taken. */
+static zt_status retire_next_slot(zt_engine *e) { return retire_h2d_slot(e, e->h2d_slot); }
+
+static zt_status take_next_slot(zt_engine *e, int u, zt_tensor **out) {
+    *out = &e->h2d_src[e->h2d_slot];
+    return zt_engine_alloc_host(e, *out, e->cfg.dtype, owned_numel(e, u), ZT_CAT_COMM_BUFFERS, "params out", u);
+}
+
+/* Copies the slot just filled into unit u's owned part of the device
+ * parameters on the h2d stream (which already follows compute:
+ * zt_engine_offload_begin), and moves on to the other slot. */
+static zt_status send_slot(zt_engine *e, int u) {
+    zt_ctx *ctx = e->ctx;
+    zt_backend *be = ctx->be;
+    zt_unit_state *st = &e->units[u];
+    int k = e->h2d_slot;
+    size_t n = owned_numel(e, u), d = zt_dtype_size(e->cfg.dtype);
+    size_t at = local_index(full_params(e), owned_lo(e, u), shard_lo(e, u));
     double t0 = zt_now_s();
-    size_t at = local_index(full_params(e), lo, shard_lo(e, u));
-    /* h2d already follows compute (zt_engine_offload_begin). */
-    ZT_TRY(be->memcpy_async(be, (char *)st->params.data + at * d, out->data, n * d, ZT_COPY_H2D, &ctx->h2d,
+    ZT_TRY(be->memcpy_async(be, (char *)st->params.data + at * d, e->h2d_src[k].data, n * d, ZT_COPY_H2D, &ctx->h2d,
                             &ctx->err));
     zt_status rs = zt_event_record(be, &ctx->h2d, &e->h2d_done[k], &ctx->err);
     if (rs != ZT_OK) { /* no event to retire the slot with: wait now */
@@ -141,9 +144,47 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
     e->h2d_bytes += (double)(n * d);
     e->h2d_time_s += zt_now_s() - t0;
     char name[48];
-    snprintf(name, sizeof name, "h2d params %s", us->name);
+    snprintf(name, sizeof name, "h2d params %s", e->spec->units[u].name);
     zt_trace_span(ctx->trace, name, "offload", 2, t0);
     return ZT_OK;
+}
+
+zt_status zt_engine_offload_grads_landed(zt_engine *e, int u) {
+    zt_unit_state *st = &e->units[u];
+    if (!grads_in_flight(e, st)->data && !st->host_grads.data)
+        ZT_TRY(zt_engine_offload_grads(e, u)); /* no bucket carried them */
+    return host_grads_ready(e, u, owned_numel(e, u));
+}
+
+/* One unit's CPU step: AdamW on the host buffers, the compute-dtype copy
+ * written to an h2d slot, then copied into the device parameters. */
+zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr, int t) {
+    zt_unit_state *st = &e->units[u];
+    const zt_unit_spec *us = &e->spec->units[u];
+    size_t n = owned_numel(e, u), lo = owned_lo(e, u);
+    if (!grads_in_flight(e, st)->data) ZT_TRY(zt_engine_offload_grads(e, u)); /* no bucket carried it */
+    ZT_TRY(retire_next_slot(e));
+    ZT_TRY(host_grads_ready(e, u, n));
+    zt_tensor *out;
+    ZT_TRY(take_next_slot(e, u, &out));
+    /* The fused pass writes fp32 and bf16 copies; fp16 is rounded below. */
+    zt_engine_host_adam(e, u, zt_f32(&st->host_grads), e->cfg.dtype == ZT_FP16 ? NULL : out->data, clip, lr, t);
+    /* Padding never changes, but the device copy is rewritten whole. */
+    const float *p = zt_f32(&st->host_master);
+    for (size_t j = 0; j < n; j++)
+        if (lo + j >= us->numel || e->cfg.dtype == ZT_FP16) zt_dtype_store(out->data, e->cfg.dtype, j, p[j]);
+    zt_tensor_free(&st->host_grads, &e->ctx->host_mem);
+    return send_slot(e, u);
+}
+
+zt_status zt_engine_offload_apply_unit(zt_engine *e, int u) {
+    ZT_TRY(retire_next_slot(e));
+    zt_tensor *out;
+    ZT_TRY(take_next_slot(e, u, &out));
+    const float *p = zt_f32(&e->units[u].host_master);
+    size_t n = owned_numel(e, u);
+    for (size_t j = 0; j < n; j++) zt_dtype_store(out->data, e->cfg.dtype, j, p[j]);
+    return send_slot(e, u);
 }
 
 zt_status zt_engine_offload_begin(zt_engine *e) {

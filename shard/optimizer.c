@@ -57,11 +57,9 @@ static void adamw_range(zt_engine *e, int u, size_t lo, size_t hi, float *p, siz
     const zt_unit_spec *us = &e->spec->units[u];
     const zt_ops *ops = e->ctx->be->ops;
     for (int i = 0; i < us->nparams; i++) {
-        const zt_param_spec *ps = &us->params[i];
-        size_t a = ps->offset > lo ? ps->offset : lo;
-        size_t b = ps->offset + ps->numel < hi ? ps->offset + ps->numel : hi;
-        if (a >= b) continue;
-        float wd = ps->decay ? e->cfg.weight_decay : 0.0f;
+        size_t a, b;
+        float wd;
+        if (!param_in_range(e, u, i, lo, hi, &a, &b, &wd)) continue;
         ops->adamw(&e->ctx->compute, p + (a - p_at), g + (a - g_at), m + (a - mv_at), v + (a - mv_at), b - a, lr,
                    e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
     }
@@ -108,98 +106,116 @@ static zt_status unit_norms_squared(zt_engine *e, zt_tensor *ws, double *local) 
     return st;
 }
 
-zt_status zt_engine_step(zt_engine *e, float lr) {
+zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, void *arg, zt_stream *producer) {
     zt_ctx *ctx = e->ctx;
-    const zt_ops *ops = ctx->be->ops;
     const zt_model_spec *spec = e->spec;
-    int half = e->cfg.dtype != ZT_FP32;
-    ZT_TRY(zt_engine_sync_grads(e));
-    ZT_TRY(zt_engine_end_passes(e));
-
-    /* Work buffer: one chunk of widened 16-bit gradients. */
-    zt_tensor ws = {0};
-    if (half) ZT_TRY(zt_engine_alloc(e, &ws, ZT_FP32, zt_engine_optimizer_chunk(e), ZT_CAT_WORKSPACE, "optimizer", -1));
-
-    /* Gradient norm: per-unit sums over this rank's slice, added in unit
-     * order, then over ranks in rank order: the same partition at every stage. */
-    double local = 0.0;
-    zt_status st = unit_norms_squared(e, &ws, &local);
-    if (st != ZT_OK) goto done;
-    double total;
-    st = zt_comm_sum_f64(e->comm, local, &total, &ctx->err);
-    if (st != ZT_OK) goto done;
-    /* Every rank holds the same total (added in rank order), so a
-     * non-finite gradient anywhere skips the step everywhere. */
-    double inv_scale = 1.0 / e->scaler.scale; /* exact: scales are powers of two or 1 */
-    double norm = sqrt(total) * inv_scale;
-    e->last_grad_norm = norm;
-    e->last_step_skipped = !isfinite(norm);
-    zt_loss_scaler_update(&e->scaler, &e->cfg, !e->last_step_skipped);
-    if (e->last_step_skipped) goto done;
-    float clip = 1.0f;
-    if (e->cfg.grad_clip > 0.0f && norm > e->cfg.grad_clip) clip = (float)(e->cfg.grad_clip / (norm + 1e-6));
-    /* Unscaling and clipping in one multiply (clip itself when the scale is 1). */
-    float mult = clip * (float)inv_scale;
-
-    int t = e->steps_taken + 1;
-    /* Stages 1-2: each unit's updated slices are all-gathered while later
-     * units step; compute waits for all of them at the end, before the next
-     * forward reads the parameters. */
     zt_comm_handle *gathers = calloc((size_t)spec->nunits, sizeof *gathers);
-    if (!gathers) {
-        st = ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate %d handles", spec->nunits);
-        goto done;
-    }
-    if (e->cfg.offload) st = zt_engine_offload_begin(e);
+    if (!gathers) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate %d handles", spec->nunits);
+    zt_status st = ZT_OK;
     for (int u = 0; u < spec->nunits && st == ZT_OK; u++) {
-        zt_unit_state *us = &e->units[u];
-        size_t P = spec->units[u].padded_numel, S = spec->units[u].shard_numel, lo = shard_lo(e, u);
-        if (e->cfg.offload) {
-            st = zt_engine_offload_step_unit(e, u, mult, lr, t);
-            /* The new slice arrives on the h2d stream; the gather follows it. */
-            if (st == ZT_OK && (e->cfg.stage == 1 || e->cfg.stage == 2))
-                st = zt_engine_all_gather_start_after(e, us->params.data, S * zt_dtype_size(e->cfg.dtype), &ctx->h2d,
-                                                      &gathers[u]);
-            continue;
-        }
-        /* Stage 0 updates everything on every rank; others their slice. */
-        size_t rlo = full_optim(e) ? 0 : lo, rn = full_optim(e) ? P : S;
-        float *p;
-        size_t p_at;
-        if (half) {
-            p = zt_f32(&us->master);
-            p_at = full_optim(e) ? 0 : lo;
-        } else {
-            p = zt_f32(&us->params);
-            p_at = full_params(e) ? 0 : lo;
-        }
-        float *g;
-        size_t at, gn;
-        for (grad_pieces it = pieces_of(e, u, rlo, rn, &ws); next_piece(&it, &g, &at, &gn);) {
-            if (mult != 1.0f) ops->scale(&ctx->compute, g, mult, gn);
-            adamw_range(e, u, at, at + gn, p, p_at, g, at, zt_f32(&us->adam_m), zt_f32(&us->adam_v),
-                        full_optim(e) ? 0 : lo, lr, t);
-        }
-        if (half) {
-            uint16_t *dst = (uint16_t *)us->params.data + local_index(full_params(e), rlo, lo);
-            ops->cast(&ctx->compute, dst, e->cfg.dtype, p + (rlo - p_at), ZT_FP32, rn);
-        }
-        if (e->cfg.stage == 1 || e->cfg.stage == 2)
+        st = update(e, u, arg);
+        if (st == ZT_OK && (e->cfg.stage == 1 || e->cfg.stage == 2))
             /* Everyone needs everyone's updated slice of the full params. */
-            st = zt_engine_all_gather_start_after(e, us->params.data, S * zt_dtype_size(e->cfg.dtype),
-                                                  &ctx->compute, &gathers[u]);
+            st = zt_engine_all_gather_start_after(e, e->units[u].params.data,
+                                                  spec->units[u].shard_numel * zt_dtype_size(e->cfg.dtype), producer,
+                                                  &gathers[u]);
     }
     for (int u = 0; u < spec->nunits; u++) {
         zt_status f = zt_engine_all_gather_finish(e, &gathers[u]); /* every started one, even after a failure */
         if (st == ZT_OK) st = f;
     }
     free(gathers);
+    return st;
+}
+
+/* What every unit's update of one step shares. */
+typedef struct {
+    zt_tensor *ws; /* one chunk of widened 16-bit gradients */
+    float mult, lr; /* unscale-and-clip multiplier; learning rate */
+    int t;          /* Adam's step count */
+} step_args;
+
+/* AdamW on the device over the part of unit u this rank owns (stage 0:
+ * everything), then the 16-bit params rounded from the fp32 master. */
+static zt_status device_update_unit(zt_engine *e, int u, void *arg) {
+    const step_args *a = arg;
+    zt_ctx *ctx = e->ctx;
+    const zt_ops *ops = ctx->be->ops;
+    zt_unit_state *us = &e->units[u];
+    int half = e->cfg.dtype != ZT_FP32;
+    size_t P = e->spec->units[u].padded_numel, S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
+    size_t rlo = full_optim(e) ? 0 : lo, rn = full_optim(e) ? P : S;
+    float *p = half ? zt_f32(&us->master) : zt_f32(&us->params);
+    size_t p_at = (half ? full_optim(e) : full_params(e)) ? 0 : lo;
+    float *g;
+    size_t at, gn;
+    for (grad_pieces it = pieces_of(e, u, rlo, rn, a->ws); next_piece(&it, &g, &at, &gn);) {
+        if (a->mult != 1.0f) ops->scale(&ctx->compute, g, a->mult, gn);
+        adamw_range(e, u, at, at + gn, p, p_at, g, at, zt_f32(&us->adam_m), zt_f32(&us->adam_v),
+                    full_optim(e) ? 0 : lo, a->lr, a->t);
+    }
+    if (half) {
+        uint16_t *dst = (uint16_t *)us->params.data + local_index(full_params(e), rlo, lo);
+        ops->cast(&ctx->compute, dst, e->cfg.dtype, p + (rlo - p_at), ZT_FP32, rn);
+    }
+    return ZT_OK;
+}
+
+/* The CPU Adam of unit u (offload); its new slice arrives on the h2d stream. */
+static zt_status offload_update_unit(zt_engine *e, int u, void *arg) {
+    const step_args *a = arg;
+    return zt_engine_offload_step_unit(e, u, a->mult, a->lr, a->t);
+}
+
+/* Applies the step's update to every unit: on the device, or on the host
+ * (offload), or started on its own thread (offload_delay). */
+static zt_status update_units(zt_engine *e, step_args *a, int skip) {
+    if (e->cfg.offload_delay) return zt_engine_delayed_step(e, a->mult, a->lr, skip);
+    if (skip) return ZT_OK;
+    zt_status st;
     if (e->cfg.offload) {
+        st = zt_engine_offload_begin(e);
+        if (st == ZT_OK) st = zt_engine_update_each_unit(e, offload_update_unit, a, &e->ctx->h2d);
         zt_status fin = zt_engine_offload_finish(e);
         if (st == ZT_OK) st = fin;
+    } else {
+        st = zt_engine_update_each_unit(e, device_update_unit, a, &e->ctx->compute);
     }
-    e->steps_taken = t;
-done:
+    if (st == ZT_OK) e->steps_taken = a->t;
+    return st;
+}
+
+/* The global gradient norm: per-unit sums over this rank's slice, added in
+ * unit order, then over ranks in rank order (the same partition at every
+ * stage). Every rank holds the same total, so a non-finite gradient
+ * anywhere skips the step everywhere; the loss scaler moves on. Returns the
+ * unscale-and-clip multiplier in *mult. */
+static zt_status judge_gradients(zt_engine *e, zt_tensor *ws, float *mult) {
+    double local = 0.0, total;
+    ZT_TRY(unit_norms_squared(e, ws, &local));
+    ZT_TRY(zt_comm_sum_f64(e->comm, local, &total, &e->ctx->err));
+    double inv_scale = 1.0 / e->scaler.scale; /* exact: scales are powers of two or 1 */
+    double norm = sqrt(total) * inv_scale;
+    e->last_grad_norm = norm;
+    e->last_step_skipped = !isfinite(norm);
+    zt_loss_scaler_update(&e->scaler, &e->cfg, !e->last_step_skipped);
+    float clip = 1.0f;
+    if (!e->last_step_skipped && e->cfg.grad_clip > 0.0f && norm > e->cfg.grad_clip)
+        clip = (float)(e->cfg.grad_clip / (norm + 1e-6));
+    *mult = clip * (float)inv_scale; /* clip itself when the scale is 1 */
+    return ZT_OK;
+}
+
+zt_status zt_engine_step(zt_engine *e, float lr) {
+    zt_ctx *ctx = e->ctx;
+    ZT_TRY(zt_engine_sync_grads(e));
+    ZT_TRY(zt_engine_end_passes(e));
+    zt_tensor ws = {0};
+    if (e->cfg.dtype != ZT_FP32)
+        ZT_TRY(zt_engine_alloc(e, &ws, ZT_FP32, zt_engine_optimizer_chunk(e), ZT_CAT_WORKSPACE, "optimizer", -1));
+    step_args a = {&ws, 1.0f, lr, e->steps_taken + 1};
+    zt_status st = judge_gradients(e, &ws, &a.mult);
+    if (st == ZT_OK) st = update_units(e, &a, e->last_step_skipped);
     zt_tensor_free(&ws, &ctx->device_mem);
     return st;
 }

@@ -19,6 +19,7 @@ static const zt_tensor *fp32_source(zt_engine *e, int u, zt_state_kind kind, int
 
 zt_status zt_engine_get_slice(zt_engine *e, int u, zt_state_kind kind, float *dst) {
     if (u < 0 || u >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", u);
+    ZT_TRY(zt_engine_delayed_wait(e)); /* the state after every update started */
     int full;
     const zt_tensor *src = fp32_source(e, u, kind, &full);
     size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
@@ -60,14 +61,15 @@ zt_status zt_engine_owned_range(const zt_engine *e, int u, size_t *lo, size_t *n
 
 zt_status zt_engine_set_owned(zt_engine *e, int u, const float *master, const float *m, const float *v) {
     if (u < 0 || u >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", u);
+    ZT_TRY(zt_engine_delayed_wait(e));
     zt_ctx *ctx = e->ctx;
     zt_unit_state *st = &e->units[u];
     size_t lo = shard_lo(e, u), olo = owned_lo(e, u), on = owned_numel(e, u);
     size_t pat = local_index(full_params(e), olo, lo); /* the owned part's place in params */
     int full;
     const zt_tensor *mt = fp32_source(e, u, ZT_STATE_ADAM_M, &full), *vt = fp32_source(e, u, ZT_STATE_ADAM_V, &full);
-    ZT_TRY(put_f32(e, mt->data, m, on * sizeof(float)));
-    ZT_TRY(put_f32(e, vt->data, v, on * sizeof(float)));
+    if (m) ZT_TRY(put_f32(e, mt->data, m, on * sizeof(float)));
+    if (v) ZT_TRY(put_f32(e, vt->data, v, on * sizeof(float)));
     const zt_tensor *master_t = fp32_source(e, u, ZT_STATE_MASTER, &full);
     if (master_t == &st->params) /* fp32 without offload: the params are the master values */
         ZT_TRY(ctx->be->memcpy_async(ctx->be, zt_f32(&st->params) + pat, master, on * sizeof(float), ZT_COPY_H2D,
@@ -99,4 +101,25 @@ zt_status zt_engine_gather_params(zt_engine *e) {
         ZT_TRY(zt_engine_all_gather_after(e, e->units[u].params.data, e->spec->units[u].shard_numel * d,
                                           &e->ctx->compute));
     return e->ctx->be->stream_sync(e->ctx->be, &e->ctx->compute, &e->ctx->err);
+}
+
+zt_status zt_engine_set_owned_params(zt_engine *e, int u, const void *vals) {
+    if (u < 0 || u >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", u);
+    zt_ctx *ctx = e->ctx;
+    size_t d = zt_dtype_size(e->cfg.dtype), olo = owned_lo(e, u);
+    size_t pat = local_index(full_params(e), olo, shard_lo(e, u));
+    ZT_TRY(ctx->be->memcpy_async(ctx->be, (char *)e->units[u].params.data + pat * d, vals, owned_numel(e, u) * d,
+                                 ZT_COPY_H2D, &ctx->compute, &ctx->err));
+    return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+}
+
+zt_engine_state_counters zt_engine_get_counters(const zt_engine *e) {
+    zt_engine_state_counters p = {e->steps_taken, e->scaler, e->params_behind};
+    return p;
+}
+
+void zt_engine_set_counters(zt_engine *e, const zt_engine_state_counters *p) {
+    e->steps_taken = p->steps_taken;
+    e->scaler = p->scaler;
+    e->params_behind = p->params_behind && e->cfg.offload_delay;
 }

@@ -61,6 +61,10 @@ typedef struct {
     int overlap_comm;    /* 0: wait for every collective right after starting it */
     int offload;         /* 1: fp32 master and Adam m, v of the owned part live in the host pool */
     int host_threads;    /* threads of the CPU Adam under offload */
+    /* 1: ZeRO-Offload's delayed parameter update (offload only): the CPU
+     * Adam of step t runs on its own thread during the forward and backward
+     * of step t + 1, which use the parameters from before step t. */
+    int offload_delay;
     zt_loss_scale_config loss; /* fp16 only */
 } zt_engine_config;
 
@@ -154,6 +158,12 @@ typedef struct {
     zt_tensor h2d_src[2];
     void *h2d_done[2];
     int h2d_slot;
+    /* offload_delay: the CPU Adam in flight (NULL: none), whether the device
+     * params are one update behind the host master, and the seconds that
+     * Adam ran on its thread and the seconds the step waited for it. */
+    struct zt_delayed_update *delayed;
+    int params_behind;
+    double delayed_adam_s, delayed_wait_s;
 } zt_engine;
 
 /* Fills dst[numel] with the initial values of parameter `param` of `unit`.
@@ -207,6 +217,22 @@ void zt_loss_scaler_update(zt_loss_scaler *s, const zt_engine_config *cfg, int f
  * units in order, padding excluded. Collective: every rank must call it. */
 zt_status zt_engine_digest(zt_engine *eng, char hex[33]);
 
+/* What the model and the programs read of a running engine. */
+const zt_ops *zt_engine_kernels(const zt_engine *eng);  /* the backend's kernels in the compute dtype */
+zt_dtype zt_engine_compute_dtype(const zt_engine *eng); /* of gathered units and activations */
+zt_ctx *zt_engine_context(const zt_engine *eng);
+const zt_engine_config *zt_engine_settings(const zt_engine *eng); /* as given to zt_engine_init */
+const zt_model_spec *zt_engine_spec(const zt_engine *eng);
+/* Offload transfers and the delayed update's CPU Adam, since init. */
+typedef struct {
+    double d2h_bytes, d2h_s, h2d_bytes, h2d_s; /* bytes, and host seconds issuing and waiting for them */
+    double delayed_adam_s; /* offload_delay: seconds the CPU Adam ran on its thread */
+    double delayed_wait_s; /* offload_delay: seconds the steps waited for it (the part not hidden) */
+} zt_transfer_stats;
+zt_transfer_stats zt_engine_transfers(const zt_engine *eng);
+/* Stage 3: the most bytes of gathered parameters alive at once, since init. */
+size_t zt_engine_gathered_peak(const zt_engine *eng);
+
 /* Closed-form bytes this rank owns per persistent category for a spec/stage. */
 typedef struct {
     size_t params, grads, master_params, optimizer; /* on the device */
@@ -227,9 +253,22 @@ zt_status zt_engine_get_params_slice(zt_engine *eng, int unit, void *dst);
  * [*lo, *lo + *n) (everything at stage 0, its world slice otherwise). */
 zt_status zt_engine_owned_range(const zt_engine *eng, int unit, size_t *lo, size_t *n);
 /* Sets unit u's owned part from fp32 master values, m and v, each [n] of
- * zt_engine_owned_range, and the compute params of that part (cast to the
- * compute dtype). */
+ * zt_engine_owned_range (m, v NULL: left as they are), and the compute
+ * params of that part (rounded to the params dtype). Init and checkpoint
+ * loads both place values this way. */
 zt_status zt_engine_set_owned(zt_engine *eng, int unit, const float *master, const float *m, const float *v);
+/* Unit u's owned part of the compute params from vals[n] in the params
+ * dtype (a checkpoint of a delayed update: the params from before its last
+ * update, while the master is after it). */
+zt_status zt_engine_set_owned_params(zt_engine *eng, int unit, const void *vals);
+/* What a checkpoint records of the engine besides its state arrays. */
+typedef struct {
+    int steps_taken;       /* optimizer updates applied (Adam's t) */
+    zt_loss_scaler scaler;
+    int params_behind;     /* offload_delay: the params lag the master by the update in flight */
+} zt_engine_state_counters;
+zt_engine_state_counters zt_engine_get_counters(const zt_engine *eng);
+void zt_engine_set_counters(zt_engine *eng, const zt_engine_state_counters *p);
 /* After zt_engine_set_owned on every unit: stages 1-2 all-gather the full
  * params from each rank's part, as after an optimizer step. Collective. */
 zt_status zt_engine_gather_params(zt_engine *eng);

@@ -274,6 +274,35 @@ static zt_status gemm_cublas(zt_stream *s, cudaStream_t stream, const zt_cuda_ge
     return ZT_OK;
 }
 
+/* The plan cache's key for g: shapes, strides, types and the alignments
+ * the heuristic's choice depends on. */
+static void key_of(const zt_cuda_gemm_args *g, zt_cuda_lt_key *k) {
+    memset(k, 0, sizeof *k);
+    k->trans_a = g->trans_a != 0;
+    k->trans_b = g->trans_b != 0;
+    k->m = g->M;
+    k->n = g->N;
+    k->k = g->K;
+    k->lda = g->lda;
+    k->ldb = g->ldb;
+    k->ldc = g->ldc;
+    k->batch = g->batch;
+    if (g->batch > 1) {
+        k->stride_a = g->stride_a;
+        k->stride_b = g->stride_b;
+        k->stride_c = g->stride_c;
+    }
+    k->a_type = g->a_type;
+    k->b_type = g->b_type;
+    k->c_type = g->c_type;
+    k->compute = g->compute;
+    k->bias = g->bias != NULL;
+    k->align_a = align_of(g->A, g->stride_a, size_of_type(g->a_type), g->batch);
+    k->align_b = align_of(g->B, g->stride_b, size_of_type(g->b_type), g->batch);
+    k->align_c = align_of(g->C, g->stride_c, size_of_type(g->c_type), g->batch);
+    k->align_bias = g->bias ? align_of(g->bias, 0, size_of_type(g->c_type), 1) : 0;
+}
+
 extern "C" zt_status zt_cuda_gemm(zt_stream *s, const zt_cuda_gemm_args *g, zt_error *err) {
     if (g->M <= 0 || g->N <= 0 || g->batch <= 0) return ZT_OK;
     zt_cuda_impl *im = zt_cuda_impl_of(s);
@@ -284,30 +313,7 @@ extern "C" zt_status zt_cuda_gemm(zt_stream *s, const zt_cuda_gemm_args *g, zt_e
     }
 
     zt_cuda_lt_key k;
-    memset(&k, 0, sizeof k);
-    k.trans_a = g->trans_a != 0;
-    k.trans_b = g->trans_b != 0;
-    k.m = g->M;
-    k.n = g->N;
-    k.k = g->K;
-    k.lda = g->lda;
-    k.ldb = g->ldb;
-    k.ldc = g->ldc;
-    k.batch = g->batch;
-    if (g->batch > 1) {
-        k.stride_a = g->stride_a;
-        k.stride_b = g->stride_b;
-        k.stride_c = g->stride_c;
-    }
-    k.a_type = g->a_type;
-    k.b_type = g->b_type;
-    k.c_type = g->c_type;
-    k.compute = g->compute;
-    k.bias = g->bias != NULL;
-    k.align_a = align_of(g->A, g->stride_a, size_of_type(g->a_type), g->batch);
-    k.align_b = align_of(g->B, g->stride_b, size_of_type(g->b_type), g->batch);
-    k.align_c = align_of(g->C, g->stride_c, size_of_type(g->c_type), g->batch);
-    k.align_bias = g->bias ? align_of(g->bias, 0, size_of_type(g->c_type), 1) : 0;
+    key_of(g, &k);
 
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     const char *what = "cuBLASLt";

@@ -50,3 +50,14 @@ if(ZT_CUDA_EMU)
     set_tests_properties(mpi_${zt_mpi_case} PROPERTIES LABELS "mpi;cuda" TIMEOUT 900 RUN_SERIAL TRUE)
   endforeach()
 endif()
+
+# The delayed parameter update (tests/mpi/zt_offload_delay_test.py): refused
+# without offload, really one step stale, stages bitwise, resume bitwise, the
+# planner's host bytes, convergence on the default model (slow).
+foreach(zt_delay_case refused stale stages resume planner convergence)
+  add_test(NAME offload_delay_${zt_delay_case}
+           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_offload_delay_test.py ${zt_delay_case}
+                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+  set_tests_properties(offload_delay_${zt_delay_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
+endforeach()
+set_tests_properties(offload_delay_convergence PROPERTIES LABELS "mpi;slow")

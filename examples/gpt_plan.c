@@ -1,0 +1,202 @@
+/* The GPT's passes as the planner's moments (gpt_plan.h), as zt_gpt_forward
+ * and zt_gpt_backward allocate: compute-dtype activations, fp32
+ * statistics, buffers in whole 4-byte words. */
+#include "gpt_plan.h"
+
+/* The activations the walk needs, per micro-batch. */
+typedef struct {
+    const zt_gpt_plan_model *g;
+    size_t enc;       /* the embedding's output [B,T,C] */
+    size_t blk_full;  /* one block's activations, everything kept */
+    size_t head;      /* the head's activations */
+    size_t tokens;    /* tokens and targets [B,T] int32 (other) */
+    size_t ws_bwd;    /* backward's workspace */
+    size_t kept_before[ZT_MAX_UNITS + 1]; /* what blocks 0..k-1 keep together under the policy */
+} gpt_bytes;
+
+static gpt_bytes bytes_of(const zt_gpt_plan_model *g, zt_dtype act) {
+    const zt_gpt_config *gc = &g->cfg;
+    int B = gc->micro_batch, T = gc->seq_len, L = gc->layers;
+    gpt_bytes b = {.g = g};
+    size_t BT = (size_t)B * T;
+    b.enc = (BT * (size_t)gc->d_model * zt_dtype_size(act) + 3) / 4 * 4;
+    b.blk_full = zt_gpt_block_layout_for(gc, B, T, act).total;
+    b.head = zt_gpt_head_layout_for(gc, B, T, act).total;
+    b.tokens = 2 * BT * 4;
+    b.ws_bwd = zt_gpt_backward_workspace_bytes(gc, B, T, act);
+    b.kept_before[0] = 0;
+    for (int k = 0; k < L; k++)
+        b.kept_before[k + 1] =
+            b.kept_before[k] + zt_gpt_block_kept_bytes(gc, B, T, act, zt_recompute_keep(&gc->recompute, k));
+    return b;
+}
+
+/* The order in which the model gathers its units in a pass, as the engine
+ * records it and prefetches from it (shard/gather.c): forward embedding,
+ * blocks, head (and the tied embedding again); backward head (and the tied
+ * embedding), blocks from the last. Returns the length; order[2 * nunits]. */
+static int use_order(const zt_gpt_plan_model *g, int backward, int *order) {
+    int n = 0, L = g->cfg.layers;
+    if (!backward) {
+        order[n++] = g->unit_embed;
+        for (int k = 0; k < L; k++) order[n++] = g->first_block + k;
+        order[n++] = g->unit_head;
+        if (g->cfg.tied) order[n++] = g->unit_embed;
+        return n;
+    }
+    order[n++] = g->unit_head;
+    if (g->cfg.tied) order[n++] = g->unit_embed;
+    for (int k = L - 1; k >= 0; k--) order[n++] = g->first_block + k;
+    return n;
+}
+
+/* Forward: at each unit's gather the activations allocated so far (its own
+ * buffer is allocated just before it) and, at stage 3, the window of units
+ * in use and prefetched after it; after a replaying block's forward, what it
+ * keeps is allocated while its activations still exist (gpt.c keep_block).
+ * Smaller in total than backward's moments, but a window can hold more
+ * gathered bytes than any of backward's (a large embedding with block 0),
+ * and the keep moment more activations. */
+static void forward_moments(zt_plan_sim *S, const gpt_bytes *b) {
+    const zt_gpt_plan_model *g = b->g;
+    int order[2 * ZT_MAX_UNITS + 2], n = use_order(g, 0, order), L = g->cfg.layers;
+    for (int i = 0; i < n; i++) {
+        int u = order[i], lo = i;
+        zt_plan_moment F = zt_plan_base(S);
+        F.name = "forward";
+        F.c[ZT_CAT_OTHER] = b->tokens;
+        if (u == g->unit_head || i == L + 2) { /* the head (and the tied embedding it gathers) */
+            F.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[L] + b->head;
+            lo = L + 1;
+        } else if (u == g->unit_embed) {
+            F.c[ZT_CAT_ACTIVATIONS] = b->enc;
+        } else { /* block k = i - 1: its buffer, after what blocks 0..k-1 keep */
+            F.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[i - 1] + b->blk_full;
+        }
+        for (int j = lo; j <= i; j++) F.c[ZT_CAT_WORKSPACE] += zt_plan_view_bytes(S, order[j]);
+        F.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, lo, i);
+        zt_plan_consider(S, &F);
+        int k = i - 1;
+        if (k < 0 || k >= L || zt_recompute_keep(&g->cfg.recompute, k) == ZT_KEEP_ALL) continue;
+        zt_plan_moment K = zt_plan_base(S); /* block k released, its kept part taken beside its activations */
+        K.name = "forward (a block's kept part)";
+        K.c[ZT_CAT_OTHER] = b->tokens;
+        K.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[k + 1] + b->blk_full;
+        K.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, i + 1, i);
+        zt_plan_consider(S, &K);
+    }
+}
+
+/* The head's backward, every activation still alive (stage 3: the head and
+ * a tied embedding in use, and the units prefetched after them); then its
+ * gradients join the bucket (the tied embedding's stay open). */
+static void head_backward(zt_plan_sim *S, const gpt_bytes *b, const int *order, int n) {
+    const zt_gpt_plan_model *g = b->g;
+    int uh = g->unit_head, ue = g->unit_embed, tpos = g->cfg.tied ? 1 : 0, L = g->cfg.layers;
+    size_t tied32 = g->cfg.tied ? zt_plan_grad32_bytes(S, ue) : 0, tied_view = g->cfg.tied ? zt_plan_view_bytes(S, ue) : 0;
+    zt_plan_moment H = zt_plan_base(S);
+    H.name = "start of backward (head)";
+    H.c[ZT_CAT_OTHER] = b->tokens;
+    H.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[L] + b->head;
+    H.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, uh) + tied_view;
+    zt_plan_add_waiting(S, &H, zt_plan_grad32_bytes(S, uh) + tied32);
+    H.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, 0, tpos);
+    zt_plan_consider(S, &H);
+    zt_plan_moment after = zt_plan_base(S); /* its views and gathered copy gone, its activations not yet */
+    after.c[ZT_CAT_OTHER] = b->tokens;
+    after.c[ZT_CAT_ACTIVATIONS] = H.c[ZT_CAT_ACTIVATIONS];
+    after.c[ZT_CAT_WORKSPACE] = b->ws_bwd;
+    zt_plan_add_waiting(S, &after, tied32);
+    after.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, tpos + 1, tpos);
+    zt_plan_grads_ready(S, uh, &after, "gradient reduction after the head's backward");
+}
+
+static const char *block_moment_name(int k, int L) {
+    return k == L - 1 ? "last block's backward"
+           : k == L - 2 ? "next-to-last block's backward"
+           : k == 0     ? "first block's backward"
+           : k == 1     ? "second block's backward"
+                        : "a middle block's backward";
+}
+
+/* Block k's backward (what it does not keep replayed first): blocks after
+ * it have freed what they kept, blocks 0..k still hold theirs. A replaying
+ * block's activations come back (gpt.c replay_block) before its gradients
+ * are opened: after its kept output is freed (full), or while its kept GEMM
+ * outputs are copied into them (selective, then freed). */
+static void block_backward(zt_plan_sim *S, const gpt_bytes *b, const int *order, int n, int k) {
+    const zt_gpt_plan_model *g = b->g;
+    int u = g->first_block + k, L = g->cfg.layers, at = (g->cfg.tied ? 1 : 0) + L - k; /* in the backward order */
+    size_t tied32 = g->cfg.tied ? zt_plan_grad32_bytes(S, g->unit_embed) : 0;
+    zt_keep keep = zt_recompute_keep(&g->cfg.recompute, k);
+    size_t own = b->kept_before[k + 1] - b->kept_before[k];
+    if (keep != ZT_KEEP_ALL) {
+        zt_plan_moment R = zt_plan_base(S);
+        R.name = "a block's replay";
+        R.c[ZT_CAT_OTHER] = b->tokens;
+        R.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[k] + (keep == ZT_KEEP_GEMM_OUTPUTS ? own : 0) + b->blk_full;
+        R.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, u);
+        R.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S);
+        zt_plan_add_waiting(S, &R, zt_plan_waiting(S) + tied32);
+        R.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, at, at);
+        zt_plan_consider(S, &R);
+    }
+    zt_plan_moment M = zt_plan_base(S);
+    M.name = block_moment_name(k, L);
+    M.c[ZT_CAT_OTHER] = b->tokens;
+    M.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[k] + (keep == ZT_KEEP_ALL ? own : b->blk_full);
+    M.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, u);
+    M.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S);
+    zt_plan_add_waiting(S, &M, zt_plan_waiting(S) + zt_plan_grad32_bytes(S, u) + tied32);
+    M.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, at, at);
+    zt_plan_consider(S, &M);
+    zt_plan_moment after = M; /* its views, the bucket in flight and its waiting gradients accounted anew */
+    after.c[ZT_CAT_WORKSPACE] = b->ws_bwd;
+    after.c[ZT_CAT_COMM_BUFFERS] = 0;
+    zt_plan_add_waiting(S, &after, tied32);
+    after.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, at + 1, at);
+    zt_plan_grads_ready(S, u, &after, "gradient reduction after a block's backward");
+}
+
+/* The embedding's backward: only its input (the tokens) and the encoded
+ * activations left; it needs no parameters, so nothing is gathered (the
+ * recorded order ends with block 0). Then the last bucket goes, at the end
+ * of backward, after the activations are freed. */
+static void embedding_backward(zt_plan_sim *S, const gpt_bytes *b) {
+    const zt_gpt_plan_model *g = b->g;
+    int ue = g->unit_embed;
+    size_t tied32 = g->cfg.tied ? zt_plan_grad32_bytes(S, ue) : 0;
+    size_t ge = g->cfg.tied ? 0 : zt_plan_grad32_bytes(S, ue); /* the tied embedding's are open already */
+    zt_plan_moment Em = zt_plan_base(S);
+    Em.name = "embedding's backward";
+    Em.c[ZT_CAT_OTHER] = b->tokens;
+    Em.c[ZT_CAT_ACTIVATIONS] = b->enc;
+    Em.c[ZT_CAT_WORKSPACE] = b->ws_bwd;
+    Em.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S);
+    zt_plan_add_waiting(S, &Em, zt_plan_waiting(S) + ge + tied32);
+    zt_plan_consider(S, &Em);
+    zt_plan_moment after = Em;
+    after.c[ZT_CAT_WORKSPACE] = b->ws_bwd;
+    after.c[ZT_CAT_COMM_BUFFERS] = 0;
+    zt_plan_grads_ready(S, ue, &after, "gradient reduction after the embedding's backward");
+    zt_plan_moment E = zt_plan_base(S);
+    zt_plan_flush(S, &E, "gradient reduction at the end of backward");
+}
+
+/* Backward, step by step as zt_gpt_backward and the engine run it: every
+ * moment where the peak can occur is evaluated (the largest total is the
+ * peak, each category's own largest value its peak). A unit's gradients are
+ * handed to the filling bucket when its backward is done. Where the backend
+ * computes in fp32 on 16-bit parameters, each gathered unit in use also has
+ * an fp32 view; a tied embedding's gradients are open from the head's
+ * backward to the end. */
+void zt_gpt_plan_walk(void *arg, zt_plan_sim *S) {
+    const zt_gpt_plan_model *g = arg;
+    gpt_bytes b = bytes_of(g, zt_plan_compute_dtype(S));
+    zt_plan_set_kept(S, b.enc + b.kept_before[g->cfg.layers] + b.head);
+    forward_moments(S, &b);
+    int order[2 * ZT_MAX_UNITS + 2], n = use_order(g, 1, order);
+    head_backward(S, &b, order, n);
+    for (int k = g->cfg.layers - 1; k >= 0; k--) block_backward(S, &b, order, n, k);
+    embedding_backward(S, &b);
+}

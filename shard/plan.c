@@ -1,0 +1,164 @@
+/* The memory planner's engine half (zt_plan.h): the engine's buffers at
+ * the moments the model's walk names, as shard/gather.c, shard/reduce.c,
+ * shard/optimizer.c and shard/offload_step.c allocate them. */
+#include "zt_plan.h"
+
+#include <string.h>
+
+#include "zt_engine.h"
+
+static size_t padded(const zt_plan_sim *S, int u) { return S->in.spec->units[u].padded_numel; }
+
+static size_t owned(const zt_plan_sim *S, int u) {
+    return S->in.stage == 0 ? padded(S, u) : S->in.spec->units[u].shard_numel;
+}
+
+static size_t total(const zt_plan_moment *m) {
+    size_t s = 0;
+    for (int i = 0; i < ZT_NUM_CATEGORIES; i++) s += m->c[i];
+    return s;
+}
+
+zt_plan_moment zt_plan_base(const zt_plan_sim *S) {
+    zt_state_bytes sb = zt_engine_state_bytes(S->in.spec, S->in.stage, S->in.dtype, S->in.offload);
+    zt_plan_moment m;
+    memset(&m, 0, sizeof m);
+    m.c[ZT_CAT_PARAMS] = sb.params;
+    m.c[ZT_CAT_GRADS] = sb.grads;
+    m.c[ZT_CAT_MASTER_PARAMS] = sb.master_params;
+    m.c[ZT_CAT_OPTIMIZER] = sb.optimizer;
+    return m;
+}
+
+void zt_plan_consider(zt_plan_sim *S, const zt_plan_moment *m) {
+    size_t t = total(m);
+    if (!S->best || t > S->best_total) {
+        memcpy(S->best_c, m->c, sizeof S->best_c);
+        S->best_total = t;
+        S->best = m->name;
+    }
+    for (int c = 0; c < ZT_NUM_CATEGORIES; c++)
+        if (m->c[c] > S->cat_peak[c]) S->cat_peak[c] = m->c[c];
+}
+
+size_t zt_plan_gathered(const zt_plan_sim *S, const int *order, int n, int lo, int last) {
+    if (S->in.stage != 3) return 0;
+    size_t d = zt_dtype_size(S->in.dtype), b = 0;
+    int hi = last + S->in.prefetch;
+    for (int i = lo; i <= hi && i < n; i++) {
+        int seen = 0;
+        for (int j = lo; j < i; j++) seen |= order[j] == order[i];
+        if (!seen) b += padded(S, order[i]) * d;
+    }
+    return b;
+}
+
+size_t zt_plan_view_bytes(const zt_plan_sim *S, int u) {
+    return S->in.compute_dtype != S->in.dtype ? padded(S, u) * 4 : 0;
+}
+
+size_t zt_plan_grad32_bytes(const zt_plan_sim *S, int u) { return padded(S, u) * 4; }
+
+void zt_plan_add_waiting(const zt_plan_sim *S, zt_plan_moment *m, size_t bytes) {
+    if (S->waits) m->c[S->wait_cat] += bytes;
+}
+
+size_t zt_plan_waiting(const zt_plan_sim *S) { return S->waiting; }
+size_t zt_plan_in_flight(const zt_plan_sim *S) { return S->in_flight; }
+zt_dtype zt_plan_compute_dtype(const zt_plan_sim *S) { return S->in.compute_dtype; }
+void zt_plan_set_kept(zt_plan_sim *S, size_t bytes) { S->activations_kept = bytes; }
+
+/* The bucket in flight is freed first, then the new one's buffers are
+ * allocated while its units' full gradients are still there. */
+void zt_plan_flush(zt_plan_sim *S, const zt_plan_moment *m, const char *name) {
+    if (S->filling_units == 0) return;
+    size_t n = S->filling_numel, rd = zt_dtype_size(S->in.reduce_dtype);
+    size_t bufs = 2 * n * rd + n / (size_t)S->in.world * 4; /* send, receive (reduce dtype); fp32 sums */
+    zt_plan_moment F = *m;
+    F.name = name;
+    F.c[ZT_CAT_COMM_BUFFERS] += bufs;
+    zt_plan_add_waiting(S, &F, S->waiting);
+    zt_plan_consider(S, &F);
+    S->in_flight = S->in.overlap_comm ? bufs : 0; /* without overlap it completed on the spot */
+    S->filling_numel = 0;
+    S->filling_units = 0;
+    S->waiting = 0;
+}
+
+/* Whole units join the bucket, so it can exceed its size. */
+void zt_plan_grads_ready(zt_plan_sim *S, int u, const zt_plan_moment *m, const char *name) {
+    S->filling_numel += padded(S, u);
+    S->filling_units++;
+    if (S->waits) S->waiting += padded(S, u) * 4;
+    if (S->filling_numel * 4 >= S->bucket || S->filling_units == S->cap) zt_plan_flush(S, m, name);
+}
+
+/* The optimizer step: one chunk of widened 16-bit gradients
+ * (zt_engine_optimizer_chunk). */
+static void optimizer_moment(zt_plan_sim *S) {
+    zt_plan_moment O = zt_plan_base(S);
+    O.name = "optimizer step";
+    if (S->in.dtype != ZT_FP32) {
+        size_t most = 0;
+        for (int u = 0; u < S->in.spec->nunits; u++)
+            if (owned(S, u) > most) most = owned(S, u);
+        O.c[ZT_CAT_WORKSPACE] = 4 * (most < ZT_OPTIMIZER_CHUNK ? most : ZT_OPTIMIZER_CHUNK);
+    }
+    zt_plan_consider(S, &O);
+}
+
+/* Offload's host pool: master + m + v of the owned part, plus the transfer
+ * buffers at their fullest (shard/offload_step.c). After backward every
+ * unit's reduced gradients wait on the host as sent (g bytes each: fp32, or
+ * 16-bit widened later); the step then gives unit u an fp32 copy (16-bit),
+ * takes its output buffer while u-1's copy to the device may still be
+ * reading its own, and only then frees u's gradients. Under the delayed
+ * update the previous step's fp32 gradients are still with its CPU Adam
+ * when this step's have all arrived. */
+static size_t host_bytes(const zt_plan_sim *S) {
+    const zt_model_spec *spec = S->in.spec;
+    zt_state_bytes sb = zt_engine_state_bytes(spec, S->in.stage, S->in.dtype, S->in.offload);
+    size_t d = zt_dtype_size(S->in.dtype), g = d, all = 0;
+    for (int u = 0; u < spec->nunits; u++) all += owned(S, u);
+    size_t transfer = all * g, waiting = all, prev = 0;
+    for (int u = 0; u < spec->nunits; u++) {
+        size_t o = owned(S, u);
+        /* delayed: the copies of the master out to the device, before this
+         * step's gradients go to the CPU Adam */
+        size_t at_u = S->in.offload_delay ? all * g + (prev + o) * d : (waiting - o) * g + 4 * o + (prev + o) * d;
+        if (at_u > transfer) transfer = at_u;
+        waiting -= o;
+        prev = o;
+    }
+    if (S->in.offload_delay && all * (4 + g) > transfer) transfer = all * (4 + g);
+    return sb.host_master_params + sb.host_optimizer + transfer;
+}
+
+void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_arg, zt_plan *out) {
+    memset(out, 0, sizeof *out);
+    zt_plan_sim S;
+    memset(&S, 0, sizeof S);
+    S.in = *in;
+    /* As zt-train resolves it, on the laid-out units: DeepSpeed's knob
+     * counts parameters, ours units. */
+    if (in->prefetch_params > 0 && in->spec->largest_unit_numel > 0)
+        S.in.prefetch = (int)(in->prefetch_params / (long long)in->spec->largest_unit_numel);
+    S.bucket = in->bucket_bytes ? in->bucket_bytes : 1;
+    S.cap = (int)(sizeof ((zt_bucket *)0)->units / sizeof ((zt_bucket *)0)->units[0]);
+    /* A unit's full-size fp32 gradients (grad32) live from its backward until
+     * its bucket is packed: comm buffers at stages 2-3, a workspace at stages
+     * 0-1 in a 16-bit dtype; at stages 0-1 in fp32 they are the persistent
+     * grads themselves. */
+    S.waits = in->stage >= 2 || in->dtype != ZT_FP32;
+    S.wait_cat = in->stage >= 2 ? ZT_CAT_COMM_BUFFERS : ZT_CAT_WORKSPACE;
+    walk(walk_arg, &S);
+    optimizer_moment(&S);
+    zt_plan_moment base = zt_plan_base(&S);
+    memcpy(out->by_category, S.best_c, sizeof out->by_category);
+    memcpy(out->peak_by_category, S.cat_peak, sizeof out->peak_by_category);
+    out->peak_bytes = S.best_total;
+    out->peak_moment = S.best;
+    for (int c = ZT_CAT_PARAMS; c <= ZT_CAT_OPTIMIZER; c++) out->persistent_bytes += base.c[c];
+    out->activations_kept_bytes = S.activations_kept;
+    if (in->offload) out->host_bytes = host_bytes(&S);
+}

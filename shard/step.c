@@ -1,0 +1,87 @@
+/* The step skeleton (zt_step.h). */
+#include "zt_step.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "zt_time.h"
+
+/* Forward and backward of every micro-batch, each followed by its
+ * reductions (stages 0-1 reduce on the last one only). */
+static zt_status micro_batches(zt_engine *eng, const zt_step_model *m, const zt_step_options *o, int step) {
+    zt_ctx *ctx = eng->ctx;
+    for (int micro = 0; micro < o->micro_batches; micro++) {
+        zt_engine_begin_micro(eng, micro == o->micro_batches - 1);
+        zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_FORWARD);
+        double tf = zt_now_s();
+        ZT_TRY(m->forward(m->arg, step, micro));
+        zt_trace_span(ctx->trace, "forward", "phase", 0, tf);
+        zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_BACKWARD);
+        double tb = zt_now_s();
+        ZT_TRY(m->backward(m->arg, step, micro, (float)eng->scaler.scale));
+        ZT_TRY(zt_engine_sync_grads(eng));
+        zt_trace_span(ctx->trace, "backward", "phase", 0, tb);
+    }
+    return ZT_OK;
+}
+
+/* After a skipped step: reported; too many in a row, or an fp16 overflow at
+ * the smallest loss scale allowed, stop the run. step is 1-based. */
+static zt_status judge_skipped(const zt_engine *eng, const zt_step_options *o, int step) {
+    zt_ctx *ctx = eng->ctx;
+    const zt_loss_scaler *s = &eng->scaler;
+    if (!eng->last_step_skipped) return ZT_OK;
+    int dynamic = zt_loss_scaler_dynamic(&eng->cfg);
+    if (s->exhausted)
+        return ZT_FAIL(&ctx->err, ZT_ERR_NUMERIC,
+                       "step %d: fp16 gradients overflowed at loss scale %g, and halving it would go below "
+                       "--min-loss-scale %g; the run stops (a lower --lr, or bf16, may help)",
+                       step, s->scale, eng->cfg.loss.min_loss_scale);
+    if (!dynamic && s->consecutive_skips >= o->max_skipped_steps)
+        return ZT_FAIL(&ctx->err, ZT_ERR_NUMERIC,
+                       "step %d: the gradients were not finite in %d step(s) in a row (--max-skipped-steps %d); "
+                       "the run stops", step, s->consecutive_skips, o->max_skipped_steps);
+    if (dynamic)
+        zt_log_rank0(&ctx->log, "step %d skipped: fp16 gradients overflowed (loss scale now %g; %ld skipped so far)",
+                     step, s->scale, s->skipped_steps);
+    else
+        zt_log_rank0(&ctx->log, "step %d skipped: the gradient norm is %g (%ld skipped so far)", step,
+                     eng->last_grad_norm, s->skipped_steps);
+    return ZT_OK;
+}
+
+/* The optimizer, the skip verdict and the step's losses. */
+static zt_status optimizer(zt_engine *eng, const zt_step_model *m, const zt_step_options *o, int step,
+                           double *loss_sum) {
+    zt_ctx *ctx = eng->ctx;
+    zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_OPTIMIZER);
+    double to = zt_now_s();
+    ZT_TRY(zt_engine_step(eng, o->lr));
+    ZT_TRY(judge_skipped(eng, o, step + 1));
+    ZT_TRY(m->take_losses(m->arg, loss_sum)); /* waits for the step's kernels */
+    zt_trace_span(ctx->trace, "optimizer", "phase", 0, to);
+    return ZT_OK;
+}
+
+zt_status zt_train_step(zt_engine *eng, const zt_step_model *m, const zt_step_options *o, int step,
+                        zt_step_result *out) {
+    zt_ctx *ctx = eng->ctx;
+    double t0 = zt_now_s(), loss_sum = 0.0;
+    zt_mem_window_reset(&ctx->device_mem);
+    out->loss_scale = eng->scaler.scale;
+    ZT_TRY(zt_engine_zero_grads(eng));
+    ZT_TRY(micro_batches(eng, m, o, step));
+    if (o->before_optimizer) o->before_optimizer(o->hook_arg, step);
+    ZT_TRY(optimizer(eng, m, o, step, &loss_sum));
+    char step_name[32];
+    snprintf(step_name, sizeof step_name, "step %d", step + 1);
+    zt_trace_span(ctx->trace, step_name, "step", 0, t0);
+    out->time_s = zt_now_s() - t0;
+    out->grad_norm = eng->last_grad_norm;
+    out->skipped = eng->last_step_skipped;
+    out->skipped_steps = eng->scaler.skipped_steps;
+    /* The global mean loss: per-rank means added in rank order. */
+    ZT_TRY(zt_comm_sum_f64(eng->comm, loss_sum / o->micro_batches, &out->loss, &ctx->err));
+    out->loss /= eng->comm->world_size;
+    return ZT_OK;
+}

@@ -1,0 +1,92 @@
+/* The memory planner's engine half (zt-plan): per-rank device bytes per
+ * category at the moment of peak, host bytes, for a ZeRO stage, offload,
+ * dtype, prefetch and bucket size. The model walks its passes (its
+ * activations and workspaces at every moment where the peak can occur, in
+ * its use order, examples/gpt_plan.c for the GPT) and asks this half what
+ * the engine holds at each: persistent state (the closed form), gathered
+ * units, fp32 views, gradients waiting for their bucket, buckets in flight;
+ * this half adds the optimizer step and the host pool. Validated against
+ * measured runs by tests/mpi (planner cases) and docs/memory.md. */
+#ifndef ZT_PLAN_H
+#define ZT_PLAN_H
+
+#include <stddef.h>
+
+#include "zt_dtype.h"
+#include "zt_mem.h"
+#include "zt_units.h"
+
+typedef struct {
+    int world, stage, offload, offload_delay, prefetch;
+    int overlap_comm; /* 0: each bucket's reduce-scatter completes (and frees) as it is sent */
+    long long prefetch_params; /* DeepSpeed's stage3_prefetch_bucket_size: sets prefetch (0: unused) */
+    zt_dtype dtype;         /* of params and grads (zt-train's --dtype) */
+    zt_dtype compute_dtype; /* of gathered units: dtype where the backend has kernels in it, else fp32 */
+    zt_dtype reduce_dtype;  /* of gradient buckets */
+    size_t bucket_bytes;
+    const zt_model_spec *spec; /* laid out for `world` (zt_spec_layout) */
+} zt_plan_input;
+
+typedef struct {
+    size_t by_category[ZT_NUM_CATEGORIES];      /* at the peak moment */
+    size_t peak_by_category[ZT_NUM_CATEGORIES]; /* each category's own peak over the moments */
+    size_t peak_bytes;
+    const char *peak_moment;
+    size_t persistent_bytes; /* params + grads + master + optimizer on the device */
+    size_t activations_kept_bytes; /* the model's, between its forward and backward */
+    size_t host_bytes;       /* the host pool (offload) */
+} zt_plan;
+
+/* Bytes per category at one moment of a pass. */
+typedef struct {
+    size_t c[ZT_NUM_CATEGORIES];
+    const char *name;
+} zt_plan_moment;
+
+/* The planner's state while the model walks its passes. */
+typedef struct {
+    zt_plan_input in;                /* prefetch resolved */
+    size_t bucket;                   /* bucket_bytes (>= 1) */
+    int cap;                         /* most units per bucket */
+    size_t filling_numel, waiting;   /* the filling bucket: its elements; its units' fp32 grads */
+    int filling_units;
+    size_t in_flight;                /* the bucket sent last: send + receive + sums */
+    int waits;                       /* full fp32 gradients wait for their bucket (stages 2-3, or 16-bit) */
+    zt_category wait_cat;            /* where they are counted: comm_buffers (2-3) or workspace (0-1) */
+    size_t best_c[ZT_NUM_CATEGORIES], best_total, cat_peak[ZT_NUM_CATEGORIES];
+    const char *best;
+    size_t activations_kept;
+} zt_plan_sim;
+
+/* The model's half: walks its forward and backward passes on S. */
+typedef void (*zt_plan_walk_fn)(void *arg, zt_plan_sim *S);
+
+void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_arg, zt_plan *out);
+
+/* For the walk. The persistent state, every moment's base. */
+zt_plan_moment zt_plan_base(const zt_plan_sim *S);
+/* A moment where the peak can occur. */
+void zt_plan_consider(zt_plan_sim *S, const zt_plan_moment *m);
+/* Stage 3: gathered bytes while order[lo..last] are in use and the
+ * prefetch depth after `last` is gathered too, each unit once (0 at stages 0-2). */
+size_t zt_plan_gathered(const zt_plan_sim *S, const int *order, int n, int lo, int last);
+/* The fp32 view of gathered unit u in use, where the backend computes in
+ * fp32 on 16-bit params (0 otherwise; workspace). */
+size_t zt_plan_view_bytes(const zt_plan_sim *S, int u);
+/* Unit u's full-size fp32 gradients (grad32) while its backward runs. */
+size_t zt_plan_grad32_bytes(const zt_plan_sim *S, int u);
+/* Adds gradients waiting for their bucket to m, where the engine counts them. */
+void zt_plan_add_waiting(const zt_plan_sim *S, zt_plan_moment *m, size_t bytes);
+size_t zt_plan_waiting(const zt_plan_sim *S);   /* of the filling bucket's units */
+size_t zt_plan_in_flight(const zt_plan_sim *S); /* the bucket sent last (comm_buffers) */
+/* Unit u's gradients are complete at moment m: into the filling bucket,
+ * which is sent when full (a moment named `name`). */
+void zt_plan_grads_ready(zt_plan_sim *S, int u, const zt_plan_moment *m, const char *name);
+/* Sends the filling bucket at moment m (the end of backward). */
+void zt_plan_flush(zt_plan_sim *S, const zt_plan_moment *m, const char *name);
+/* The dtype the model's activations are computed in. */
+zt_dtype zt_plan_compute_dtype(const zt_plan_sim *S);
+/* What the model keeps between its forward and its backward (reported). */
+void zt_plan_set_kept(zt_plan_sim *S, size_t bytes);
+
+#endif
