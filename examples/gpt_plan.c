@@ -51,17 +51,22 @@ static int use_order(const zt_gpt_plan_model *g, int backward, int *order) {
 }
 
 /* Forward: at each unit's gather the activations allocated so far (its own
- * buffer is allocated just before it) and, at stage 3, the window of units
- * in use and prefetched after it; after a replaying block's forward, what it
- * keeps is allocated while its activations still exist (gpt.c keep_block).
- * Smaller in total than backward's moments, but a window can hold more
- * gathered bytes than any of backward's (a large embedding with block 0),
- * and the keep moment more activations. */
+ * buffer is allocated just before it) and, at stage 3, the units gathered
+ * (in use, prefetched after it, kept for a reuse); the embedding and each
+ * block are released after their forward, the head and a tied embedding
+ * together at the end (gpt.c); after a replaying block's forward and
+ * release, what it keeps is allocated while its activations still exist
+ * (gpt.c keep_block). Smaller in total than backward's moments, but a
+ * window can hold more gathered bytes than any of backward's (a large
+ * embedding with block 0), and the keep moment more activations. */
 static void forward_moments(zt_plan_sim *S, const gpt_bytes *b) {
     const zt_gpt_plan_model *g = b->g;
     int order[2 * ZT_MAX_UNITS + 2], n = use_order(g, 0, order), L = g->cfg.layers;
+    int next[2 * ZT_MAX_UNITS + 2], next_n = use_order(g, 1, next); /* backward follows: a reuse can be kept */
+    zt_plan_begin_pass(S, order, n, next, next_n);
     for (int i = 0; i < n; i++) {
         int u = order[i], lo = i;
+        zt_plan_use(S, u);
         zt_plan_moment F = zt_plan_base(S);
         F.name = "forward";
         F.c[ZT_CAT_OTHER] = b->tokens;
@@ -74,40 +79,47 @@ static void forward_moments(zt_plan_sim *S, const gpt_bytes *b) {
             F.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[i - 1] + b->blk_full;
         }
         for (int j = lo; j <= i; j++) F.c[ZT_CAT_WORKSPACE] += zt_plan_view_bytes(S, order[j]);
-        F.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, lo, i);
+        F.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
         zt_plan_consider(S, &F);
+        if (i <= L) zt_plan_release(S, u); /* the embedding, a block */
         int k = i - 1;
         if (k < 0 || k >= L || zt_recompute_keep(&g->cfg.recompute, k) == ZT_KEEP_ALL) continue;
         zt_plan_moment K = zt_plan_base(S); /* block k released, its kept part taken beside its activations */
         K.name = "forward (a block's kept part)";
         K.c[ZT_CAT_OTHER] = b->tokens;
         K.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[k + 1] + b->blk_full;
-        K.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, i + 1, i);
+        K.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
         zt_plan_consider(S, &K);
     }
+    if (g->cfg.tied) zt_plan_release(S, g->unit_embed);
+    zt_plan_release(S, g->unit_head);
 }
 
 /* The head's backward, every activation still alive (stage 3: the head and
  * a tied embedding in use, and the units prefetched after them); then its
  * gradients join the bucket (the tied embedding's stay open). */
-static void head_backward(zt_plan_sim *S, const gpt_bytes *b, const int *order, int n) {
+static void head_backward(zt_plan_sim *S, const gpt_bytes *b) {
     const zt_gpt_plan_model *g = b->g;
-    int uh = g->unit_head, ue = g->unit_embed, tpos = g->cfg.tied ? 1 : 0, L = g->cfg.layers;
+    int uh = g->unit_head, ue = g->unit_embed, L = g->cfg.layers;
     size_t tied32 = g->cfg.tied ? zt_plan_grad32_bytes(S, ue) : 0, tied_view = g->cfg.tied ? zt_plan_view_bytes(S, ue) : 0;
+    zt_plan_use(S, uh);
+    if (g->cfg.tied) zt_plan_use(S, ue);
     zt_plan_moment H = zt_plan_base(S);
     H.name = "start of backward (head)";
     H.c[ZT_CAT_OTHER] = b->tokens;
     H.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[L] + b->head;
     H.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, uh) + tied_view;
     zt_plan_add_waiting(S, &H, zt_plan_grad32_bytes(S, uh) + tied32);
-    H.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, 0, tpos);
+    H.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
     zt_plan_consider(S, &H);
+    if (g->cfg.tied) zt_plan_release(S, ue);
+    zt_plan_release(S, uh);
     zt_plan_moment after = zt_plan_base(S); /* its views and gathered copy gone, its activations not yet */
     after.c[ZT_CAT_OTHER] = b->tokens;
     after.c[ZT_CAT_ACTIVATIONS] = H.c[ZT_CAT_ACTIVATIONS];
     after.c[ZT_CAT_WORKSPACE] = b->ws_bwd;
     zt_plan_add_waiting(S, &after, tied32);
-    after.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, tpos + 1, tpos);
+    after.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
     zt_plan_grads_ready(S, uh, &after, "gradient reduction after the head's backward");
 }
 
@@ -124,12 +136,13 @@ static const char *block_moment_name(int k, int L) {
  * block's activations come back (gpt.c replay_block) before its gradients
  * are opened: after its kept output is freed (full), or while its kept GEMM
  * outputs are copied into them (selective, then freed). */
-static void block_backward(zt_plan_sim *S, const gpt_bytes *b, const int *order, int n, int k) {
+static void block_backward(zt_plan_sim *S, const gpt_bytes *b, int k) {
     const zt_gpt_plan_model *g = b->g;
-    int u = g->first_block + k, L = g->cfg.layers, at = (g->cfg.tied ? 1 : 0) + L - k; /* in the backward order */
+    int u = g->first_block + k, L = g->cfg.layers;
     size_t tied32 = g->cfg.tied ? zt_plan_grad32_bytes(S, g->unit_embed) : 0;
     zt_keep keep = zt_recompute_keep(&g->cfg.recompute, k);
     size_t own = b->kept_before[k + 1] - b->kept_before[k];
+    zt_plan_use(S, u);
     if (keep != ZT_KEEP_ALL) {
         zt_plan_moment R = zt_plan_base(S);
         R.name = "a block's replay";
@@ -138,7 +151,7 @@ static void block_backward(zt_plan_sim *S, const gpt_bytes *b, const int *order,
         R.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, u);
         R.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S);
         zt_plan_add_waiting(S, &R, zt_plan_waiting(S) + tied32);
-        R.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, at, at);
+        R.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
         zt_plan_consider(S, &R);
     }
     zt_plan_moment M = zt_plan_base(S);
@@ -148,13 +161,14 @@ static void block_backward(zt_plan_sim *S, const gpt_bytes *b, const int *order,
     M.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, u);
     M.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S);
     zt_plan_add_waiting(S, &M, zt_plan_waiting(S) + zt_plan_grad32_bytes(S, u) + tied32);
-    M.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, at, at);
+    M.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
     zt_plan_consider(S, &M);
+    zt_plan_release(S, u);
     zt_plan_moment after = M; /* its views, the bucket in flight and its waiting gradients accounted anew */
     after.c[ZT_CAT_WORKSPACE] = b->ws_bwd;
     after.c[ZT_CAT_COMM_BUFFERS] = 0;
     zt_plan_add_waiting(S, &after, tied32);
-    after.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S, order, n, at + 1, at);
+    after.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
     zt_plan_grads_ready(S, u, &after, "gradient reduction after a block's backward");
 }
 
@@ -196,7 +210,8 @@ void zt_gpt_plan_walk(void *arg, zt_plan_sim *S) {
     zt_plan_set_kept(S, b.enc + b.kept_before[g->cfg.layers] + b.head);
     forward_moments(S, &b);
     int order[2 * ZT_MAX_UNITS + 2], n = use_order(g, 1, order);
-    head_backward(S, &b, order, n);
-    for (int k = g->cfg.layers - 1; k >= 0; k--) block_backward(S, &b, order, n, k);
+    zt_plan_begin_pass(S, order, n, NULL, 0); /* the optimizer step follows */
+    head_backward(S, &b);
+    for (int k = g->cfg.layers - 1; k >= 0; k--) block_backward(S, &b, k);
     embedding_backward(S, &b);
 }

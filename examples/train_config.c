@@ -53,6 +53,19 @@ static const opt_spec options[] = {
     {"beta1", OPT_FLOAT, F(beta1), 0, 0, 0.999999, NULL, "Adam beta1"},
     {"beta2", OPT_FLOAT, F(beta2), 0, 0, 0.999999999, NULL, "Adam beta2"},
     {"eps", OPT_FLOAT, F(eps), 0, 1e-30, 1, NULL, "Adam epsilon"},
+    {"lr-schedule", OPT_CHOICE, S(lr_schedule), 0, 0, "cosine|warmup|warmup-decay|warmup-cosine",
+     "cosine: linear warm-up, cosine to --min-lr-frac; DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR"},
+    {"warmup-type", OPT_CHOICE, S(warmup_type), 0, 0, "log|linear", "DeepSpeed schedules: the warm-up's shape"},
+    {"warmup-min-lr", OPT_FLOAT, F(warmup_min_lr), 0, 0, 10, NULL, "warmup, warmup-decay: where the warm-up starts"},
+    {"warmup-min-ratio", OPT_FLOAT, F(warmup_min_ratio), 0, 0, 1, NULL,
+     "warmup-cosine: where the warm-up starts, as a fraction of --lr"},
+    {"cos-min-ratio", OPT_FLOAT, F(cos_min_ratio), 0, 0, 1, NULL, "warmup-cosine: where it ends, as a fraction of --lr"},
+    {"schedule-steps", OPT_INT, F(schedule_steps), 0, 0, INT_MAX, NULL,
+     "warmup-decay, warmup-cosine: DeepSpeed's total_num_steps (0: --steps)"},
+    {"print-every", OPT_INT, F(print_every), 0, 1, INT_MAX, NULL,
+     "print the step line every K steps (DeepSpeed's steps_per_print)"},
+    {"wall-clock-breakdown", OPT_BOOL, F(wall_clock_breakdown), 0, 0, 1, NULL,
+     "forward, backward and optimizer times in the step line (DeepSpeed's wall_clock_breakdown)"},
     {"grad-clip", OPT_FLOAT, F(grad_clip), 0, 0, 1e30, NULL, "global gradient-norm clipping (0: off)"},
     {"stage", OPT_INT, F(stage), 0, 0, 3, NULL, "ZeRO stage 0..3"},
     {"offload", OPT_CHOICE, S(offload), 0, 0, "none|cpu", "optimizer state offload"},
@@ -83,6 +96,16 @@ static const opt_spec options[] = {
     {"prefetch", OPT_INT, F(prefetch), 0, 0, 16, NULL, "units gathered ahead at stage 3"},
     {"prefetch-bucket-size", OPT_INT64, F(prefetch_bucket_size), 0, 0, 9e18, NULL,
      "stage 3: parameters to gather ahead (sets --prefetch in units; 0: unused)"},
+    {"persist-threshold", OPT_INT64, F(persist_threshold), 0, 0, 9e18, NULL,
+     "stage 3: units of fewer parameters stay whole on every rank, never gathered (DeepSpeed's "
+     "stage3_param_persistence_threshold; 0: none)"},
+    {"max-live-params", OPT_INT64, F(max_live_params), 0, 0, 9e18, NULL,
+     "stage 3: most gathered parameters at once; prefetches wait below it (stage3_max_live_parameters; 0: no cap)"},
+    {"max-reuse-distance", OPT_INT64, F(max_reuse_distance), 0, 0, 9e18, NULL,
+     "stage 3: a unit used again within this many parameters of other units' gathers stays gathered "
+     "(stage3_max_reuse_distance; 0: released at once)"},
+    {"sub-group-size", OPT_INT64, F(sub_group_size), 0, 1, 9e18, NULL,
+     "elements the optimizer steps at a time, bounding its fp32 workspace (DeepSpeed's sub_group_size)"},
     {"overlap-comm", OPT_BOOL, F(overlap_comm), 0, 0, 1, NULL, "overlap collectives with compute (0: wait at once)"},
     {"mem-limit", OPT_SIZE, F(mem_limit), 0, 0, 1e18, NULL, "device memory cap, e.g. 512MiB (0: none)"},
     {"threads", OPT_INT, F(threads), 0, 0, 1024, NULL, "threads per process (0: cores / ranks on this node)"},
@@ -98,6 +121,8 @@ static const opt_spec options[] = {
     {"trace", OPT_BOOL, F(trace), 0, 0, 1, NULL, "with --log-dir, write DIR/trace.json (Chrome trace format)"},
     {"trace-max-events", OPT_INT64, F(trace_max_events), 0, 0, 9e18, NULL, "per rank; later events are dropped (0: no cap)"},
     {"quiet", OPT_BOOL, F(quiet), 0, 0, 1, NULL, "print only warnings and errors"},
+    {"print-config", OPT_BOOL, F(print_config), 0, 0, 1, NULL,
+     "print the resolved configuration as a --config file (JSON) and exit"},
 };
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
 _Static_assert(sizeof options / sizeof options[0] <= sizeof(((zt_train_config *)0)->given), "grow zt_train_config.given");
@@ -116,6 +141,11 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->markov_branch = 4;
     c->steps = 400;
     c->warmup = 20;
+    snprintf(c->lr_schedule, sizeof c->lr_schedule, "cosine");
+    snprintf(c->warmup_type, sizeof c->warmup_type, "log"); /* DeepSpeed's defaults */
+    c->cos_min_ratio = 0.0001;
+    c->print_every = 1;
+    c->sub_group_size = 1 << 16;
     c->grad_accum = 1;
     c->seed = 1234;
     c->lr = 3e-3;
@@ -263,7 +293,8 @@ static zt_status set_from_json(zt_train_config *c, const opt_spec *o, int idx, j
     case OPT_INT:
     case OPT_INT64:
         ok = json_is_integer(val) || json_whole(val);
-        if (ok) snprintf(text, sizeof text, "%.0f", json_number_value(val));
+        if (json_is_integer(val)) snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
+        else if (ok) snprintf(text, sizeof text, "%.0f", json_number_value(val));
         break;
     case OPT_FLOAT:
         ok = json_is_number(val);
@@ -403,8 +434,14 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
         c->bucket_size = (size_t)(C * C) * 4;
     if ((c->ds_auto & ZT_DS_AUTO_PREFETCH_BUCKET) && !zt_train_config_given(c, "prefetch-bucket-size"))
         c->prefetch_bucket_size = (int64_t)(0.9 * C * C);
+    if ((c->ds_auto & ZT_DS_AUTO_PERSIST) && !zt_train_config_given(c, "persist-threshold"))
+        c->persist_threshold = (int64_t)(10 * C);
     zt_recompute_policy rp;
     ZT_TRY(zt_recompute_parse(c->recompute, &rp, err));
+    int W = c->warmup > 2 ? c->warmup : 2, total = c->schedule_steps ? c->schedule_steps : c->steps;
+    if (strcmp(c->lr_schedule, "warmup-cosine") == 0 && total <= W)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--lr-schedule warmup-cosine: its %d steps (--schedule-steps, else "
+                       "--steps) must exceed the %d of its warm-up (--warmup, at least 2)", total, W);
     if (c->offload_delay && strcmp(c->offload, "cpu") != 0)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-delay 1 needs --offload cpu (got --offload %s): the delayed "
                        "update overlaps the CPU Adam with the next step", c->offload);
@@ -455,7 +492,7 @@ void zt_train_config_print_help(FILE *f, const char *prog) {
  * which shape no collective and no arithmetic. Every other option is agreed
  * on before the first collective. */
 static const char *const per_rank_options[] = {"config", "log-dir", "quiet", "threads", "mem-limit", "trace",
-                                               "trace-max-events"};
+                                               "trace-max-events", "print-config"};
 /* Options naming files: compared by what they refer to, not by path. */
 static const char *const identity_options[] = {"data", "resume", "save-dir"};
 
@@ -489,4 +526,35 @@ void zt_train_config_print(const zt_train_config *c, FILE *f) {
         fprintf(f, "| %-20s | %-28s |\n", o->name, v);
     }
     fprintf(f, "+----------------------+------------------------------+\n");
+}
+
+/* Option o's value in c as JSON (NULL for an empty string: not set). */
+static json_t *value_json(const zt_train_config *c, const opt_spec *o) {
+    const char *base = (const char *)c + o->offset;
+    switch (o->kind) {
+    case OPT_INT: return json_integer(*(const int *)base);
+    case OPT_BOOL: return json_boolean(*(const int *)base);
+    case OPT_INT64: return json_integer((json_int_t) * (const int64_t *)base);
+    case OPT_FLOAT: return json_real(*(const double *)base);
+    case OPT_SIZE: return json_integer((json_int_t) * (const size_t *)base);
+    case OPT_STRING: case OPT_CHOICE: return base[0] ? json_string(base) : NULL;
+    }
+    return NULL;
+}
+
+char *zt_train_config_json(const zt_train_config *c) {
+    json_t *o = json_object();
+    for (int i = 0; o && i < NOPTIONS; i++) {
+        const opt_spec *opt = &options[i];
+        if (strcmp(opt->name, "config") == 0 || strcmp(opt->name, "print-config") == 0) continue;
+        char key[64];
+        snprintf(key, sizeof key, "%s", opt->name);
+        for (char *k = key; *k; k++)
+            if (*k == '-') *k = '_';
+        json_t *v = value_json(c, opt);
+        if (v) json_object_set_new(o, key, v);
+    }
+    char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(o);
+    return text;
 }

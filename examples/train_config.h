@@ -21,8 +21,16 @@ typedef struct {
     int steps, warmup, grad_accum;
     int64_t seed;
     double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
+    /* the learning-rate schedule (shard/zt_lr_schedule.h) */
+    char lr_schedule[16], warmup_type[8];
+    double warmup_min_lr, warmup_min_ratio, cos_min_ratio;
+    int schedule_steps;
+    /* DeepSpeed's logging knobs */
+    int print_every, wall_clock_breakdown;
+    /* DeepSpeed's stage-3 knobs (parameters; 0: off) and sub_group_size (elements) */
+    int64_t persist_threshold, max_live_params, max_reuse_distance, sub_group_size;
     /* runtime */
-    int stage, prefetch, threads, quiet, overlap_comm, trace, report_every, offload_delay;
+    int stage, prefetch, threads, quiet, overlap_comm, trace, report_every, offload_delay, print_config;
     double seq_len_jitter; /* each rank's T per step drawn in [(1 - F) seq_len, seq_len] */
     int64_t trace_max_events;
     int64_t prefetch_bucket_size; /* DeepSpeed's stage3_prefetch_bucket_size (parameters); 0: use prefetch */
@@ -59,6 +67,7 @@ typedef struct {
 
 #define ZT_DS_AUTO_REDUCE_BUCKET 1   /* reduce_bucket_size "auto": d_model^2 elements */
 #define ZT_DS_AUTO_PREFETCH_BUCKET 2 /* stage3_prefetch_bucket_size "auto": 0.9 d_model^2 */
+#define ZT_DS_AUTO_PERSIST 4         /* stage3_param_persistence_threshold "auto": 10 d_model */
 
 void zt_train_config_defaults(zt_train_config *cfg);
 /* Parses argv (flags win over --config). Returns ZT_ERR_INVALID with a message
@@ -81,6 +90,10 @@ void zt_train_config_print_help(FILE *f, const char *prog);
  * returns ("data", "resume", "save-dir"). Returns the number of rows. */
 int zt_train_config_settings(const zt_train_config *cfg, const char *(*identity)(void *arg, const char *option),
                              void *arg, zt_setting *rows, int cap);
+/* The resolved configuration as a --config file: every option under its
+ * JSON name, DeepSpeed's keys and "auto" resolved (malloc'd; NULL when out
+ * of memory). Read back, it gives the same run. */
+char *zt_train_config_json(const zt_train_config *cfg);
 /* The resolved configuration as a table (rank 0 prints it at start). */
 void zt_train_config_print(const zt_train_config *cfg, FILE *f);
 

@@ -13,7 +13,12 @@
 typedef struct {
     zt_train_config *cfg;
     int problems;
-    char text[900];
+    char text[1400];
+    /* scheduler.type as zerotrain names it ("" when none); whether it sets
+     * the peak lr itself (WarmupLR, WarmupDecayLR: warmup_max_lr), which
+     * DeepSpeed then uses instead of optimizer.params.lr */
+    char schedule[16];
+    int lr_from_scheduler;
 } reader;
 
 static void note_problem(reader *r, const zt_error *e) {
@@ -104,6 +109,11 @@ static void zero_key(reader *r, const char *key, json_t *val, const char *path) 
     else if (strcmp(key, "reduce_scatter") == 0) require_true(r, val, path, "gradients are always reduce-scattered");
     else if (strcmp(key, "contiguous_gradients") == 0)
         require_true(r, val, path, "each unit's gradients are always one flat buffer");
+    else if (strcmp(key, "stage3_param_persistence_threshold") == 0)
+        set_count(r, "persist-threshold", val, path, 1.0, ZT_DS_AUTO_PERSIST);
+    else if (strcmp(key, "stage3_max_live_parameters") == 0) set_count(r, "max-live-params", val, path, 1.0, 0);
+    else if (strcmp(key, "stage3_max_reuse_distance") == 0) set_count(r, "max-reuse-distance", val, path, 1.0, 0);
+    else if (strcmp(key, "sub_group_size") == 0) set_count(r, "sub-group-size", val, path, 1.0, 0);
     else if (strcmp(key, "allgather_bucket_size") == 0 || strcmp(key, "allgather_partitions") == 0 ||
              strcmp(key, "round_robin_gradients") == 0 || strcmp(key, "stage3_gather_16bit_weights_on_model_save") == 0)
         note_without_effect(r, path); /* zerotrain gathers whole units; rank order is fixed */
@@ -113,6 +123,7 @@ static void zero_key(reader *r, const char *key, json_t *val, const char *path) 
 /* bf16.enabled / fp16.enabled: true selects that dtype; false leaves the
  * dtype to the other block, the flags or the default (fp32). */
 static void enable_dtype(reader *r, json_t *val, const char *path, const char *dtype) {
+    if (is_auto(val)) return; /* the Hugging Face integration's: the flags decide */
     if (!json_is_boolean(val)) return refuse(r, path, "not a boolean");
     if (!json_is_true(val)) return;
     json_t *dt = json_string(dtype);
@@ -145,7 +156,10 @@ static void fp16_key(reader *r, const char *key, json_t *val, const char *path) 
 }
 
 static void adam_key(reader *r, const char *key, json_t *val, const char *path) {
-    if (strcmp(key, "lr") == 0) set(r, "lr", val, path);
+    if (strcmp(key, "lr") == 0 && r->lr_from_scheduler) {
+        if (!is_auto(val)) note_without_effect(r, path); /* the scheduler's warmup_max_lr is the peak */
+    }
+    else if (strcmp(key, "lr") == 0) set(r, "lr", val, path);
     else if (strcmp(key, "eps") == 0) set(r, "eps", val, path);
     else if (strcmp(key, "weight_decay") == 0) set(r, "weight-decay", val, path);
     else if (strcmp(key, "betas") == 0 && is_auto(val)) return;
@@ -167,6 +181,68 @@ static void optimizer_key(reader *r, const char *key, json_t *val, const char *p
         refuse(r, path, "not Adam or AdamW (the only optimizer zerotrain has)");
 }
 
+/* scheduler.params: DeepSpeed's names of our schedule options. */
+static void scheduler_param(reader *r, const char *key, json_t *val, const char *path) {
+    int cosine = strcmp(r->schedule, "warmup-cosine") == 0, plain = strcmp(r->schedule, "warmup") == 0;
+    if (strcmp(key, "warmup_num_steps") == 0) set(r, "warmup", val, path);
+    else if (strcmp(key, "warmup_type") == 0) set(r, "warmup-type", val, path);
+    else if (strcmp(key, "total_num_steps") == 0 && !plain) set(r, "schedule-steps", val, path);
+    else if (strcmp(key, "warmup_min_lr") == 0 && !cosine) set(r, "warmup-min-lr", val, path);
+    else if (strcmp(key, "warmup_max_lr") == 0 && !cosine) set(r, "lr", val, path);
+    else if (strcmp(key, "warmup_min_ratio") == 0 && cosine) set(r, "warmup-min-ratio", val, path);
+    else if (strcmp(key, "cos_min_ratio") == 0 && cosine) set(r, "cos-min-ratio", val, path);
+    else if (strcmp(key, "last_batch_iteration") == 0) {
+        if (!json_is_integer(val) || json_integer_value(val) != -1)
+            refuse(r, path, "not -1 (a run continues its schedule from a checkpoint: --resume)");
+    } else refuse(r, path, "not a parameter of this scheduler");
+}
+
+/* DeepSpeed's default for each parameter the file leaves out (what
+ * DeepSpeed's scheduler would use), so the schedule means the same. */
+static void scheduler_defaults(reader *r, json_t *params) {
+    static const struct {
+        const char *key, *option, *which; /* which: the schedules it belongs to */
+        double value;
+    } defaults[] = {{"warmup_num_steps", "warmup", "warmup warmup-decay warmup-cosine", 1000},
+                    {"warmup_max_lr", "lr", "warmup warmup-decay", 0.001}};
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
+        if (json_object_get(params, defaults[i].key) || !strstr(defaults[i].which, r->schedule)) continue;
+        json_t *v = json_real(defaults[i].value);
+        set(r, defaults[i].option, v, "scheduler.params (DeepSpeed's default)");
+        json_decref(v);
+    }
+    if (strcmp(r->schedule, "warmup") != 0 && !json_object_get(params, "total_num_steps"))
+        refuse(r, "scheduler.params.total_num_steps", "missing (DeepSpeed requires it for this scheduler)");
+}
+
+/* scheduler.{type, params}: DeepSpeed's warm-up schedules. */
+static void read_scheduler(reader *r, json_t *val) {
+    if (!json_is_object(val)) return refuse(r, "scheduler", "not an object");
+    const char *key;
+    json_t *v;
+    json_object_foreach(val, key, v) if (strcmp(key, "type") != 0 && strcmp(key, "params") != 0)
+        refuse(r, "scheduler", "an object with keys other than type and params");
+    if (!r->schedule[0]) return refuse(r, "scheduler.type", "missing, or not WarmupLR, WarmupDecayLR or WarmupCosineLR "
+                                       "(the schedules zerotrain has)");
+    json_t *name = json_string(r->schedule), *params = json_object_get(val, "params");
+    set(r, "lr-schedule", name, "scheduler.type");
+    json_decref(name);
+    if (params) each_key(r, params, "scheduler.params", scheduler_param);
+    scheduler_defaults(r, params);
+}
+
+/* Which schedule the file's scheduler.type names (read before the other
+ * keys: it decides what optimizer.params.lr means). */
+static void find_schedule(reader *r, json_t *root) {
+    static const struct {
+        const char *deepspeed, *ours;
+    } names[] = {{"WarmupLR", "warmup"}, {"WarmupDecayLR", "warmup-decay"}, {"WarmupCosineLR", "warmup-cosine"}};
+    const char *type = json_string_value(json_object_get(json_object_get(root, "scheduler"), "type"));
+    for (size_t i = 0; type && i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(type, names[i].deepspeed) == 0) snprintf(r->schedule, sizeof r->schedule, "%s", names[i].ours);
+    r->lr_from_scheduler = r->schedule[0] && strcmp(r->schedule, "warmup-cosine") != 0;
+}
+
 /* DeepSpeed's top-level names of our options. */
 static const struct {
     const char *deepspeed, *option;
@@ -175,11 +251,12 @@ static const struct {
     {"gradient_accumulation_steps", "grad-accum"},
     {"gradient_clipping", "grad-clip"},
     {"communication_data_type", "reduce-dtype"},
+    {"steps_per_print", "print-every"},
+    {"wall_clock_breakdown", "wall-clock-breakdown"},
 };
 
 /* Top-level DeepSpeed keys that change nothing here (logging, checks). */
-static const char *const without_effect[] = {"steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer",
-                                             "prescale_gradients", "dump_state"};
+static const char *const without_effect[] = {"zero_allow_untested_optimizer", "prescale_gradients", "dump_state"};
 
 static void read_key(reader *r, const char *key, json_t *val) {
     if (strcmp(key, "zero_optimization") == 0) return each_key(r, val, key, zero_key);
@@ -193,8 +270,7 @@ static void read_key(reader *r, const char *key, json_t *val) {
         if (strcmp(key, aliases[i].deepspeed) == 0) return set(r, aliases[i].option, val, key);
     for (size_t i = 0; i < sizeof without_effect / sizeof without_effect[0]; i++)
         if (strcmp(key, without_effect[i]) == 0) return note_without_effect(r, key);
-    if (strcmp(key, "scheduler") == 0)
-        return refuse(r, key, "not supported by zerotrain yet (its warm-up + cosine schedule only)");
+    if (strcmp(key, "scheduler") == 0) return read_scheduler(r, val);
     if (strcmp(key, "amp") == 0) return refuse(r, key, "not supported by zerotrain (use bf16 or fp16)");
     if (strcmp(key, "train_batch_size") == 0) {
         if (is_auto(val)) return;
@@ -209,9 +285,10 @@ static void read_key(reader *r, const char *key, json_t *val) {
 }
 
 zt_status zt_config_read_keys(zt_train_config *c, json_t *root, const char *path, zt_error *err) {
-    reader r = {c, 0, ""};
+    reader r = {c, 0, "", "", 0};
     const char *key;
     json_t *val;
+    find_schedule(&r, root);
     json_object_foreach(root, key, val) read_key(&r, key, val);
     if (r.problems == 1) return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: %s", path, r.text);
     if (r.problems > 1) return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: %d problems:\n  %s", path, r.problems, r.text);

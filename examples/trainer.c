@@ -14,6 +14,7 @@
 #include "zt_checkpoint.h"
 #include "zt_imbalance.h"
 #include "zt_rng.h"
+#include "zt_lr_schedule.h"
 #include "zt_step.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -21,13 +22,14 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Linear warm-up, then cosine decay to min_lr_frac * lr at the last step. */
+/* The learning rate of step `step` (0-based) under --lr-schedule. */
 static float lr_at(const zt_train_config *c, int step) {
-    if (step < c->warmup) return (float)(c->lr * (step + 1) / c->warmup);
-    int span = c->steps - c->warmup;
-    double progress = span > 1 ? (double)(step - c->warmup) / (double)(span - 1) : 1.0;
-    double cosine = 0.5 * (1.0 + cos(M_PI * progress));
-    return (float)(c->lr * (c->min_lr_frac + (1.0 - c->min_lr_frac) * cosine));
+    zt_lr_schedule s = {.lr = c->lr, .warmup = c->warmup, .total_steps = c->schedule_steps ? c->schedule_steps : c->steps,
+                        .min_lr_frac = c->min_lr_frac, .warmup_min_lr = c->warmup_min_lr,
+                        .warmup_min_ratio = c->warmup_min_ratio, .cos_min_ratio = c->cos_min_ratio,
+                        .warmup_shape = strcmp(c->warmup_type, "linear") == 0 ? ZT_WARMUP_LINEAR : ZT_WARMUP_LOG};
+    if (!zt_lr_kind_parse(c->lr_schedule, &s.kind)) s.kind = ZT_LR_COSINE; /* the options table allows no other */
+    return (float)zt_lr_at(&s, step);
 }
 
 typedef struct {
@@ -250,6 +252,10 @@ static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, cons
                           .overlap_comm = c->overlap_comm,
                           .offload = strcmp(c->offload, "cpu") == 0,
                           .offload_delay = c->offload_delay,
+                          .persist_threshold = (size_t)c->persist_threshold,
+                          .max_live_params = (size_t)c->max_live_params,
+                          .max_reuse_distance = (size_t)c->max_reuse_distance,
+                          .sub_group_size = (size_t)c->sub_group_size,
                           .host_threads = ctx->be->nthreads,
                           .loss = {c->loss_scale, c->initial_scale_power, c->loss_scale_window, c->hysteresis,
                                    c->min_loss_scale}};
@@ -425,6 +431,9 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
     json_object_set_new(o, "skipped_steps", json_integer(s->r.skipped_steps));
     json_object_set_new(o, "loss_scale", json_real(s->r.loss_scale));
     json_object_set_new(o, "step_time_s", json_real(s->r.time_s));
+    json_object_set_new(o, "forward_s", json_real(s->r.forward_s));
+    json_object_set_new(o, "backward_s", json_real(s->r.backward_s));
+    json_object_set_new(o, "optimizer_s", json_real(s->r.optimizer_s));
     json_object_set_new(o, "recompute_time_s", json_real(t->gpt.recompute_time_s));
     json_object_set_new(o, "tokens_per_s", json_real(tps));
     json_object_set_new(o, "seq_len", json_integer(s->T));
@@ -476,8 +485,13 @@ static zt_status after_step(run_state *r, const step_record *s) {
         zt_trace_span(ctx->trace, "checkpoint save", "io", 0, ts);
         zt_log_rank0(&ctx->log, "saved checkpoint step %d in %s (%.3f s)", done, c->save_dir, zt_now_s() - ts);
     }
-    zt_log_rank0(&ctx->log, "step %5d/%d | loss %.6f | lr %.2e | grad norm %.3f | %.1f ms | %.0f tok/s | peak %s",
-                 done, c->steps, s->r.loss, s->lr, s->r.grad_norm, s->r.time_s * 1e3, tps, peak);
+    if (done % c->print_every != 0 && done != c->steps) return ZT_OK; /* DeepSpeed's steps_per_print */
+    char phases[96] = "";
+    if (c->wall_clock_breakdown)
+        snprintf(phases, sizeof phases, " (forward %.1f, backward %.1f, optimizer %.1f)", s->r.forward_s * 1e3,
+                 s->r.backward_s * 1e3, s->r.optimizer_s * 1e3);
+    zt_log_rank0(&ctx->log, "step %5d/%d | loss %.6f | lr %.2e | grad norm %.3f | %.1f ms%s | %.0f tok/s | peak %s",
+                 done, c->steps, s->r.loss, s->lr, s->r.grad_norm, s->r.time_s * 1e3, phases, tps, peak);
     return ZT_OK;
 }
 

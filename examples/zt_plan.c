@@ -189,6 +189,10 @@ static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_
     (void)zt_dtype_parse(c->reduce_dtype, &in->reduce_dtype);
     in->compute_dtype = in->dtype;
     in->bucket_bytes = c->bucket_size;
+    in->persist_threshold = (size_t)c->persist_threshold;
+    in->max_live_params = (size_t)c->max_live_params;
+    in->max_reuse_distance = (size_t)c->max_reuse_distance;
+    in->sub_group_size = (size_t)c->sub_group_size;
     in->spec = spec;
 }
 

@@ -318,6 +318,19 @@ static void resolve_device(const job *j, zt_train_config *cfg) {
     if (j->rank == 0 && !cfg->quiet) printf("device auto: %s (%d CUDA device(s) visible)\n", cfg->device, gpus);
 }
 
+/* --print-config: rank 0 prints the resolved configuration as JSON. */
+static int print_config(const job *j, const zt_train_config *cfg) {
+    if (j->rank != 0) return 0;
+    char *text = zt_train_config_json(cfg);
+    if (!text) {
+        fprintf(stderr, "%s: error: out of memory printing the configuration\n", j->prog);
+        return 3;
+    }
+    printf("%s\n", text);
+    free(text);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     const char *alone = getenv("ZT_FAIL_ALONE_AFTER_S");
@@ -347,6 +360,7 @@ int main(int argc, char **argv) {
         if (j.rank == 0) zt_train_config_print_help(stdout, j.prog);
         return finish(&j, 0);
     }
+    if (cfg.print_config) return finish(&j, print_config(&j, &cfg));
     resolve_device(&j, &cfg);
     if ((code = agree_on_settings(&j, &cfg)) != 0) return finish(&j, code);
 

@@ -32,13 +32,15 @@ zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_
     return alloc_in(e, 1, t, dtype, numel, cat, what, unit);
 }
 
-zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype, int offload) {
+zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype, int offload,
+                                     size_t persist_threshold) {
     zt_state_bytes b;
     memset(&b, 0, sizeof b);
     size_t d = zt_dtype_size(dtype);
     for (int u = 0; u < spec->nunits; u++) {
         size_t P = spec->units[u].padded_numel, S = spec->units[u].shard_numel, owned = stage < 1 ? P : S;
-        b.params += (stage < 3 ? P : S) * d;
+        int full = stage < 3 || spec->units[u].numel < persist_threshold; /* engine_internal.h: persistent */
+        b.params += (full ? P : S) * d;
         b.grads += (stage < 2 ? P : S) * d;
         /* Offload keeps an fp32 master of the owned part even in fp32, as the
          * host-side optimizer's copy of the parameters. */
@@ -63,6 +65,9 @@ static zt_status check_agreement(zt_engine *e) {
     int head[6] = {e->spec->nunits, e->cfg.stage, (int)e->cfg.dtype, (int)e->cfg.reduce_dtype, e->cfg.offload,
                    e->cfg.offload_delay};
     XXH64_update(h, head, sizeof head);
+    /* The stage-3 knobs decide which collectives run and in what order. */
+    size_t knobs[3] = {e->cfg.persist_threshold, e->cfg.max_live_params, e->cfg.max_reuse_distance};
+    XXH64_update(h, knobs, sizeof knobs);
     for (int u = 0; u < e->spec->nunits; u++) {
         size_t sizes[2] = {e->spec->units[u].numel, e->spec->units[u].padded_numel};
         XXH64_update(h, sizes, sizeof sizes);
@@ -89,8 +94,8 @@ static zt_status alloc_unit_state(zt_engine *e, int u) {
     zt_unit_state *st = &e->units[u];
     size_t P = us->padded_numel, S = us->shard_numel, owned = owned_numel(e, u);
     zt_dtype dt = e->cfg.dtype;
-    st->phase = full_params(e) ? ZT_UNIT_GATHERED : ZT_UNIT_SHARDED;
-    ZT_TRY(zt_engine_alloc(e, &st->params, dt, full_params(e) ? P : S, ZT_CAT_PARAMS, "params", u));
+    st->phase = full_params(e, u) ? ZT_UNIT_GATHERED : ZT_UNIT_SHARDED;
+    ZT_TRY(zt_engine_alloc(e, &st->params, dt, full_params(e, u) ? P : S, ZT_CAT_PARAMS, "params", u));
     ZT_TRY(zt_engine_alloc(e, &st->grads, dt, full_grads(e) ? P : S, ZT_CAT_GRADS, "grads", u));
     if (e->cfg.offload) {
         ZT_TRY(zt_engine_alloc_host(e, &st->host_master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
@@ -134,6 +139,10 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
     e->units = calloc((size_t)spec->nunits, sizeof *e->units);
     if (!e->units) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate unit table");
     ZT_TRY(check_agreement(e));
+    if (cfg->stage == 3 && cfg->max_reuse_distance) {
+        e->reuse_seen = calloc((size_t)spec->nunits, 1);
+        if (!e->reuse_seen) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate the reuse look-ahead");
+    }
 
     for (int u = 0; u < spec->nunits; u++) ZT_TRY(alloc_unit_state(e, u));
     for (int u = 0; u < spec->nunits; u++) ZT_TRY(set_initial_values(e, u, init, init_arg));
@@ -162,6 +171,8 @@ void zt_engine_destroy(zt_engine *e) {
     zt_engine_free_bucket(e, &e->in_flight);
     free(e->units);
     e->units = NULL;
+    free(e->reuse_seen);
+    e->reuse_seen = NULL;
     free(e->now.units);
     for (int p = 0; p < ZT_NPASSES; p++) free(e->recorded[p].units);
 }

@@ -4,8 +4,19 @@
 
 #include "zt_engine.h"
 
-/* Does this stage keep the full (padded) buffer of each kind, or a shard? */
-static inline int full_params(const zt_engine *e) { return e->cfg.stage < 3; }
+/* Stage 3: does unit u persist (fewer parameters than persist_threshold,
+ * DeepSpeed's stage3_param_persistence_threshold)? Its params stay full on
+ * every rank and are never gathered; its grads and optimizer state stay
+ * sharded. Gathering a small unit costs a collective's latency for few
+ * bytes, so keeping it whole is cheaper than gathering it twice a step. */
+static inline int persistent(const zt_engine *e, int u) {
+    return e->cfg.stage == 3 && e->spec->units[u].numel < e->cfg.persist_threshold;
+}
+/* Does unit u keep the full (padded) buffer of each kind, or a shard? The
+ * params are per unit (stages 0-2, and persistent units at stage 3). */
+static inline int full_params(const zt_engine *e, int u) { return e->cfg.stage < 3 || persistent(e, u); }
+/* Is unit u all-gathered just in time (stage 3, not persistent)? */
+static inline int gathered_on_demand(const zt_engine *e, int u) { return !full_params(e, u); }
 static inline int full_grads(const zt_engine *e) { return e->cfg.stage < 2; }
 static inline int full_optim(const zt_engine *e) { return e->cfg.stage < 1; }
 
@@ -53,8 +64,9 @@ void zt_engine_host_adam(const zt_engine *e, int u, const float *g, void *out, f
  * params dtype), through an h2d slot, as the step's copies. */
 zt_status zt_engine_offload_apply_unit(zt_engine *e, int u);
 
-/* Runs update(e, u, arg) on every unit in order; at stages 1-2 each unit's
- * updated slice is all-gathered (after `producer`) while later units
+/* Runs update(e, u, arg) on every unit in order; where a unit's params are
+ * full on every rank at stages 1-3 (stages 1-2, stage 3's persistent units)
+ * its updated slice is all-gathered (after `producer`) while later units
  * update, and compute waits for all of them at the end, before the next
  * forward reads the parameters. */
 typedef zt_status (*zt_unit_update_fn)(zt_engine *e, int u, void *arg);
@@ -71,8 +83,9 @@ zt_status zt_engine_delayed_wait(zt_engine *e);
 static inline size_t local_index(int is_full, size_t i, size_t lo) { return is_full ? i : i - lo; }
 
 /* Before the optimizer step: every unit must be released (else an error
- * naming it); stage 3 frees prefetches no pass used (they would hold
- * parameters from before the step); the pass in progress is recorded. */
+ * naming it); stage 3 frees prefetches no pass used and units kept for a
+ * reuse (they would hold parameters from before the step); the pass in
+ * progress is recorded. */
 zt_status zt_engine_end_passes(zt_engine *e);
 
 /* Lets every collective in flight advance (MPI only moves nonblocking

@@ -1,7 +1,9 @@
 /* Parameter access for compute: the units' state machine (zt_unit_phase),
  * just-in-time all-gather at stage 3 with prefetch in the recorded use
- * order, and the fp32 up-cast of 16-bit parameters on a backend that has no
- * kernels in their dtype. */
+ * order, DeepSpeed's stage-3 knobs (persistent units, a cap on live
+ * gathered parameters, keeping a unit gathered for a reuse that comes
+ * soon), and the fp32 up-cast of 16-bit parameters on a backend that has
+ * no kernels in their dtype. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,16 +61,58 @@ static zt_status note_use(zt_engine *e, int u) {
     return ZT_OK;
 }
 
+/* Would gathering unit v now take the gathered parameters (in use,
+ * prefetched, in flight, kept for a reuse; every gathered buffer is
+ * [padded] in the dtype) over max_live_params (0: no cap)? */
+static int over_live_cap(const zt_engine *e, int v) {
+    size_t live = e->gathered_inflight_now / zt_dtype_size(e->cfg.dtype);
+    return e->cfg.max_live_params && live + e->spec->units[v].padded_numel > e->cfg.max_live_params;
+}
+
 /* Stage 3: the next `prefetch` units of the recorded order, after the use
- * just noted, start gathering (when the pass has kept to the record). */
+ * just noted, start gathering (when the pass has kept to the record), in
+ * that order. The first one that would go over max_live_params stops them
+ * (DeepSpeed's stage3_max_live_parameters): it waits until the model asks
+ * for it, or for a later prefetch once units are freed, so prefetches
+ * never overtake each other and the planner can replay them. */
 static zt_status prefetch_next(zt_engine *e) {
     const zt_use_order *rec = &e->recorded[e->pass];
     if (!e->follows_record) return ZT_OK;
     for (int k = 0; k < e->cfg.prefetch && e->now.n + k < rec->n; k++) {
         int v = rec->units[e->now.n + k];
-        if (e->units[v].phase == ZT_UNIT_SHARDED) ZT_TRY(start_gather(e, v));
+        if (e->units[v].phase != ZT_UNIT_SHARDED) continue; /* in use, on its way, kept or persistent */
+        if (over_live_cap(e, v)) break;
+        ZT_TRY(start_gather(e, v));
     }
     return ZT_OK;
+}
+
+/* max_reuse_distance (DeepSpeed's stage3_max_reuse_distance): is unit u,
+ * just released, used again before the model gathers more than `limit`
+ * parameters of other units? The look-ahead follows the recorded order of
+ * this pass from the use just noted and, in forward, on into the recorded
+ * backward, which comes next in the same step; backward ends at the
+ * optimizer step, which changes the parameters, so its look-ahead ends
+ * with it. Each other unit counts once with its padded size; persistent
+ * units count nothing (they are never gathered). A pass that left its
+ * record has no look-ahead. */
+static int reused_within(zt_engine *e, int u, size_t limit) {
+    if (!e->follows_record) return 0;
+    const zt_use_order *ahead[2] = {&e->recorded[e->pass],
+                                    e->pass == ZT_PASS_FORWARD ? &e->recorded[ZT_PASS_BACKWARD] : NULL};
+    int from[2] = {e->now.n, 0};
+    size_t dist = 0;
+    memset(e->reuse_seen, 0, (size_t)e->spec->nunits);
+    for (int s = 0; s < 2 && ahead[s]; s++)
+        for (int i = from[s]; i < ahead[s]->n; i++) {
+            int v = ahead[s]->units[i];
+            if (v == u) return 1;
+            if (e->reuse_seen[v] || !gathered_on_demand(e, v)) continue;
+            e->reuse_seen[v] = 1;
+            dist += e->spec->units[v].padded_numel;
+            if (dist > limit) return 0;
+        }
+    return 0; /* not used again before the step */
 }
 
 /* The pass in progress (if any) ends: its use order becomes its kind's
@@ -108,7 +152,7 @@ zt_status zt_engine_gather(zt_engine *e, int unit, const void **params) {
         return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "unit %s gathered twice without a release", name);
     ZT_TRY(zt_engine_progress(e));
     const void *full = st->params.data; /* [padded] dtype */
-    if (e->cfg.stage == 3) {
+    if (gathered_on_demand(e, unit)) {
         if (st->phase == ZT_UNIT_SHARDED) ZT_TRY(start_gather(e, unit));
         if (st->phase == ZT_UNIT_GATHERING)
             /* Kernels queued from here on read the gathered values: the
@@ -138,18 +182,23 @@ zt_status zt_engine_release(zt_engine *e, int unit) {
     zt_mem *mem = &e->ctx->device_mem;
     zt_tensor_free(&st->view32, mem);
     st->phase = ZT_UNIT_GATHERED;
-    if (e->cfg.stage == 3) {
-        /* reshard_after_forward: the full copy goes as soon as it is unused.
-         * Its readers may still be queued on compute; the block is reused
-         * either by compute (after them, in stream order) or by a collective
-         * that first waits for compute (start_gather, flush_bucket). */
+    if (!gathered_on_demand(e, unit)) return ZT_OK;
+    /* A unit used again soon stays gathered (max_reuse_distance; it counts
+     * toward max_live_params) and its next gather is free;
+     * zt_engine_end_passes frees it at the latest. Otherwise
+     * reshard_after_forward: the full copy goes as soon as it is unused.
+     * Its readers may still be queued on compute; the block is reused
+     * either by compute (after them, in stream order) or by a collective
+     * that first waits for compute (start_gather, flush_bucket). */
+    int keep = e->cfg.max_reuse_distance && reused_within(e, unit, e->cfg.max_reuse_distance);
+    if (!keep) {
         e->gathered_inflight_now -= zt_tensor_bytes(&st->gathered);
         zt_tensor_free(&st->gathered, mem);
         st->phase = ZT_UNIT_SHARDED;
-        char name[48];
-        snprintf(name, sizeof name, "free %s", e->spec->units[unit].name);
-        zt_trace_instant(e->ctx->trace, name, "unit", 0);
     }
+    char name[48];
+    snprintf(name, sizeof name, "%s %s", keep ? "keep" : "free", e->spec->units[unit].name);
+    zt_trace_instant(e->ctx->trace, name, "unit", 0);
     return ZT_OK;
 }
 
@@ -159,9 +208,9 @@ zt_status zt_engine_end_passes(zt_engine *e) {
         if (st->phase == ZT_UNIT_IN_USE)
             return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "optimizer step while unit %s is gathered (not released)",
                            e->spec->units[u].name);
-        if (e->cfg.stage != 3 || st->phase == ZT_UNIT_SHARDED) continue;
-        /* A prefetch the pass did not use (its order changed): it would
-         * hold parameters from before the step. */
+        if (!gathered_on_demand(e, u) || st->phase == ZT_UNIT_SHARDED) continue;
+        /* A prefetch the pass did not use (its order changed), or a unit
+         * kept for a reuse: it would hold parameters from before the step. */
         if (st->phase == ZT_UNIT_GATHERING) ZT_TRY(zt_comm_wait(e->comm, &st->gather_handle, &e->ctx->err));
         e->gathered_inflight_now -= zt_tensor_bytes(&st->gathered);
         zt_tensor_free(&st->gathered, &e->ctx->device_mem);

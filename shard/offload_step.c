@@ -130,7 +130,7 @@ static zt_status send_slot(zt_engine *e, int u) {
     zt_unit_state *st = &e->units[u];
     int k = e->h2d_slot;
     size_t n = owned_numel(e, u), d = zt_dtype_size(e->cfg.dtype);
-    size_t at = local_index(full_params(e), owned_lo(e, u), shard_lo(e, u));
+    size_t at = local_index(full_params(e, u), owned_lo(e, u), shard_lo(e, u));
     double t0 = zt_now_s();
     ZT_TRY(be->memcpy_async(be, (char *)st->params.data + at * d, e->h2d_src[k].data, n * d, ZT_COPY_H2D, &ctx->h2d,
                             &ctx->err));

@@ -8,10 +8,17 @@
 
 #include "engine_internal.h"
 
+/* Elements of 16-bit gradients widened to fp32 at a time: sub_group_size
+ * (DeepSpeed's knob), else ZT_OPTIMIZER_CHUNK. The norm is summed in the
+ * same pieces, so it rounds alike at every stage for a given size. */
+static size_t chunk_elems(const zt_engine *e) {
+    return e->cfg.sub_group_size ? e->cfg.sub_group_size : ZT_OPTIMIZER_CHUNK;
+}
+
 /* Unit u's gradients over [lo, lo + n) (unit coordinates) as fp32 pieces:
  * the grads themselves in fp32 (one piece), else widened chunk by chunk into
- * ws (ZT_OPTIMIZER_CHUNK elements at most, so no fp32 copy of a unit's
- * gradients ever exists). */
+ * ws (chunk_elems at most, so no fp32 copy of a unit's gradients ever
+ * exists). */
 typedef struct {
     zt_engine *e;
     int u;
@@ -35,7 +42,8 @@ static int next_piece(grad_pieces *it, float **g, size_t *at, size_t *n) {
         *n = it->end - it->next;
         *g = zt_f32(&st->grads) + i;
     } else {
-        *n = it->end - it->next < ZT_OPTIMIZER_CHUNK ? it->end - it->next : ZT_OPTIMIZER_CHUNK;
+        size_t chunk = chunk_elems(e);
+        *n = it->end - it->next < chunk ? it->end - it->next : chunk;
         e->ctx->be->ops->cast(&e->ctx->compute, it->ws->data, ZT_FP32, (const uint16_t *)st->grads.data + i,
                               e->cfg.dtype, *n);
         *g = zt_f32(it->ws);
@@ -47,7 +55,7 @@ static int next_piece(grad_pieces *it, float **g, size_t *at, size_t *n) {
 /* Pieces the norm of unit u's slice is summed in (1 in fp32). */
 static size_t norm_pieces(const zt_engine *e, int u) {
     size_t S = e->spec->units[u].shard_numel;
-    return e->cfg.dtype == ZT_FP32 ? 1 : (S + ZT_OPTIMIZER_CHUNK - 1) / ZT_OPTIMIZER_CHUNK;
+    return e->cfg.dtype == ZT_FP32 ? 1 : (S + chunk_elems(e) - 1) / chunk_elems(e);
 }
 
 /* AdamW over unit coordinates [lo, hi) on buffers p, g, m, v whose element 0
@@ -114,8 +122,9 @@ zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, voi
     zt_status st = ZT_OK;
     for (int u = 0; u < spec->nunits && st == ZT_OK; u++) {
         st = update(e, u, arg);
-        if (st == ZT_OK && (e->cfg.stage == 1 || e->cfg.stage == 2))
-            /* Everyone needs everyone's updated slice of the full params. */
+        if (st == ZT_OK && !full_optim(e) && full_params(e, u))
+            /* Everyone needs everyone's updated slice of the full params
+             * (stages 1-2, and stage 3's persistent units). */
             st = zt_engine_all_gather_start_after(e, e->units[u].params.data,
                                                   spec->units[u].shard_numel * zt_dtype_size(e->cfg.dtype), producer,
                                                   &gathers[u]);
@@ -146,7 +155,7 @@ static zt_status device_update_unit(zt_engine *e, int u, void *arg) {
     size_t P = e->spec->units[u].padded_numel, S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
     size_t rlo = full_optim(e) ? 0 : lo, rn = full_optim(e) ? P : S;
     float *p = half ? zt_f32(&us->master) : zt_f32(&us->params);
-    size_t p_at = (half ? full_optim(e) : full_params(e)) ? 0 : lo;
+    size_t p_at = (half ? full_optim(e) : full_params(e, u)) ? 0 : lo;
     float *g;
     size_t at, gn;
     for (grad_pieces it = pieces_of(e, u, rlo, rn, a->ws); next_piece(&it, &g, &at, &gn);) {
@@ -155,7 +164,7 @@ static zt_status device_update_unit(zt_engine *e, int u, void *arg) {
                     full_optim(e) ? 0 : lo, a->lr, a->t);
     }
     if (half) {
-        uint16_t *dst = (uint16_t *)us->params.data + local_index(full_params(e), rlo, lo);
+        uint16_t *dst = (uint16_t *)us->params.data + local_index(full_params(e, u), rlo, lo);
         ops->cast(&ctx->compute, dst, e->cfg.dtype, p + (rlo - p_at), ZT_FP32, rn);
     }
     return ZT_OK;
@@ -227,5 +236,5 @@ size_t zt_engine_optimizer_chunk(const zt_engine *e) {
         size_t n = owned_numel(e, u);
         if (n > most) most = n;
     }
-    return most < ZT_OPTIMIZER_CHUNK ? most : ZT_OPTIMIZER_CHUNK;
+    return most < chunk_elems(e) ? most : chunk_elems(e);
 }

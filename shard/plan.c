@@ -19,8 +19,18 @@ static size_t total(const zt_plan_moment *m) {
     return s;
 }
 
+/* Is unit u all-gathered just in time (stage 3, not persistent)? As
+ * engine_internal.h's gathered_on_demand. */
+static int on_demand(const zt_plan_sim *S, int u) {
+    return S->in.stage == 3 && !(S->in.spec->units[u].numel < S->in.persist_threshold);
+}
+
+static zt_state_bytes state_bytes(const zt_plan_sim *S) {
+    return zt_engine_state_bytes(S->in.spec, S->in.stage, S->in.dtype, S->in.offload, S->in.persist_threshold);
+}
+
 zt_plan_moment zt_plan_base(const zt_plan_sim *S) {
-    zt_state_bytes sb = zt_engine_state_bytes(S->in.spec, S->in.stage, S->in.dtype, S->in.offload);
+    zt_state_bytes sb = state_bytes(S);
     zt_plan_moment m;
     memset(&m, 0, sizeof m);
     m.c[ZT_CAT_PARAMS] = sb.params;
@@ -41,17 +51,72 @@ void zt_plan_consider(zt_plan_sim *S, const zt_plan_moment *m) {
         if (m->c[c] > S->cat_peak[c]) S->cat_peak[c] = m->c[c];
 }
 
-size_t zt_plan_gathered(const zt_plan_sim *S, const int *order, int n, int lo, int last) {
-    if (S->in.stage != 3) return 0;
-    size_t d = zt_dtype_size(S->in.dtype), b = 0;
-    int hi = last + S->in.prefetch;
-    for (int i = lo; i <= hi && i < n; i++) {
-        int seen = 0;
-        for (int j = lo; j < i; j++) seen |= order[j] == order[i];
-        if (!seen) b += padded(S, order[i]) * d;
-    }
-    return b;
+void zt_plan_begin_pass(zt_plan_sim *S, const int *order, int n, const int *next, int next_n) {
+    S->order = order;
+    S->n = n;
+    S->next = next;
+    S->next_n = next ? next_n : 0;
+    S->pos = 0;
 }
+
+static void gather(zt_plan_sim *S, int u) {
+    S->phase[u] = ZT_UNIT_GATHERED;
+    S->live += padded(S, u);
+}
+
+/* As shard/gather.c prefetch_next: the next `prefetch` uses in order,
+ * skipping units already there, until one would exceed max_live_params. */
+static void prefetch_next(zt_plan_sim *S) {
+    size_t cap = S->in.max_live_params;
+    for (int k = 0; k < S->in.prefetch && S->pos + k < S->n; k++) {
+        int v = S->order[S->pos + k];
+        if (!on_demand(S, v) || S->phase[v] != ZT_UNIT_SHARDED) continue;
+        if (cap && S->live + padded(S, v) > cap) break;
+        gather(S, v);
+    }
+}
+
+void zt_plan_use(zt_plan_sim *S, int u) {
+    if (S->in.stage != 3) return;
+    if (on_demand(S, u)) {
+        if (S->phase[u] == ZT_UNIT_SHARDED) gather(S, u); /* on demand, even over the cap */
+        S->phase[u] = ZT_UNIT_IN_USE;
+    }
+    S->pos++;
+    prefetch_next(S);
+}
+
+/* As shard/gather.c reused_within: u's next use, in the rest of this pass
+ * and then the next, comes before more than max_reuse_distance padded
+ * parameters of other gathered units (each once). */
+static int reused_within(zt_plan_sim *S, int u) {
+    const int *ahead[2] = {S->order, S->next};
+    int from[2] = {S->pos, 0}, len[2] = {S->n, S->next_n};
+    size_t dist = 0;
+    memset(S->seen, 0, (size_t)S->in.spec->nunits);
+    for (int s = 0; s < 2; s++)
+        for (int i = from[s]; i < len[s]; i++) {
+            int v = ahead[s][i];
+            if (v == u) return 1;
+            if (S->seen[v] || !on_demand(S, v)) continue;
+            S->seen[v] = 1;
+            dist += padded(S, v);
+            if (dist > S->in.max_reuse_distance) return 0;
+        }
+    return 0;
+}
+
+void zt_plan_release(zt_plan_sim *S, int u) {
+    if (!on_demand(S, u)) return;
+    if (S->in.max_reuse_distance && reused_within(S, u)) {
+        S->phase[u] = ZT_UNIT_GATHERED; /* kept: it counts toward the cap */
+        return;
+    }
+    S->phase[u] = ZT_UNIT_SHARDED;
+    S->live -= padded(S, u);
+}
+
+size_t zt_plan_gathered(const zt_plan_sim *S) { return S->live * zt_dtype_size(S->in.dtype); }
 
 size_t zt_plan_view_bytes(const zt_plan_sim *S, int u) {
     return S->in.compute_dtype != S->in.dtype ? padded(S, u) * 4 : 0;
@@ -94,15 +159,16 @@ void zt_plan_grads_ready(zt_plan_sim *S, int u, const zt_plan_moment *m, const c
 }
 
 /* The optimizer step: one chunk of widened 16-bit gradients
- * (zt_engine_optimizer_chunk). */
+ * (zt_engine_optimizer_chunk: sub_group_size elements, or
+ * ZT_OPTIMIZER_CHUNK, or the largest owned range if that is smaller). */
 static void optimizer_moment(zt_plan_sim *S) {
     zt_plan_moment O = zt_plan_base(S);
     O.name = "optimizer step";
     if (S->in.dtype != ZT_FP32) {
-        size_t most = 0;
+        size_t most = 0, chunk = S->in.sub_group_size ? S->in.sub_group_size : ZT_OPTIMIZER_CHUNK;
         for (int u = 0; u < S->in.spec->nunits; u++)
             if (owned(S, u) > most) most = owned(S, u);
-        O.c[ZT_CAT_WORKSPACE] = 4 * (most < ZT_OPTIMIZER_CHUNK ? most : ZT_OPTIMIZER_CHUNK);
+        O.c[ZT_CAT_WORKSPACE] = 4 * (most < chunk ? most : chunk);
     }
     zt_plan_consider(S, &O);
 }
@@ -117,7 +183,7 @@ static void optimizer_moment(zt_plan_sim *S) {
  * when this step's have all arrived. */
 static size_t host_bytes(const zt_plan_sim *S) {
     const zt_model_spec *spec = S->in.spec;
-    zt_state_bytes sb = zt_engine_state_bytes(spec, S->in.stage, S->in.dtype, S->in.offload);
+    zt_state_bytes sb = state_bytes(S);
     size_t d = zt_dtype_size(S->in.dtype), g = d, all = 0;
     for (int u = 0; u < spec->nunits; u++) all += owned(S, u);
     size_t transfer = all * g, waiting = all, prev = 0;

@@ -10,7 +10,7 @@ static const zt_tensor *fp32_source(zt_engine *e, int u, zt_state_kind kind, int
     if (kind == ZT_STATE_MASTER) {
         if (e->cfg.offload) return *is_full = full_optim(e), &st->host_master;
         if (e->cfg.dtype != ZT_FP32) return *is_full = full_optim(e), &st->master;
-        return *is_full = full_params(e), &st->params;
+        return *is_full = full_params(e, u), &st->params;
     }
     *is_full = full_optim(e);
     if (e->cfg.offload) return kind == ZT_STATE_ADAM_M ? &st->host_m : &st->host_v;
@@ -37,7 +37,7 @@ zt_status zt_engine_get_params_slice(zt_engine *e, int u, void *dst) {
     if (u < 0 || u >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", u);
     size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u), d = zt_dtype_size(e->cfg.dtype);
     zt_ctx *ctx = e->ctx;
-    const char *src = (const char *)e->units[u].params.data + local_index(full_params(e), lo, lo) * d;
+    const char *src = (const char *)e->units[u].params.data + local_index(full_params(e, u), lo, lo) * d;
     ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, src, S * d, ZT_COPY_D2H, &ctx->compute, &ctx->err));
     return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
 }
@@ -65,7 +65,7 @@ zt_status zt_engine_set_owned(zt_engine *e, int u, const float *master, const fl
     zt_ctx *ctx = e->ctx;
     zt_unit_state *st = &e->units[u];
     size_t lo = shard_lo(e, u), olo = owned_lo(e, u), on = owned_numel(e, u);
-    size_t pat = local_index(full_params(e), olo, lo); /* the owned part's place in params */
+    size_t pat = local_index(full_params(e, u), olo, lo); /* the owned part's place in params */
     int full;
     const zt_tensor *mt = fp32_source(e, u, ZT_STATE_ADAM_M, &full), *vt = fp32_source(e, u, ZT_STATE_ADAM_V, &full);
     if (m) ZT_TRY(put_f32(e, mt->data, m, on * sizeof(float)));
@@ -95,11 +95,12 @@ zt_status zt_engine_set_owned(zt_engine *e, int u, const float *master, const fl
 }
 
 zt_status zt_engine_gather_params(zt_engine *e) {
-    if (e->cfg.stage != 1 && e->cfg.stage != 2) return ZT_OK; /* stage 0 owns all; stage 3 keeps its shard */
+    if (full_optim(e)) return ZT_OK; /* stage 0 owns all */
     size_t d = zt_dtype_size(e->cfg.dtype);
     for (int u = 0; u < e->spec->nunits; u++)
-        ZT_TRY(zt_engine_all_gather_after(e, e->units[u].params.data, e->spec->units[u].shard_numel * d,
-                                          &e->ctx->compute));
+        if (full_params(e, u)) /* stages 1-2, stage 3's persistent units; the rest keep their shard */
+            ZT_TRY(zt_engine_all_gather_after(e, e->units[u].params.data, e->spec->units[u].shard_numel * d,
+                                              &e->ctx->compute));
     return e->ctx->be->stream_sync(e->ctx->be, &e->ctx->compute, &e->ctx->err);
 }
 
@@ -107,7 +108,7 @@ zt_status zt_engine_set_owned_params(zt_engine *e, int u, const void *vals) {
     if (u < 0 || u >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", u);
     zt_ctx *ctx = e->ctx;
     size_t d = zt_dtype_size(e->cfg.dtype), olo = owned_lo(e, u);
-    size_t pat = local_index(full_params(e), olo, shard_lo(e, u));
+    size_t pat = local_index(full_params(e, u), olo, shard_lo(e, u));
     ZT_TRY(ctx->be->memcpy_async(ctx->be, (char *)e->units[u].params.data + pat * d, vals, owned_numel(e, u) * d,
                                  ZT_COPY_H2D, &ctx->compute, &ctx->err));
     return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);

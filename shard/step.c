@@ -8,7 +8,8 @@
 
 /* Forward and backward of every micro-batch, each followed by its
  * reductions (stages 0-1 reduce on the last one only). */
-static zt_status micro_batches(zt_engine *eng, const zt_step_model *m, const zt_step_options *o, int step) {
+static zt_status micro_batches(zt_engine *eng, const zt_step_model *m, const zt_step_options *o, int step,
+                               zt_step_result *out) {
     zt_ctx *ctx = eng->ctx;
     for (int micro = 0; micro < o->micro_batches; micro++) {
         zt_engine_begin_micro(eng, micro == o->micro_batches - 1);
@@ -16,11 +17,13 @@ static zt_status micro_batches(zt_engine *eng, const zt_step_model *m, const zt_
         double tf = zt_now_s();
         ZT_TRY(m->forward(m->arg, step, micro));
         zt_trace_span(ctx->trace, "forward", "phase", 0, tf);
+        out->forward_s += zt_now_s() - tf;
         zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_BACKWARD);
         double tb = zt_now_s();
         ZT_TRY(m->backward(m->arg, step, micro, (float)eng->scaler.scale));
         ZT_TRY(zt_engine_sync_grads(eng));
         zt_trace_span(ctx->trace, "backward", "phase", 0, tb);
+        out->backward_s += zt_now_s() - tb;
     }
     return ZT_OK;
 }
@@ -52,7 +55,7 @@ static zt_status judge_skipped(const zt_engine *eng, const zt_step_options *o, i
 
 /* The optimizer, the skip verdict and the step's losses. */
 static zt_status optimizer(zt_engine *eng, const zt_step_model *m, const zt_step_options *o, int step,
-                           double *loss_sum) {
+                           double *loss_sum, zt_step_result *out) {
     zt_ctx *ctx = eng->ctx;
     zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_OPTIMIZER);
     double to = zt_now_s();
@@ -60,6 +63,7 @@ static zt_status optimizer(zt_engine *eng, const zt_step_model *m, const zt_step
     ZT_TRY(judge_skipped(eng, o, step + 1));
     ZT_TRY(m->take_losses(m->arg, loss_sum)); /* waits for the step's kernels */
     zt_trace_span(ctx->trace, "optimizer", "phase", 0, to);
+    out->optimizer_s = zt_now_s() - to;
     return ZT_OK;
 }
 
@@ -67,12 +71,13 @@ zt_status zt_train_step(zt_engine *eng, const zt_step_model *m, const zt_step_op
                         zt_step_result *out) {
     zt_ctx *ctx = eng->ctx;
     double t0 = zt_now_s(), loss_sum = 0.0;
+    *out = (zt_step_result){0};
     zt_mem_window_reset(&ctx->device_mem);
     out->loss_scale = eng->scaler.scale;
     ZT_TRY(zt_engine_zero_grads(eng));
-    ZT_TRY(micro_batches(eng, m, o, step));
+    ZT_TRY(micro_batches(eng, m, o, step, out));
     if (o->before_optimizer) o->before_optimizer(o->hook_arg, step);
-    ZT_TRY(optimizer(eng, m, o, step, &loss_sum));
+    ZT_TRY(optimizer(eng, m, o, step, &loss_sum, out));
     char step_name[32];
     snprintf(step_name, sizeof step_name, "step %d", step + 1);
     zt_trace_span(ctx->trace, step_name, "step", 0, t0);

@@ -65,6 +65,15 @@ typedef struct {
      * Adam of step t runs on its own thread during the forward and backward
      * of step t + 1, which use the parameters from before step t. */
     int offload_delay;
+    /* DeepSpeed's stage-3 knobs, in parameters (0: off): units of fewer
+     * parameters stay whole on every rank and are never gathered; at most
+     * this many gathered parameters at once (prefetches wait); a unit used
+     * again within this many parameters of other units' gathers stays
+     * gathered. */
+    size_t persist_threshold, max_live_params, max_reuse_distance;
+    /* Elements the optimizer widens and steps at a time (DeepSpeed's
+     * sub_group_size): its fp32 workspace (0: ZT_OPTIMIZER_CHUNK). */
+    size_t sub_group_size;
     zt_loss_scale_config loss; /* fp16 only */
 } zt_engine_config;
 
@@ -73,7 +82,8 @@ typedef struct {
  *   SHARDED   stage 3: only this rank's shard is held
  *   GATHERING stage 3: an all-gather (a prefetch) is in flight
  *   GATHERED  the full parameters are there, nobody uses them (stages 0-2
- *             always; stage 3 when a prefetch has landed)
+ *             always; stage 3 when a prefetch has landed, a unit is kept
+ *             for its reuse (max_reuse_distance), or it is persistent)
  *   IN_USE    between the model's gather and its release
  * gather: SHARDED | GATHERING | GATHERED -> IN_USE; release: IN_USE ->
  * SHARDED (stage 3, the full copy freed) or GATHERED. Anything else is an
@@ -148,6 +158,9 @@ typedef struct {
     zt_loss_scaler scaler;
     size_t gathered_inflight_peak; /* stage 3: most bytes of gathered params at once */
     size_t gathered_inflight_now;
+    /* Stage 3 with max_reuse_distance: the reuse look-ahead's scratch, one
+     * flag per unit it has counted (shard/gather.c); NULL otherwise. */
+    unsigned char *reuse_seen; /* [spec->nunits] */
     /* Offload transfers since init: bytes, and seconds the host spent
      * issuing them and waiting for them (the exposed part: on CUDA the copies
      * run on their own streams, overlapped with backward and the CPU Adam). */
@@ -233,12 +246,16 @@ zt_transfer_stats zt_engine_transfers(const zt_engine *eng);
 /* Stage 3: the most bytes of gathered parameters alive at once, since init. */
 size_t zt_engine_gathered_peak(const zt_engine *eng);
 
-/* Closed-form bytes this rank owns per persistent category for a spec/stage. */
+/* Closed-form bytes this rank owns per persistent category for a spec/stage.
+ * persist_threshold is zt_engine_config's (0: none): at stage 3 a unit of
+ * fewer parameters keeps its params full ([padded]), its grads and
+ * optimizer state sharded. */
 typedef struct {
     size_t params, grads, master_params, optimizer; /* on the device */
     size_t host_master_params, host_optimizer;      /* in the host pool (offload) */
 } zt_state_bytes;
-zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype, int offload);
+zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype, int offload,
+                                     size_t persist_threshold);
 
 
 /* State access for checkpoints. "Slice" means this rank's world slice

@@ -1,12 +1,14 @@
 /* The memory planner's engine half (zt-plan): per-rank device bytes per
  * category at the moment of peak, host bytes, for a ZeRO stage, offload,
- * dtype, prefetch and bucket size. The model walks its passes (its
- * activations and workspaces at every moment where the peak can occur, in
- * its use order, examples/gpt_plan.c for the GPT) and asks this half what
- * the engine holds at each: persistent state (the closed form), gathered
- * units, fp32 views, gradients waiting for their bucket, buckets in flight;
- * this half adds the optimizer step and the host pool. Validated against
- * measured runs by tests/mpi (planner cases) and docs/memory.md. */
+ * dtype, prefetch, bucket size and DeepSpeed's stage-3 knobs. The model
+ * walks its passes (its activations and workspaces at every moment where
+ * the peak can occur, in its use order, examples/gpt_plan.c for the GPT)
+ * and asks this half what the engine holds at each: persistent state (the
+ * closed form), gathered units (replayed as the engine gathers,
+ * prefetches, keeps and frees them, from the uses and releases the walk
+ * reports), fp32 views, gradients waiting for their bucket, buckets in
+ * flight; this half adds the optimizer step and the host pool. Validated
+ * against measured runs by tests/mpi (planner cases) and docs/memory.md. */
 #ifndef ZT_PLAN_H
 #define ZT_PLAN_H
 
@@ -24,6 +26,11 @@ typedef struct {
     zt_dtype compute_dtype; /* of gathered units: dtype where the backend has kernels in it, else fp32 */
     zt_dtype reduce_dtype;  /* of gradient buckets */
     size_t bucket_bytes;
+    /* DeepSpeed's stage-3 knobs, as zt_engine_config has them (parameters;
+     * 0: off): persistent units, the cap on live gathered parameters, the
+     * reuse distance within which a released unit stays gathered. */
+    size_t persist_threshold, max_live_params, max_reuse_distance;
+    size_t sub_group_size; /* the optimizer's 16-bit widening chunk in elements (0: ZT_OPTIMIZER_CHUNK) */
     const zt_model_spec *spec; /* laid out for `world` (zt_spec_layout) */
 } zt_plan_input;
 
@@ -56,6 +63,14 @@ typedef struct {
     size_t best_c[ZT_NUM_CATEGORIES], best_total, cat_peak[ZT_NUM_CATEGORIES];
     const char *best;
     size_t activations_kept;
+    /* Stage 3, the pass being replayed: its use order and the order of the
+     * pass after it in the step (NULL after backward), the uses so far,
+     * each unit's phase (zt_unit_phase) and the padded elements gathered. */
+    const int *order, *next; /* [n], [next_n] */
+    int n, next_n, pos;
+    unsigned char phase[ZT_MAX_UNITS];
+    unsigned char seen[ZT_MAX_UNITS]; /* the reuse look-ahead's scratch */
+    size_t live;
 } zt_plan_sim;
 
 /* The model's half: walks its forward and backward passes on S. */
@@ -67,9 +82,22 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_a
 zt_plan_moment zt_plan_base(const zt_plan_sim *S);
 /* A moment where the peak can occur. */
 void zt_plan_consider(zt_plan_sim *S, const zt_plan_moment *m);
-/* Stage 3: gathered bytes while order[lo..last] are in use and the
- * prefetch depth after `last` is gathered too, each unit once (0 at stages 0-2). */
-size_t zt_plan_gathered(const zt_plan_sim *S, const int *order, int n, int lo, int last);
+/* Stage 3, the engine's gathered units replayed (nothing at stages 0-2; the
+ * walk reports every gather and release, as the model makes them): a pass
+ * whose uses are order[n] as the engine records them, followed in the step
+ * by next[next_n] (backward after forward; NULL after backward, which ends
+ * at the optimizer step). Both arrays must outlive the pass. The steady
+ * state from the second step on, when every pass prefetches from its record. */
+void zt_plan_begin_pass(zt_plan_sim *S, const int *order, int n, const int *next, int next_n);
+/* The model gathers unit u, its next use: gathered if it is not (even over
+ * max_live_params), then the prefetch after it, stopped by the cap. */
+void zt_plan_use(zt_plan_sim *S, int u);
+/* The model releases u: kept gathered when its next use is within
+ * max_reuse_distance, else freed. */
+void zt_plan_release(zt_plan_sim *S, int u);
+/* Bytes of gathered parameters now: in use, prefetched, kept (persistent
+ * units never). */
+size_t zt_plan_gathered(const zt_plan_sim *S);
 /* The fp32 view of gathered unit u in use, where the backend computes in
  * fp32 on 16-bit params (0 otherwise; workspace). */
 size_t zt_plan_view_bytes(const zt_plan_sim *S, int u);

@@ -40,6 +40,8 @@ typedef struct {
     long skipped_steps;
     double loss_scale; /* what this step's backward used (1 unless fp16) */
     double time_s;     /* the whole step, host wall clock */
+    double forward_s, backward_s, optimizer_s; /* its phases (forward and backward over the micro-batches;
+                                                * backward includes the reductions' waits) */
 } zt_step_result;
 
 /* One optimizer step (step is 0-based). Collective. ZT_ERR_NUMERIC when

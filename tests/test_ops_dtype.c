@@ -722,6 +722,7 @@ static void test_dtype(zt_dtype d, const zt_ops *ops, const env *e) {
     cases_matmul(d, ops, e, 150, 200, 130); /* 3 x 64 rows, 2 x 128 deep (dw: 2 x 128), 3 x 64 wide */
     cases_attention(d, ops, e, 2, 19, 48, 4);
     cases_attention(d, ops, e, 1, 77, 30, 3); /* T > 64, head size 10 */
+    cases_attention(d, ops, e, 1, 77, 240, 1); /* T x head size > 16384: 16-bit's row loops */
     cases_attention_fused(d, ops, e, 2, 19, 48, 4);
     cases_attention_fused(d, ops, e, 1, 77, 30, 3);
     cases_pointwise(d, ops, e, 1003);

@@ -14,7 +14,16 @@
  *    are the units in the order the model uses them (forward embedding,
  *    blocks, head, and the tied embedding again; backward head, the tied
  *    embedding, blocks from the last), so an untied backward never gathers
- *    the embedding. */
+ *    the embedding.
+ * 4. DeepSpeed's stage-3 knobs on the synthetic model (units of 64, 80, 96,
+ *    112 parameters), each with its negative twin: persistent units are
+ *    held from init on, never gathered nor prefetched, and the closed form
+ *    counts their params full (at world 4, where it differs); a cap on live
+ *    parameters stops prefetches in order at the first that would exceed
+ *    it, but never the model's own gathers; a unit whose next use (in this
+ *    pass, then the next) comes within the reuse distance stays gathered,
+ *    one just beyond it does not, and the optimizer step frees every kept
+ *    unit; sub_group_size sets the optimizer's 16-bit chunk. */
 #include <stdio.h>
 #include <string.h>
 
@@ -58,19 +67,24 @@ static unsigned held(const zt_engine *e) {
     return bits;
 }
 
-static void test_synthetic_order(void) {
-    static zt_model_spec spec;
-    memset(&spec, 0, sizeof spec);
-    zt_ctx ctx;
-    MUST(zt_ctx_init(&ctx, ZT_DEVICE_CPU, 1, 0, 0, 1, 1), &ctx);
+/* The synthetic model: units u0..u3 of 64, 80, 96, 112 parameters, laid out for world 1. */
+static void synthetic_spec(zt_model_spec *spec, zt_ctx *ctx) {
+    memset(spec, 0, sizeof *spec);
     static const char *const names[] = {"u0", "u1", "u2", "u3"};
     for (int u = 0; u < 4; u++) {
         int idx, p;
         int64_t shape[1] = {64 + 16 * u};
-        MUST(zt_spec_add_unit(&spec, names[u], &idx, &ctx.err), &ctx);
-        MUST(zt_spec_add_param(&spec, idx, "w", 1, shape, 0, &p, &ctx.err), &ctx);
+        MUST(zt_spec_add_unit(spec, names[u], &idx, &ctx->err), ctx);
+        MUST(zt_spec_add_param(spec, idx, "w", 1, shape, 0, &p, &ctx->err), ctx);
     }
-    zt_spec_layout(&spec, 1);
+    zt_spec_layout(spec, 1);
+}
+
+static void test_synthetic_order(void) {
+    static zt_model_spec spec;
+    zt_ctx ctx;
+    MUST(zt_ctx_init(&ctx, ZT_DEVICE_CPU, 1, 0, 0, 1, 1), &ctx);
+    synthetic_spec(&spec, &ctx);
     zt_engine eng;
     zt_engine_config ec = stage3();
     MUST(zt_engine_init(&eng, &ctx, test_comm(), &spec, &ec, fill_zero, &spec), &ctx);
@@ -159,10 +173,169 @@ static void test_gpt_order(int tied) {
            nf, nb);
 }
 
+/* One pass of `kind` over use[n], each unit released right after its
+ * gather. gathered[i] / released[i] (NULL: unchecked): the units held
+ * (bit set) after use i's gather / release. */
+static void run_pass(zt_engine *e, zt_pass kind, const int *use, int n, const unsigned *gathered,
+                     const unsigned *released, const char *what) {
+    const void *w;
+    MUST(zt_engine_begin_pass(e, kind), e->ctx);
+    for (int i = 0; i < n; i++) {
+        MUST(zt_engine_gather(e, use[i], &w), e->ctx);
+        if (gathered)
+            CHECK(held(e) == gathered[i], "%s: after gathering unit %d (use %d): held 0x%x, want 0x%x", what, use[i],
+                  i, held(e), gathered[i]);
+        MUST(zt_engine_release(e, use[i]), e->ctx);
+        if (released)
+            CHECK(held(e) == released[i], "%s: after releasing unit %d (use %d): held 0x%x, want 0x%x", what, use[i],
+                  i, held(e), released[i]);
+    }
+}
+
+static const int g_use[] = {2, 0, 1, 2, 3}; /* the synthetic forward order */
+
+/* persist_threshold 81: u0 (64) and u1 (80) stay whole from init on, are
+ * never gathered (no gathered bytes while u0 is in use) nor prefetched
+ * (prefetch 1 after u2 would take u0; after u0, u1). */
+static void test_persistent(void) {
+    static zt_model_spec spec;
+    zt_ctx ctx;
+    MUST(zt_ctx_init(&ctx, ZT_DEVICE_CPU, 1, 0, 0, 1, 1), &ctx);
+    synthetic_spec(&spec, &ctx);
+    zt_engine eng;
+    zt_engine_config ec = stage3();
+    ec.persist_threshold = 81;
+    MUST(zt_engine_init(&eng, &ctx, test_comm(), &spec, &ec, fill_zero, &spec), &ctx);
+    CHECK(held(&eng) == 0x3, "persistent units held after init: 0x%x, want 0x3", held(&eng));
+    static const unsigned want[] = {0x7, 0x3, 0x7, 0xF, 0xB};
+    run_pass(&eng, ZT_PASS_FORWARD, g_use, 5, NULL, NULL, "persist, first pass");
+    run_pass(&eng, ZT_PASS_FORWARD, g_use, 5, want, NULL, "persist, second pass");
+    const void *w;
+    MUST(zt_engine_gather(&eng, 0, &w), &ctx);
+    CHECK(eng.gathered_inflight_now == 0, "persistent u0 in use: %zu gathered bytes, want 0", eng.gathered_inflight_now);
+    MUST(zt_engine_release(&eng, 0), &ctx);
+    MUST(zt_engine_step(&eng, 1e-3f), &ctx);
+    CHECK(held(&eng) == 0x3, "after the step: held 0x%x, want the persistent 0x3", held(&eng));
+    zt_engine_destroy(&eng);
+    zt_ctx_destroy(&ctx);
+    /* The closed form at world 4 (quantum 64: padded 64, 128, 128, 128):
+     * u0, u1 full, u2, u3 a quarter; at stage 2 everything full anyway. */
+    zt_spec_layout(&spec, 4);
+    size_t p3 = zt_engine_state_bytes(&spec, 3, ZT_FP32, 0, 81).params;
+    size_t none = zt_engine_state_bytes(&spec, 3, ZT_FP32, 0, 0).params;
+    size_t p2 = zt_engine_state_bytes(&spec, 2, ZT_FP32, 0, 81).params;
+    CHECK(p3 == (64 + 128 + 32 + 32) * 4, "stage 3 params with threshold 81: %zu bytes, want %d", p3, 256 * 4);
+    CHECK(none == (16 + 32 + 32 + 32) * 4, "negative twin, no threshold: %zu bytes, want %d", none, 112 * 4);
+    CHECK(p2 == 448 * 4, "stage 2 with a threshold: %zu bytes, want %d", p2, 448 * 4);
+    printf("ok: persistent units held from init, never gathered nor prefetched; closed form counts them full\n");
+}
+
+/* max_live_params over the second pass of 2,0,1,2,3 at prefetch 3. */
+static void live_cap_pass(size_t cap, const unsigned *want, size_t want_peak, const char *what) {
+    static zt_model_spec spec;
+    zt_ctx ctx;
+    MUST(zt_ctx_init(&ctx, ZT_DEVICE_CPU, 1, 0, 0, 1, 1), &ctx);
+    synthetic_spec(&spec, &ctx);
+    zt_engine eng;
+    zt_engine_config ec = stage3();
+    ec.prefetch = 3;
+    ec.max_live_params = cap;
+    MUST(zt_engine_init(&eng, &ctx, test_comm(), &spec, &ec, fill_zero, &spec), &ctx);
+    run_pass(&eng, ZT_PASS_FORWARD, g_use, 5, NULL, NULL, what);
+    run_pass(&eng, ZT_PASS_FORWARD, g_use, 5, want, NULL, what);
+    CHECK(zt_engine_gathered_peak(&eng) == want_peak, "%s: gathered peak %zu bytes, want %zu", what,
+          zt_engine_gathered_peak(&eng), want_peak);
+    zt_engine_destroy(&eng);
+    zt_ctx_destroy(&ctx);
+}
+
+/* Cap 250: after u2 (96) the prefetch takes u0, u1 (240 in all); after u0
+ * u3 (112) would make 352 and waits; after u1 still 288; after u2's second
+ * use 208 fits. Without the cap u0's prefetch takes all four; with a cap
+ * below every unit the model's own gathers still go. */
+static void test_max_live(void) {
+    static const unsigned capped[] = {0x7, 0x7, 0x6, 0xC, 0x8}, uncapped[] = {0x7, 0xF, 0xE, 0xC, 0x8},
+                          tiny[] = {0x4, 0x1, 0x2, 0x4, 0x8};
+    live_cap_pass(250, capped, 240 * 4, "max_live 250");
+    live_cap_pass(0, uncapped, 352 * 4, "negative twin, no cap");
+    live_cap_pass(50, tiny, 112 * 4, "max_live 50, below every unit");
+    printf("ok: max_live_params stops prefetches in order at the cap, never the model's gathers\n");
+}
+
+/* max_reuse_distance D at prefetch 0, forward 2,0,1,2,3 then backward 3,1,
+ * over two steps (the second looks ahead in the first's records): u2's
+ * first release sees u0, u1 (144) before its reuse, u1's sees u2, u3
+ * (208), u3's last release nothing before backward's u3. released[5 + 2]:
+ * the units held after each release of the second step. */
+static void reuse_steps(size_t D, const unsigned *released, const char *what) {
+    static zt_model_spec spec;
+    static const int back[] = {3, 1};
+    zt_ctx ctx;
+    MUST(zt_ctx_init(&ctx, ZT_DEVICE_CPU, 1, 0, 0, 1, 1), &ctx);
+    synthetic_spec(&spec, &ctx);
+    zt_engine eng;
+    zt_engine_config ec = stage3();
+    ec.prefetch = 0;
+    ec.max_reuse_distance = D;
+    MUST(zt_engine_init(&eng, &ctx, test_comm(), &spec, &ec, fill_zero, &spec), &ctx);
+    for (int step = 0; step < 2; step++) {
+        run_pass(&eng, ZT_PASS_FORWARD, g_use, 5, NULL, step ? released : NULL, what);
+        run_pass(&eng, ZT_PASS_BACKWARD, back, 2, NULL, step ? released + 5 : NULL, what);
+        MUST(zt_engine_step(&eng, 1e-3f), &ctx);
+    }
+    /* A forward that keeps units for a backward that never comes: the
+     * optimizer step frees them (they would hold the old parameters). */
+    run_pass(&eng, ZT_PASS_FORWARD, g_use, 5, NULL, NULL, what);
+    MUST(zt_engine_step(&eng, 1e-3f), &ctx);
+    CHECK(held(&eng) == 0 && eng.gathered_inflight_now == 0, "%s: after the step held 0x%x, %zu bytes, want none",
+          what, held(&eng), eng.gathered_inflight_now);
+    zt_engine_destroy(&eng);
+    zt_ctx_destroy(&ctx);
+}
+
+static void test_reuse(void) {
+    static const unsigned d150[] = {0x4, 0x4, 0x4, 0x0, 0x8, 0x0, 0x0}, d208[] = {0x4, 0x4, 0x6, 0x2, 0xA, 0x2, 0x0},
+                          d143[] = {0x0, 0x0, 0x0, 0x0, 0x8, 0x0, 0x0}, off[] = {0, 0, 0, 0, 0, 0, 0};
+    reuse_steps(150, d150, "reuse 150");
+    reuse_steps(208, d208, "reuse 208");
+    reuse_steps(143, d143, "negative twin, reuse 143 (one short of u2's 144)");
+    reuse_steps(0, off, "negative twin, reuse off");
+    printf("ok: max_reuse_distance keeps exactly the units used again within it; the step frees them\n");
+}
+
+/* sub_group_size sets the optimizer's 16-bit chunk; without it the largest
+ * owned range (112, below ZT_OPTIMIZER_CHUNK); fp32 has none. */
+static void test_sub_group(void) {
+    static zt_model_spec spec;
+    static const struct { zt_dtype dtype; size_t sub, want; } cases[] = {
+        {ZT_BF16, 50, 50}, {ZT_BF16, 0, 112}, {ZT_BF16, 1000, 112}, {ZT_FP32, 50, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        zt_ctx ctx;
+        MUST(zt_ctx_init(&ctx, ZT_DEVICE_CPU, 1, 0, 0, 1, 1), &ctx);
+        synthetic_spec(&spec, &ctx);
+        zt_engine eng;
+        zt_engine_config ec = stage3();
+        ec.dtype = ec.reduce_dtype = cases[i].dtype;
+        ec.sub_group_size = cases[i].sub;
+        MUST(zt_engine_init(&eng, &ctx, test_comm(), &spec, &ec, fill_zero, &spec), &ctx);
+        CHECK(zt_engine_optimizer_chunk(&eng) == cases[i].want, "%s sub_group_size %zu: chunk %zu, want %zu",
+              zt_dtype_name(cases[i].dtype), cases[i].sub, zt_engine_optimizer_chunk(&eng), cases[i].want);
+        run_pass(&eng, ZT_PASS_FORWARD, g_use, 5, NULL, NULL, "sub_group");
+        MUST(zt_engine_step(&eng, 1e-3f), &ctx); /* the step in pieces of the chunk */
+        zt_engine_destroy(&eng);
+        zt_ctx_destroy(&ctx);
+    }
+    printf("ok: sub_group_size is the optimizer's 16-bit chunk\n");
+}
+
 int main(void) {
     test_synthetic_order();
     test_gpt_order(0);
     test_gpt_order(1);
+    test_persistent();
+    test_max_live();
+    test_reuse();
+    test_sub_group();
     printf("%ld checks, %d failed\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }

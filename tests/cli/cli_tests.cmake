@@ -6,3 +6,9 @@ foreach(zt_cli_case bad_input config_precedence deepspeed_config deepspeed_probl
   set_tests_properties(cli_${zt_cli_case} PROPERTIES LABELS "cli" TIMEOUT 600)
 endforeach()
 set_tests_properties(cli_convergence PROPERTIES LABELS "cli;slow")
+# The corpus of DeepSpeed-shaped configs (tests/configs/expect.json says what
+# each must do), under mpirun at np 2.
+add_test(NAME cli_deepspeed_corpus
+         COMMAND Python3::Interpreter ${PROJECT_SOURCE_DIR}/tests/configs/zt_config_corpus_test.py
+                 $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+set_tests_properties(cli_deepspeed_corpus PROPERTIES LABELS "cli;mpi" TIMEOUT 600 RUN_SERIAL TRUE)

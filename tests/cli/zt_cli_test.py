@@ -7,6 +7,7 @@ Each case runs the real binary and checks exit codes, messages and the files it
 writes. Losses are compared as the exact text/bits JSON carries (17 digits).
 """
 import json
+import math
 import os
 import re
 import shutil
@@ -124,8 +125,9 @@ def case_deepspeed_config(zt, work):
                    "| bucket-size          | 400000 ", "| lr                   | 0.002 ", "| beta1                | 0.85 ",
                    "| beta2                | 0.97 ", "| eps                  | 1e-08 ", "| weight-decay         | 0.01 "]:
         assert needle in p.stdout, (needle, p.stdout)
-    assert "accepted without effect in zerotrain: steps_per_print, wall_clock_breakdown, " \
-           "zero_optimization.round_robin_gradients" in p.stderr, p.stderr
+    assert "accepted without effect in zerotrain: zero_optimization.round_robin_gradients" in p.stderr, p.stderr
+    for needle in ["| print-every          | 10 ", "| wall-clock-breakdown | 0 "]:
+        assert needle in p.stdout, (needle, p.stdout)
     # "auto" buckets as the Hugging Face integration means them: d_model^2 elements
     auto = os.path.join(work, "auto.json")
     with open(auto, "w") as f:
@@ -154,6 +156,30 @@ def case_deepspeed_config(zt, work):
         with open(os.path.join(d, "rank0.jsonl")) as f:
             calls.append([json.loads(line)["comm"]["reduce_scatter"]["calls"] for line in f])
     assert calls[0] == calls[1] == [1] and calls[2] == [3], calls
+    # DeepSpeed's WarmupLR as DeepSpeed steps it: after each optimizer step, from iteration -1
+    with open(path, "w") as f:
+        json.dump({"scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 1e-4, "warmup_max_lr": 3e-3,
+                                                                "warmup_num_steps": 10}},
+                   "optimizer": {"type": "AdamW", "params": {"lr": 5e-4}}}, f)
+    d = os.path.join(work, "warmup")
+    p = run(zt, small + ["--config", path, "--steps", "4", "--log-dir", d], expect_rc=0)
+    with open(os.path.join(d, "rank0.jsonl")) as f:
+        lrs = [json.loads(line)["lr"] for line in f]
+    want = [1e-4, 1e-4] + [1e-4 + 2.9e-3 * math.log(k + 1) / math.log(10) for k in (1, 2)]
+    assert all(abs(a - b) <= 1e-7 * b for a, b in zip(lrs, want)), (lrs, want)
+    assert "optimizer.params.lr" in p.stderr, p.stderr  # the scheduler's warmup_max_lr is the peak
+    # 5e7 elements, the tutorials' value, is --bucket-size 200000000: the same buckets and bytes
+    sent = []
+    with open(path, "w") as f:
+        json.dump({"zero_optimization": {"stage": 2, "reduce_bucket_size": 5e7}}, f)
+    for i, extra in enumerate((["--config", path], ["--stage", "2", "--bucket-size", "200000000"])):
+        d = os.path.join(work, f"big{i}")
+        p = run(zt, small + extra + ["--log-dir", d, "--quiet", "0"], expect_rc=0)
+        assert "| bucket-size          | 200000000 " in p.stdout, p.stdout
+        with open(os.path.join(d, "rank0.jsonl")) as f:
+            sent.append([{k: v for k, v in json.loads(line)["comm"]["reduce_scatter"].items() if k in ("calls", "bytes")}
+                         for line in f])
+    assert sent[0] == sent[1], sent
     # fp16 block and communication_data_type: the loss scaler's knobs under DeepSpeed's names
     with open(path, "w") as f:
         json.dump({"fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 8, "loss_scale_window": 3,

@@ -61,3 +61,14 @@ foreach(zt_delay_case refused stale stages resume planner convergence)
   set_tests_properties(offload_delay_${zt_delay_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
 endforeach()
 set_tests_properties(offload_delay_convergence PROPERTIES LABELS "mpi;slow")
+
+# DeepSpeed's stage-3 knobs (tests/mpi/zt_stage3_knobs_test.py): persistent
+# units, the cap on live gathered parameters, the reuse distance and the
+# optimizer's sub-group size; each bitwise equal to the run without it, with
+# zt-plan exact.
+foreach(zt_knob_case persist max_live reuse sub_group)
+  add_test(NAME stage3_knobs_${zt_knob_case}
+           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_stage3_knobs_test.py ${zt_knob_case}
+                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+  set_tests_properties(stage3_knobs_${zt_knob_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
+endforeach()
