@@ -38,6 +38,18 @@ static int continues_delayed_update(const zt_engine *eng, const zt_ckpt_info *in
            info->dtype == zt_engine_settings(eng)->dtype;
 }
 
+/* The checkpoint's optimizer state means something to this run's optimizer
+ * only when they are the same one (a checkpoint without the key is AdamW's). */
+static zt_status check_optimizer(const zt_ckpt_info *info, const zt_engine *eng, zt_error *err) {
+    const char *saved = json_string_value(json_object_get(info->manifest, "optimizer"));
+    const char *mine = zt_optimizer_name(zt_engine_settings(eng)->optimizer);
+    if (!saved) saved = "adamw";
+    if (strcmp(saved, mine) != 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: saved with --optimizer %s; this run uses --optimizer %s "
+                       "(their states differ)", info->dir, saved, mine);
+    return ZT_OK;
+}
+
 /* This rank's part of every unit, read and handed to the engine. A delayed
  * update another run continues without delay is applied here (the params
  * come from the master). */
@@ -106,6 +118,7 @@ zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *step_dir, cons
     /* Every rank takes the same branches: each outcome is agreed on. */
     zt_status st = fail_together(comm, step_dir, zt_ckpt_open(step_dir, &info, NULL, 0, err), err);
     if (st == ZT_OK) st = zt_comm_agree(comm, check_model(&info, zt_engine_spec(eng), expect_model, err), err);
+    if (st == ZT_OK) st = zt_comm_agree(comm, check_optimizer(&info, eng, err), err);
     if (st == ZT_OK) {
         for (int f = comm->rank; st == ZT_OK && f < info.world_size; f += comm->world_size)
             st = ckpt_verify_file(&info, f, err);

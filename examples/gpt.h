@@ -125,6 +125,13 @@ zt_status zt_gpt_take_losses(zt_gpt *gpt, zt_ctx *ctx, double *sum_of_means);
 /* Backward of the last forward; the loss gradient per position is dloss
  * (1/(B*T*grad_accum) for a mean). Frees the activations as it goes. */
 zt_status zt_gpt_backward(zt_gpt *gpt, zt_engine *eng, float dloss);
+/* --freeze: marks the listed units frozen in the spec (a comma-separated
+ * list of embedding, head, blocks, blocks:K, blocks:A-B; "none" or empty:
+ * nothing). A tied head's weights are the embedding's: freezing the
+ * embedding freezes them. Refuses names it does not know and a list that
+ * leaves nothing to train. */
+zt_status zt_gpt_freeze(zt_gpt *gpt, const char *list, zt_error *err);
+
 /* Frees any activations still held (after an error, or forward without backward). */
 void zt_gpt_free_activations(zt_gpt *gpt, zt_engine *eng);
 

@@ -101,7 +101,7 @@ static void forward_moments(zt_plan_sim *S, const gpt_bytes *b) {
 static void head_backward(zt_plan_sim *S, const gpt_bytes *b) {
     const zt_gpt_plan_model *g = b->g;
     int uh = g->unit_head, ue = g->unit_embed, L = g->cfg.layers;
-    size_t tied32 = g->cfg.tied ? zt_plan_grad32_bytes(S, ue) : 0, tied_view = g->cfg.tied ? zt_plan_view_bytes(S, ue) : 0;
+    size_t tied_view = g->cfg.tied ? zt_plan_view_bytes(S, ue) : 0;
     zt_plan_use(S, uh);
     if (g->cfg.tied) zt_plan_use(S, ue);
     zt_plan_moment H = zt_plan_base(S);
@@ -109,7 +109,8 @@ static void head_backward(zt_plan_sim *S, const gpt_bytes *b) {
     H.c[ZT_CAT_OTHER] = b->tokens;
     H.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[L] + b->head;
     H.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, uh) + tied_view;
-    zt_plan_add_waiting(S, &H, zt_plan_grad32_bytes(S, uh) + tied32);
+    zt_plan_open_grads(S, &H, uh);
+    if (g->cfg.tied) zt_plan_open_grads(S, &H, ue);
     H.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
     zt_plan_consider(S, &H);
     if (g->cfg.tied) zt_plan_release(S, ue);
@@ -118,7 +119,7 @@ static void head_backward(zt_plan_sim *S, const gpt_bytes *b) {
     after.c[ZT_CAT_OTHER] = b->tokens;
     after.c[ZT_CAT_ACTIVATIONS] = H.c[ZT_CAT_ACTIVATIONS];
     after.c[ZT_CAT_WORKSPACE] = b->ws_bwd;
-    zt_plan_add_waiting(S, &after, tied32);
+    if (g->cfg.tied) zt_plan_open_grads(S, &after, ue);
     after.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
     zt_plan_grads_ready(S, uh, &after, "gradient reduction after the head's backward");
 }
@@ -139,7 +140,6 @@ static const char *block_moment_name(int k, int L) {
 static void block_backward(zt_plan_sim *S, const gpt_bytes *b, int k) {
     const zt_gpt_plan_model *g = b->g;
     int u = g->first_block + k, L = g->cfg.layers;
-    size_t tied32 = g->cfg.tied ? zt_plan_grad32_bytes(S, g->unit_embed) : 0;
     zt_keep keep = zt_recompute_keep(&g->cfg.recompute, k);
     size_t own = b->kept_before[k + 1] - b->kept_before[k];
     zt_plan_use(S, u);
@@ -150,7 +150,8 @@ static void block_backward(zt_plan_sim *S, const gpt_bytes *b, int k) {
         R.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[k] + (keep == ZT_KEEP_GEMM_OUTPUTS ? own : 0) + b->blk_full;
         R.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, u);
         R.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S);
-        zt_plan_add_waiting(S, &R, zt_plan_waiting(S) + tied32);
+        zt_plan_add_waiting(S, &R, zt_plan_waiting(S));
+        if (g->cfg.tied) zt_plan_open_grads(S, &R, g->unit_embed);
         R.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
         zt_plan_consider(S, &R);
     }
@@ -160,14 +161,16 @@ static void block_backward(zt_plan_sim *S, const gpt_bytes *b, int k) {
     M.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[k] + (keep == ZT_KEEP_ALL ? own : b->blk_full);
     M.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, u);
     M.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S);
-    zt_plan_add_waiting(S, &M, zt_plan_waiting(S) + zt_plan_grad32_bytes(S, u) + tied32);
+    zt_plan_add_waiting(S, &M, zt_plan_waiting(S));
+    zt_plan_open_grads(S, &M, u);
+    if (g->cfg.tied) zt_plan_open_grads(S, &M, g->unit_embed);
     M.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
     zt_plan_consider(S, &M);
     zt_plan_release(S, u);
     zt_plan_moment after = M; /* its views, the bucket in flight and its waiting gradients accounted anew */
     after.c[ZT_CAT_WORKSPACE] = b->ws_bwd;
     after.c[ZT_CAT_COMM_BUFFERS] = 0;
-    zt_plan_add_waiting(S, &after, tied32);
+    if (g->cfg.tied) zt_plan_open_grads(S, &after, g->unit_embed);
     after.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
     zt_plan_grads_ready(S, u, &after, "gradient reduction after a block's backward");
 }
@@ -179,15 +182,14 @@ static void block_backward(zt_plan_sim *S, const gpt_bytes *b, int k) {
 static void embedding_backward(zt_plan_sim *S, const gpt_bytes *b) {
     const zt_gpt_plan_model *g = b->g;
     int ue = g->unit_embed;
-    size_t tied32 = g->cfg.tied ? zt_plan_grad32_bytes(S, ue) : 0;
-    size_t ge = g->cfg.tied ? 0 : zt_plan_grad32_bytes(S, ue); /* the tied embedding's are open already */
     zt_plan_moment Em = zt_plan_base(S);
     Em.name = "embedding's backward";
     Em.c[ZT_CAT_OTHER] = b->tokens;
     Em.c[ZT_CAT_ACTIVATIONS] = b->enc;
     Em.c[ZT_CAT_WORKSPACE] = b->ws_bwd;
     Em.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S);
-    zt_plan_add_waiting(S, &Em, zt_plan_waiting(S) + ge + tied32);
+    zt_plan_add_waiting(S, &Em, zt_plan_waiting(S));
+    zt_plan_open_grads(S, &Em, ue); /* tied: open since the head's backward; untied: its own */
     zt_plan_consider(S, &Em);
     zt_plan_moment after = Em;
     after.c[ZT_CAT_WORKSPACE] = b->ws_bwd;

@@ -50,6 +50,13 @@ static const opt_spec options[] = {
     {"lr", OPT_FLOAT, F(lr), 0, 0, 10, NULL, "peak learning rate (cosine decay after warm-up)"},
     {"min-lr-frac", OPT_FLOAT, F(min_lr_frac), 0, 0, 1, NULL, "final learning rate as a fraction of --lr"},
     {"weight-decay", OPT_FLOAT, F(weight_decay), 0, 0, 10, NULL, "AdamW weight decay (matrices only)"},
+    {"freeze", OPT_STRING, S(freeze), 0, 0, NULL,
+     "units not trained: a list of embedding, head, blocks, blocks:K, blocks:A-B (params only: no grads, master "
+     "or optimizer state)"},
+    {"optimizer", OPT_CHOICE, S(optimizer), 0, 0, "adamw|sgd",
+     "adamw (m, v: 8 bytes of state per parameter) or sgd with momentum (4 bytes)"},
+    {"momentum", OPT_FLOAT, F(momentum), 0, 0, 0.999999, NULL, "sgd: momentum"},
+    {"nesterov", OPT_BOOL, F(nesterov), 0, 0, 1, NULL, "sgd: Nesterov momentum"},
     {"beta1", OPT_FLOAT, F(beta1), 0, 0, 0.999999, NULL, "Adam beta1"},
     {"beta2", OPT_FLOAT, F(beta2), 0, 0, 0.999999999, NULL, "Adam beta2"},
     {"eps", OPT_FLOAT, F(eps), 0, 1e-30, 1, NULL, "Adam epsilon"},
@@ -142,6 +149,8 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->steps = 400;
     c->warmup = 20;
     snprintf(c->lr_schedule, sizeof c->lr_schedule, "cosine");
+    snprintf(c->optimizer, sizeof c->optimizer, "adamw");
+    c->momentum = 0.9;
     snprintf(c->warmup_type, sizeof c->warmup_type, "log"); /* DeepSpeed's defaults */
     c->cos_min_ratio = 0.0001;
     c->print_every = 1;

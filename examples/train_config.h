@@ -21,6 +21,11 @@ typedef struct {
     int steps, warmup, grad_accum;
     int64_t seed;
     double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
+    /* the optimizer: adamw or sgd (momentum, nesterov) */
+    char optimizer[8];
+    char freeze[128]; /* --freeze: units not trained (examples/gpt_freeze.c) */
+    double momentum;
+    int nesterov;
     /* the learning-rate schedule (shard/zt_lr_schedule.h) */
     char lr_schedule[16], warmup_type[8];
     double warmup_min_lr, warmup_min_ratio, cos_min_ratio;

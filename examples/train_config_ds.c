@@ -19,6 +19,7 @@ typedef struct {
      * DeepSpeed then uses instead of optimizer.params.lr */
     char schedule[16];
     int lr_from_scheduler;
+    int sgd; /* optimizer.type is SGD (read first: it decides what optimizer.params mean) */
 } reader;
 
 static void note_problem(reader *r, const zt_error *e) {
@@ -172,13 +173,29 @@ static void adam_key(reader *r, const char *key, json_t *val, const char *path) 
     else refuse(r, path, "not supported by zerotrain");
 }
 
-/* optimizer.{type, params}: zerotrain's optimizer is AdamW. */
+/* optimizer.params of SGD (torch.optim.SGD's names). */
+static void sgd_key(reader *r, const char *key, json_t *val, const char *path) {
+    if (strcmp(key, "lr") == 0) set(r, "lr", val, path);
+    else if (strcmp(key, "momentum") == 0) set(r, "momentum", val, path);
+    else if (strcmp(key, "nesterov") == 0) set(r, "nesterov", val, path);
+    else if (strcmp(key, "weight_decay") == 0) set(r, "weight-decay", val, path);
+    else if (strcmp(key, "dampening") == 0) {
+        if (!json_is_number(val) || json_number_value(val) != 0.0) refuse(r, path, "not 0 (zerotrain's SGD has no dampening)");
+    } else refuse(r, path, "not supported by zerotrain");
+}
+
+/* optimizer.{type, params}: AdamW (Adam: the same, with adam_w_mode) or SGD. */
 static void optimizer_key(reader *r, const char *key, json_t *val, const char *path) {
-    const char *type = json_string_value(val);
-    if (strcmp(key, "params") == 0) each_key(r, val, path, adam_key);
+    if (strcmp(key, "params") == 0) each_key(r, val, path, r->sgd ? sgd_key : adam_key);
     else if (strcmp(key, "type") != 0) refuse(r, path, "not supported by zerotrain");
-    else if (!type || (strcasecmp(type, "adamw") != 0 && strcasecmp(type, "adam") != 0))
-        refuse(r, path, "not Adam or AdamW (the only optimizer zerotrain has)");
+    else if (!json_is_string(val) || (strcasecmp(json_string_value(val), "adamw") != 0 &&
+                                      strcasecmp(json_string_value(val), "adam") != 0 && !r->sgd))
+        refuse(r, path, "not Adam, AdamW or SGD (the optimizers zerotrain has)");
+    else {
+        json_t *name = json_string(r->sgd ? "sgd" : "adamw");
+        set(r, "optimizer", name, path);
+        json_decref(name);
+    }
 }
 
 /* scheduler.params: DeepSpeed's names of our schedule options. */
@@ -262,7 +279,8 @@ static void read_key(reader *r, const char *key, json_t *val) {
     if (strcmp(key, "zero_optimization") == 0) return each_key(r, val, key, zero_key);
     if (strcmp(key, "bf16") == 0) return each_key(r, val, key, bf16_key);
     if (strcmp(key, "fp16") == 0) return each_key(r, val, key, fp16_key);
-    if (strcmp(key, "optimizer") == 0) {
+    if (strcmp(key, "optimizer") == 0 && json_is_string(val)) return set(r, "optimizer", val, key); /* ours: a name */
+    if (strcmp(key, "optimizer") == 0) { /* DeepSpeed's: an object */
         if (json_is_object(val) && !json_object_get(val, "type")) refuse(r, "optimizer.type", "missing");
         return each_key(r, val, key, optimizer_key);
     }
@@ -285,10 +303,12 @@ static void read_key(reader *r, const char *key, json_t *val) {
 }
 
 zt_status zt_config_read_keys(zt_train_config *c, json_t *root, const char *path, zt_error *err) {
-    reader r = {c, 0, "", "", 0};
+    reader r = {c, 0, "", "", 0, 0};
     const char *key;
     json_t *val;
     find_schedule(&r, root);
+    const char *opt_type = json_string_value(json_object_get(json_object_get(root, "optimizer"), "type"));
+    r.sgd = opt_type && strcasecmp(opt_type, "sgd") == 0;
     json_object_foreach(root, key, val) read_key(&r, key, val);
     if (r.problems == 1) return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: %s", path, r.text);
     if (r.problems > 1) return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: %d problems:\n  %s", path, r.problems, r.text);

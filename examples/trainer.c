@@ -242,6 +242,9 @@ static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, cons
     if (c->prefetch_bucket_size > 0) /* DeepSpeed's knob counts parameters; ours counts units */
         prefetch = (int)(c->prefetch_bucket_size / (int64_t)spec->largest_unit_numel);
     zt_engine_config e = {.stage = c->stage,
+                          .optimizer = strcmp(c->optimizer, "sgd") == 0 ? ZT_OPT_SGD : ZT_OPT_ADAMW,
+                          .momentum = (float)c->momentum,
+                          .nesterov = c->nesterov,
                           .beta1 = (float)c->beta1,
                           .beta2 = (float)c->beta2,
                           .eps = (float)c->eps,
@@ -276,6 +279,7 @@ static zt_status create_model(run_state *r) {
                         .seed = (uint64_t)c->seed, .attention_fused = strcmp(c->attention, "fused") == 0};
     ZT_TRY(zt_recompute_parse(c->recompute, &gc.recompute, err));
     ZT_TRY(zt_gpt_create(&t->gpt, &gc, err));
+    ZT_TRY(zt_gpt_freeze(&t->gpt, c->freeze, err));
     zt_spec_layout(t->gpt.spec, r->comm->world_size);
     zt_engine_config ec;
     ZT_TRY(engine_config(c, ctx, t->gpt.spec, &ec, err));

@@ -17,6 +17,7 @@ typedef struct {
     size_t device_mem;
     double params, largest_unit_params;
     int json;
+    int max_micro_batch, max_seq_len; /* search for the largest that fits in device_mem */
 } plan_flags;
 
 static int take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *nrest, zt_error *err) {
@@ -26,6 +27,8 @@ static int take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *n
         const char *a = argv[i];
         int has_value = i + 1 < argc;
         if (strcmp(a, "--json") == 0) pf->json = 1;
+        else if (strcmp(a, "--max-micro-batch") == 0) pf->max_micro_batch = 1;
+        else if (strcmp(a, "--max-seq-len") == 0) pf->max_seq_len = 1;
         else if (strcmp(a, "--world") == 0 || strcmp(a, "--device-mem") == 0 || strcmp(a, "--params") == 0 ||
                  strcmp(a, "--largest-unit-params") == 0) {
             if (!has_value) return ZT_FAIL(err, ZT_ERR_INVALID, "%s needs a value", a), 0;
@@ -141,10 +144,12 @@ static int read_options(int argc, char **argv, plan_flags *pf, zt_train_config *
     free(rest);
     if (!want_help) return -1;
     printf("usage: zt-plan [--world N] [--device-mem SIZE] [--json] [--params N --largest-unit-params N]\n"
+           "               [--max-micro-batch] [--max-seq-len]\n"
            "               [any zt-train option: model shape, --stage, --offload, --recompute, --dtype,\n"
            "                --prefetch, --bucket-size, --micro-batch, ...]\n"
            "Predicts per-rank device memory by category at the peak, host memory, whether it fits in\n"
-           "--device-mem, and for each stage the smallest world size at which it fits.\n"
+           "--device-mem, and for each stage the smallest world size at which it fits; with\n"
+           "--max-micro-batch / --max-seq-len, the largest micro-batch / sequence length that fits.\n"
            "Without --params the model is zt-train's toy GPT with the given flags.\n\n");
     zt_train_config_print_help(stdout, "zt-plan (zt-train options)");
     return 0;
@@ -166,6 +171,7 @@ static zt_status model_units(plan_job *j, zt_train_config *c, const plan_flags *
     zt_gpt gpt;
     memset(&gpt, 0, sizeof gpt);
     zt_status st = zt_gpt_create(&gpt, gc, err);
+    if (st == ZT_OK) st = zt_gpt_freeze(&gpt, c->freeze, err);
     if (st == ZT_OK) {
         memcpy(j->spec, gpt.spec, sizeof *j->spec);
         j->model.unit_embed = gpt.unit_embed;
@@ -182,6 +188,7 @@ static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_
     memset(in, 0, sizeof *in);
     in->offload = strcmp(c->offload, "cpu") == 0;
     in->offload_delay = c->offload_delay;
+    in->optimizer = strcmp(c->optimizer, "sgd") == 0 ? ZT_OPT_SGD : ZT_OPT_ADAMW;
     in->prefetch = c->prefetch;
     in->prefetch_params = (long long)c->prefetch_bucket_size;
     in->overlap_comm = c->overlap_comm;
@@ -196,8 +203,47 @@ static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_
     in->spec = spec;
 }
 
+/* What the allocator reserves beyond the planned (allocated) peak: each
+ * live block rounded up to zt_mem's 512 bytes, for at most this many
+ * blocks at once (a step of the toy GPT holds far fewer). */
+#define ZT_PLAN_BLOCKS_MARGIN(nunits) ((size_t)(64 + 16 * (nunits)) * 512)
+
+/* Does the configuration with micro-batch B (or sequence length T, when
+ * seq) fit in device_mem, with the allocator's rounding? */
+static int fits_with(plan_job j, const zt_train_config *c, const plan_flags *pf, int value, int seq, zt_error *err) {
+    zt_train_config v = *c;
+    if (seq) v.seq_len = value;
+    else v.micro_batch = value;
+    zt_plan p;
+    plan_job k = j;
+    k.spec = NULL;
+    if (model_units(&k, &v, pf, err) != ZT_OK) {
+        free(k.spec);
+        return 0;
+    }
+    k.in.spec = k.spec;
+    plan_for(&k, pf->world, c->stage, &p);
+    int fits = p.peak_bytes + ZT_PLAN_BLOCKS_MARGIN(k.spec->nunits) <= pf->device_mem;
+    free(k.spec);
+    return fits;
+}
+
+/* The largest micro-batch (or sequence length) in [1, hi] that fits; 0 when even 1 does not. */
+static int largest_fitting(plan_job j, const zt_train_config *c, const plan_flags *pf, int seq, int hi) {
+    zt_error err = {0};
+    if (!fits_with(j, c, pf, 1, seq, &err)) return 0;
+    int lo = 1; /* fits */
+    while (lo < hi) { /* memory grows with either, so the answer is where it stops fitting */
+        int mid = lo + (hi - lo + 1) / 2;
+        if (fits_with(j, c, pf, mid, seq, &err)) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* largest[2]: the largest micro-batch and sequence length that fit (-1: not asked). */
 static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
-                       const int *minw, int fits) {
+                       const int *minw, int fits, const int *largest) {
     json_t *o = json_object(), *cats = json_object(), *cat_peaks = json_object(), *mw = json_object();
     for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
         json_object_set_new(cats, zt_category_name(cc), json_integer((json_int_t)p->by_category[cc]));
@@ -222,6 +268,8 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     json_object_set_new(o, "activations_kept_bytes", json_integer((json_int_t)p->activations_kept_bytes));
     json_object_set_new(o, "device_mem", pf->device_mem ? json_integer((json_int_t)pf->device_mem) : json_null());
     json_object_set_new(o, "min_world_by_stage", mw);
+    if (largest[0] >= 0) json_object_set_new(o, "max_micro_batch", json_integer(largest[0]));
+    if (largest[1] >= 0) json_object_set_new(o, "max_seq_len", json_integer(largest[1]));
     char *text = json_dumps(o, JSON_INDENT(1));
     printf("%s\n", text);
     free(text);
@@ -256,7 +304,7 @@ static void print_verdict(const zt_plan *p, const plan_flags *pf, const zt_recom
 }
 
 static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
-                       const int *minw, int fits) {
+                       const int *minw, int fits, const int *largest) {
     char a[64], b2[64], c2[64];
     double P = (double)j->spec->total_numel;
     zt_dtype dt = j->in.dtype;
@@ -280,14 +328,20 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
     gb(a, sizeof a, (double)p->host_bytes);
     printf("  host pool (offload): %s\n", a);
     if (pf->device_mem) print_verdict(p, pf, &j->model.cfg.recompute, j->model.cfg.attention_fused, minw, fits);
+    if (largest[0] >= 0) printf("  the largest micro-batch that fits: %d\n", largest[0]);
+    if (largest[1] >= 0) printf("  the longest sequence that fits: %d\n", largest[1]);
 }
 
 int main(int argc, char **argv) {
-    plan_flags pf = {1, 0, 0, 0, 0};
+    plan_flags pf = {.world = 1};
     zt_train_config c;
     int rc = read_options(argc, argv, &pf, &c);
     if (rc >= 0) return rc;
     zt_error err = {0};
+    if ((pf.max_micro_batch || pf.max_seq_len) && !pf.device_mem) {
+        fprintf(stderr, "zt-plan: error: --max-micro-batch and --max-seq-len need --device-mem\n");
+        return 2;
+    }
     plan_job j;
     memset(&j, 0, sizeof j);
     if (model_units(&j, &c, &pf, &err) != ZT_OK) {
@@ -299,10 +353,13 @@ int main(int argc, char **argv) {
     zt_plan p;
     int minw[4] = {0, 0, 0, 0};
     for (int s = 0; s < 4 && pf.device_mem; s++) minw[s] = min_world(j, s, pf.device_mem);
+    /* The allocator's rounding counts toward --max-micro-batch's answer (fits_with). */
+    int largest[2] = {pf.max_micro_batch ? largest_fitting(j, &c, &pf, 0, 65536) : -1,
+                      pf.max_seq_len ? largest_fitting(j, &c, &pf, 1, 65536) : -1};
     plan_for(&j, pf.world, c.stage, &p); /* after min_world, which re-lays the spec */
     int fits = pf.device_mem == 0 || p.peak_bytes <= pf.device_mem;
-    if (pf.json) print_json(&j, &p, &pf, &c, minw, fits);
-    else print_text(&j, &p, &pf, &c, minw, fits);
+    if (pf.json) print_json(&j, &p, &pf, &c, minw, fits, largest);
+    else print_text(&j, &p, &pf, &c, minw, fits, largest);
     free(j.spec);
     return fits ? 0 : 1;
 }

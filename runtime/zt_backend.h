@@ -103,6 +103,11 @@ typedef struct {
      * p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p) */
     void (*adamw)(zt_stream *s, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                   float beta2, float eps, float wd, int t);
+    /* SGD with momentum on n contiguous elements, as torch.optim.SGD with
+     * dampening 0 (weight decay coupled, added to the gradient):
+     * d = g + wd p; m = momentum m + d; p -= lr (nesterov ? d + momentum m : m) */
+    void (*sgd)(zt_stream *s, float *p, const float *g, float *m, size_t n, float lr, float momentum, int nesterov,
+                float wd);
     /* dst[n] (dst_dtype) = src[n] (src_dtype), through fp32, rounded to
      * nearest even */
     void (*cast)(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype, size_t n);

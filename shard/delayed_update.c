@@ -29,7 +29,7 @@ static void *run_update(void *arg) {
     struct zt_delayed_update *d = arg;
     double t0 = zt_now_s();
     for (int u = 0; u < d->e->spec->nunits; u++)
-        zt_engine_host_adam(d->e, u, zt_f32(&d->grads[u]), NULL, d->mult, d->lr, d->t);
+        if (d->grads[u].data) (void)zt_engine_host_step(d->e, u, zt_f32(&d->grads[u]), NULL, d->mult, d->lr, d->t);
     d->busy_s = zt_now_s() - t0;
     return NULL;
 }
@@ -82,6 +82,7 @@ static zt_status launch(zt_engine *e, float mult, float lr) {
         return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "delayed update: cannot allocate its state");
     }
     for (int u = 0; u < N; u++) {
+        if (frozen(e, u)) continue; /* no gradients, no update */
         zt_status s = zt_engine_offload_grads_landed(e, u);
         if (s != ZT_OK) {
             free_update(e, d);

@@ -32,8 +32,12 @@ zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_
     return alloc_in(e, 1, t, dtype, numel, cat, what, unit);
 }
 
+const char *zt_optimizer_name(zt_optimizer_kind k) { return k == ZT_OPT_SGD ? "sgd" : "adamw"; }
+int zt_optimizer_slots(zt_optimizer_kind k) { return k == ZT_OPT_SGD ? 1 : 2; }
+
 zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype, int offload,
-                                     size_t persist_threshold) {
+                                     size_t persist_threshold, zt_optimizer_kind optimizer) {
+    size_t state = 4 * (size_t)zt_optimizer_slots(optimizer); /* bytes of optimizer state per owned parameter */
     zt_state_bytes b;
     memset(&b, 0, sizeof b);
     size_t d = zt_dtype_size(dtype);
@@ -41,15 +45,16 @@ zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dt
         size_t P = spec->units[u].padded_numel, S = spec->units[u].shard_numel, owned = stage < 1 ? P : S;
         int full = stage < 3 || spec->units[u].numel < persist_threshold; /* engine_internal.h: persistent */
         b.params += (full ? P : S) * d;
+        if (spec->units[u].frozen) continue; /* params only */
         b.grads += (stage < 2 ? P : S) * d;
         /* Offload keeps an fp32 master of the owned part even in fp32, as the
          * host-side optimizer's copy of the parameters. */
         if (offload) {
             b.host_master_params += owned * 4;
-            b.host_optimizer += owned * 8;
+            b.host_optimizer += owned * state;
         } else {
             if (dtype != ZT_FP32) b.master_params += owned * 4;
-            b.optimizer += owned * 8;
+            b.optimizer += owned * state;
         }
     }
     return b;
@@ -62,8 +67,8 @@ static zt_status check_agreement(zt_engine *e) {
     XXH64_state_t *h = XXH64_createState();
     if (!h) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate hash state");
     XXH64_reset(h, 0);
-    int head[6] = {e->spec->nunits, e->cfg.stage, (int)e->cfg.dtype, (int)e->cfg.reduce_dtype, e->cfg.offload,
-                   e->cfg.offload_delay};
+    int head[7] = {e->spec->nunits, e->cfg.stage, (int)e->cfg.dtype, (int)e->cfg.reduce_dtype, e->cfg.offload,
+                   e->cfg.offload_delay, (int)e->cfg.optimizer};
     XXH64_update(h, head, sizeof head);
     /* The stage-3 knobs decide which collectives run and in what order. */
     size_t knobs[3] = {e->cfg.persist_threshold, e->cfg.max_live_params, e->cfg.max_reuse_distance};
@@ -96,16 +101,19 @@ static zt_status alloc_unit_state(zt_engine *e, int u) {
     zt_dtype dt = e->cfg.dtype;
     st->phase = full_params(e, u) ? ZT_UNIT_GATHERED : ZT_UNIT_SHARDED;
     ZT_TRY(zt_engine_alloc(e, &st->params, dt, full_params(e, u) ? P : S, ZT_CAT_PARAMS, "params", u));
+    if (frozen(e, u)) return ZT_OK;
     ZT_TRY(zt_engine_alloc(e, &st->grads, dt, full_grads(e) ? P : S, ZT_CAT_GRADS, "grads", u));
+    int adam = e->cfg.optimizer == ZT_OPT_ADAMW; /* SGD keeps its momentum in the m slot, and no v */
+    const char *m_name = adam ? "adam m" : "momentum";
     if (e->cfg.offload) {
         ZT_TRY(zt_engine_alloc_host(e, &st->host_master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
-        ZT_TRY(zt_engine_alloc_host(e, &st->host_m, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam m", u));
-        return zt_engine_alloc_host(e, &st->host_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u);
+        ZT_TRY(zt_engine_alloc_host(e, &st->host_m, ZT_FP32, owned, ZT_CAT_OPTIMIZER, m_name, u));
+        return adam ? zt_engine_alloc_host(e, &st->host_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u) : ZT_OK;
     }
     if (dt != ZT_FP32) /* 16-bit params: an fp32 master copy */
         ZT_TRY(zt_engine_alloc(e, &st->master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
-    ZT_TRY(zt_engine_alloc(e, &st->adam_m, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam m", u));
-    return zt_engine_alloc(e, &st->adam_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u);
+    ZT_TRY(zt_engine_alloc(e, &st->adam_m, ZT_FP32, owned, ZT_CAT_OPTIMIZER, m_name, u));
+    return adam ? zt_engine_alloc(e, &st->adam_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u) : ZT_OK;
 }
 
 /* Unit u's initial values, made whole on the host (they depend only on

@@ -32,6 +32,10 @@ static inline size_t owned_numel(const zt_engine *e, int u) {
     return full_optim(e) ? e->spec->units[u].padded_numel : e->spec->units[u].shard_numel;
 }
 
+/* A frozen unit keeps only its params; its backward's weight gradients go
+ * to a scratch buffer that is dropped when they are ready. */
+static inline int frozen(const zt_engine *e, int u) { return e->spec->units[u].frozen; }
+
 /* Parameter i of unit u clipped to the unit range [lo, hi): [*a, *b) and
  * its AdamW weight decay (only where the model asked for it); 0 when they
  * do not overlap. */
@@ -57,9 +61,11 @@ zt_status zt_engine_offload_grads(zt_engine *e, int u);
 zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr, int t);
 /* Offload: unit u's reduced gradients are on the host, in fp32 (host_grads). */
 zt_status zt_engine_offload_grads_landed(zt_engine *e, int u);
-/* Offload: AdamW on unit u's host master and m, v with g[owned] (out[owned]:
- * the new values in the params dtype too, or NULL). Thread-safe per unit. */
-void zt_engine_host_adam(const zt_engine *e, int u, const float *g, void *out, float clip, float lr, int t);
+/* Offload: the optimizer on unit u's host master and m, v with g[owned]
+ * (scaled by clip first). AdamW's fused pass also writes the new values in
+ * the params dtype to out[owned] when out is not NULL: returns whether it
+ * did. Thread-safe per unit. */
+int zt_engine_host_step(const zt_engine *e, int u, const float *g, void *out, float clip, float lr, int t);
 /* Offload: unit u's owned device params := its host master (rounded to the
  * params dtype), through an h2d slot, as the step's copies. */
 zt_status zt_engine_offload_apply_unit(zt_engine *e, int u);

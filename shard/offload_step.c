@@ -89,16 +89,27 @@ static zt_status retire_h2d_slot(zt_engine *e, int k) {
     return s;
 }
 
-/* AdamW over unit u's owned part on the host buffers, segment by segment
- * (weight decay where the model asked for it), with gradients g[n]; the
- * fused pass also writes the new compute-dtype values to out[n] (NULL: not).
- * Touches only u's host master and m, v: the delayed update runs it on its
- * own thread. */
-void zt_engine_host_adam(const zt_engine *e, int u, const float *g, void *out, float clip, float lr, int t) {
+/* SGD with momentum on the host: the kernels' expression (runtime/cpu
+ * zt_cpu_sgd), so offload gives the same bits; g is scaled by clip first,
+ * as the device path scales the gradients before its update. */
+static void host_sgd(const zt_engine *e, float *p, const float *g, float *m, size_t n, float clip, float lr,
+                     float wd) {
+    float momentum = e->cfg.momentum;
+    for (size_t i = 0; i < n; i++) {
+        float gi = clip != 1.0f ? g[i] * clip : g[i];
+        float d = gi + wd * p[i];
+        float mi = momentum * m[i] + d;
+        m[i] = mi;
+        p[i] -= lr * (e->cfg.nesterov ? d + momentum * mi : mi);
+    }
+}
+
+int zt_engine_host_step(const zt_engine *e, int u, const float *g, void *out, float clip, float lr, int t) {
     zt_unit_state *st = &e->units[u];
     const zt_unit_spec *us = &e->spec->units[u];
     size_t n = owned_numel(e, u), lo = owned_lo(e, u), d = zt_dtype_size(e->cfg.dtype);
     float *p = zt_f32(&st->host_master), *m = zt_f32(&st->host_m), *v = zt_f32(&st->host_v);
+    int adam = e->cfg.optimizer == ZT_OPT_ADAMW;
     zt_adam_isa isa = zt_cpu_adam_best_isa();
     for (int i = 0; i < us->nparams; i++) {
         size_t a, b;
@@ -106,9 +117,12 @@ void zt_engine_host_adam(const zt_engine *e, int u, const float *g, void *out, f
         if (!param_in_range(e, u, i, lo, lo + n, &a, &b, &wd)) continue;
         size_t j = a - lo;
         void *o = out ? (char *)out + j * d : NULL;
-        zt_cpu_adam_fused(isa, e->cfg.host_threads, p + j, g + j, m + j, v + j, o, e->cfg.dtype, b - a, clip, lr,
-                          e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
+        if (adam)
+            zt_cpu_adam_fused(isa, e->cfg.host_threads, p + j, g + j, m + j, v + j, o, e->cfg.dtype, b - a, clip, lr,
+                              e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
+        else host_sgd(e, p + j, g + j, m + j, b - a, clip, lr, wd);
     }
+    return adam && out != NULL;
 }
 
 /* The next h2d slot for unit u's new parameters: the slot's previous copy
@@ -167,12 +181,13 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
     ZT_TRY(host_grads_ready(e, u, n));
     zt_tensor *out;
     ZT_TRY(take_next_slot(e, u, &out));
-    /* The fused pass writes fp32 and bf16 copies; fp16 is rounded below. */
-    zt_engine_host_adam(e, u, zt_f32(&st->host_grads), e->cfg.dtype == ZT_FP16 ? NULL : out->data, clip, lr, t);
+    /* The fused Adam writes fp32 and bf16 copies; fp16, and SGD's, are rounded below. */
+    int written = zt_engine_host_step(e, u, zt_f32(&st->host_grads), e->cfg.dtype == ZT_FP16 ? NULL : out->data,
+                                      clip, lr, t);
     /* Padding never changes, but the device copy is rewritten whole. */
     const float *p = zt_f32(&st->host_master);
     for (size_t j = 0; j < n; j++)
-        if (lo + j >= us->numel || e->cfg.dtype == ZT_FP16) zt_dtype_store(out->data, e->cfg.dtype, j, p[j]);
+        if (lo + j >= us->numel || !written) zt_dtype_store(out->data, e->cfg.dtype, j, p[j]);
     zt_tensor_free(&st->host_grads, &e->ctx->host_mem);
     return send_slot(e, u);
 }

@@ -27,7 +27,7 @@ typedef struct {
 } grad_pieces;
 
 static grad_pieces pieces_of(zt_engine *e, int u, size_t lo, size_t n, zt_tensor *ws) {
-    grad_pieces it = {e, u, lo, lo + n, ws};
+    grad_pieces it = {e, u, lo, frozen(e, u) ? lo : lo + n, ws}; /* a frozen unit has no gradients */
     return it;
 }
 
@@ -55,21 +55,27 @@ static int next_piece(grad_pieces *it, float **g, size_t *at, size_t *n) {
 /* Pieces the norm of unit u's slice is summed in (1 in fp32). */
 static size_t norm_pieces(const zt_engine *e, int u) {
     size_t S = e->spec->units[u].shard_numel;
+    if (frozen(e, u)) return 0;
     return e->cfg.dtype == ZT_FP32 ? 1 : (S + chunk_elems(e) - 1) / chunk_elems(e);
 }
 
-/* AdamW over unit coordinates [lo, hi) on buffers p, g, m, v whose element 0
- * is unit element p_at, g_at, mv_at respectively. */
-static void adamw_range(zt_engine *e, int u, size_t lo, size_t hi, float *p, size_t p_at, const float *g,
-                        size_t g_at, float *m, float *v, size_t mv_at, float lr, int t) {
+/* The optimizer (AdamW, or SGD with its momentum in m and no v) over unit
+ * coordinates [lo, hi) on buffers p, g, m, v whose element 0 is unit
+ * element p_at, g_at, mv_at respectively, parameter segment by segment. */
+static void optimizer_range(zt_engine *e, int u, size_t lo, size_t hi, float *p, size_t p_at, const float *g,
+                            size_t g_at, float *m, float *v, size_t mv_at, float lr, int t) {
     const zt_unit_spec *us = &e->spec->units[u];
     const zt_ops *ops = e->ctx->be->ops;
     for (int i = 0; i < us->nparams; i++) {
         size_t a, b;
         float wd;
         if (!param_in_range(e, u, i, lo, hi, &a, &b, &wd)) continue;
-        ops->adamw(&e->ctx->compute, p + (a - p_at), g + (a - g_at), m + (a - mv_at), v + (a - mv_at), b - a, lr,
-                   e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
+        if (e->cfg.optimizer == ZT_OPT_SGD)
+            ops->sgd(&e->ctx->compute, p + (a - p_at), g + (a - g_at), m + (a - mv_at), b - a, lr, e->cfg.momentum,
+                     e->cfg.nesterov, wd);
+        else
+            ops->adamw(&e->ctx->compute, p + (a - p_at), g + (a - g_at), m + (a - mv_at), v + (a - mv_at), b - a, lr,
+                       e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
     }
 }
 
@@ -96,6 +102,7 @@ static zt_status unit_norms_squared(zt_engine *e, zt_tensor *ws, double *local) 
     }
     size_t nslots = 0;
     for (int u = 0; u < n; u++) nslots += norm_pieces(e, u);
+    if (nslots == 0) return ZT_OK; /* every unit frozen */
     zt_tensor slots; /* [nslots] double, as 2 nslots fp32 words */
     ZT_TRY(zt_engine_alloc(e, &slots, ZT_FP32, 2 * nslots, ZT_CAT_WORKSPACE, "norm slots", -1));
     double *dev = slots.data, *host = malloc(nslots * sizeof *host);
@@ -121,6 +128,7 @@ zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, voi
     if (!gathers) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate %d handles", spec->nunits);
     zt_status st = ZT_OK;
     for (int u = 0; u < spec->nunits && st == ZT_OK; u++) {
+        if (frozen(e, u)) continue; /* nothing to update, nothing changed to gather */
         st = update(e, u, arg);
         if (st == ZT_OK && !full_optim(e) && full_params(e, u))
             /* Everyone needs everyone's updated slice of the full params
@@ -160,7 +168,7 @@ static zt_status device_update_unit(zt_engine *e, int u, void *arg) {
     size_t at, gn;
     for (grad_pieces it = pieces_of(e, u, rlo, rn, a->ws); next_piece(&it, &g, &at, &gn);) {
         if (a->mult != 1.0f) ops->scale(&ctx->compute, g, a->mult, gn);
-        adamw_range(e, u, at, at + gn, p, p_at, g, at, zt_f32(&us->adam_m), zt_f32(&us->adam_v),
+        optimizer_range(e, u, at, at + gn, p, p_at, g, at, zt_f32(&us->adam_m), zt_f32(&us->adam_v),
                     full_optim(e) ? 0 : lo, a->lr, a->t);
     }
     if (half) {
@@ -233,7 +241,7 @@ size_t zt_engine_optimizer_chunk(const zt_engine *e) {
     if (e->cfg.dtype == ZT_FP32) return 0;
     size_t most = 0; /* the largest part widened at once: an owned range, or a slice for the norm */
     for (int u = 0; u < e->spec->nunits; u++) {
-        size_t n = owned_numel(e, u);
+        size_t n = frozen(e, u) ? 0 : owned_numel(e, u);
         if (n > most) most = n;
     }
     return most < chunk_elems(e) ? most : chunk_elems(e);

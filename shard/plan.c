@@ -9,7 +9,9 @@
 
 static size_t padded(const zt_plan_sim *S, int u) { return S->in.spec->units[u].padded_numel; }
 
+/* The part of unit u whose optimizer state this rank keeps (none when frozen). */
 static size_t owned(const zt_plan_sim *S, int u) {
+    if (S->in.spec->units[u].frozen) return 0;
     return S->in.stage == 0 ? padded(S, u) : S->in.spec->units[u].shard_numel;
 }
 
@@ -26,7 +28,8 @@ static int on_demand(const zt_plan_sim *S, int u) {
 }
 
 static zt_state_bytes state_bytes(const zt_plan_sim *S) {
-    return zt_engine_state_bytes(S->in.spec, S->in.stage, S->in.dtype, S->in.offload, S->in.persist_threshold);
+    return zt_engine_state_bytes(S->in.spec, S->in.stage, S->in.dtype, S->in.offload, S->in.persist_threshold,
+                                 S->in.optimizer);
 }
 
 zt_plan_moment zt_plan_base(const zt_plan_sim *S) {
@@ -124,6 +127,11 @@ size_t zt_plan_view_bytes(const zt_plan_sim *S, int u) {
 
 size_t zt_plan_grad32_bytes(const zt_plan_sim *S, int u) { return padded(S, u) * 4; }
 
+void zt_plan_open_grads(const zt_plan_sim *S, zt_plan_moment *m, int u) {
+    if (S->in.spec->units[u].frozen) m->c[ZT_CAT_WORKSPACE] += padded(S, u) * 4; /* shard/reduce.c: the scratch */
+    else zt_plan_add_waiting(S, m, zt_plan_grad32_bytes(S, u));
+}
+
 void zt_plan_add_waiting(const zt_plan_sim *S, zt_plan_moment *m, size_t bytes) {
     if (S->waits) m->c[S->wait_cat] += bytes;
 }
@@ -152,6 +160,7 @@ void zt_plan_flush(zt_plan_sim *S, const zt_plan_moment *m, const char *name) {
 
 /* Whole units join the bucket, so it can exceed its size. */
 void zt_plan_grads_ready(zt_plan_sim *S, int u, const zt_plan_moment *m, const char *name) {
+    if (S->in.spec->units[u].frozen) return; /* its scratch is dropped, never reduced */
     S->filling_numel += padded(S, u);
     S->filling_units++;
     if (S->waits) S->waiting += padded(S, u) * 4;
@@ -189,6 +198,7 @@ static size_t host_bytes(const zt_plan_sim *S) {
     size_t transfer = all * g, waiting = all, prev = 0;
     for (int u = 0; u < spec->nunits; u++) {
         size_t o = owned(S, u);
+        if (o == 0) continue; /* frozen: the engine skips it, its slots stay as they were */
         /* delayed: the copies of the master out to the device, before this
          * step's gradients go to the CPU Adam */
         size_t at_u = S->in.offload_delay ? all * g + (prev + o) * d : (waiting - o) * g + 4 * o + (prev + o) * d;

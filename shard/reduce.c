@@ -14,7 +14,7 @@ zt_status zt_engine_zero_grads(zt_engine *e) {
     zt_ctx *ctx = e->ctx;
     for (int u = 0; u < e->spec->nunits; u++) {
         zt_tensor *g = &e->units[u].grads;
-        ZT_TRY(ctx->be->memset_async(ctx->be, g->data, 0, zt_tensor_bytes(g), &ctx->compute, &ctx->err));
+        if (g->data) ZT_TRY(ctx->be->memset_async(ctx->be, g->data, 0, zt_tensor_bytes(g), &ctx->compute, &ctx->err));
         /* fp32 gradients of a step that was never reduced (no micro-batch
          * was marked last) must not leak into this one. */
         zt_tensor_free(&e->units[u].grad32, &ctx->device_mem);
@@ -32,6 +32,14 @@ zt_status zt_engine_grad_buffer(zt_engine *e, int unit, float **grads32) {
     if (unit < 0 || unit >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", unit);
     zt_unit_state *st = &e->units[unit];
     ZT_TRY(zt_engine_progress(e));
+    if (frozen(e, unit)) { /* backward still writes them: a scratch, dropped at grads_ready */
+        if (!st->grad32.data)
+            ZT_TRY(zt_engine_alloc(e, &st->grad32, ZT_FP32, e->spec->units[unit].padded_numel, ZT_CAT_WORKSPACE,
+                                   "frozen grad scratch", unit));
+        st->grad_open = 1;
+        *grads32 = zt_f32(&st->grad32);
+        return ZT_OK;
+    }
     if (direct_grads(e)) {
         st->grad_open = 1;
         *grads32 = zt_f32(&st->grads);
@@ -153,6 +161,10 @@ zt_status zt_engine_grads_ready(zt_engine *e, int unit) {
     zt_unit_state *st = &e->units[unit];
     if (!st->grad_open) return ZT_OK; /* no gradient flowed into this unit */
     st->grad_open = 0;
+    if (frozen(e, unit)) { /* never reduced; the compute stream orders the block's reuse after its writers */
+        zt_tensor_free(&st->grad32, &e->ctx->device_mem);
+        return ZT_OK;
+    }
     /* Stages 0-1 reduce once per step; until then grad32 (or the fp32
      * grads) keeps summing micro-batches. */
     if (full_grads(e) && !e->sync_this_micro) return ZT_OK;

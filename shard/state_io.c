@@ -17,9 +17,28 @@ static const zt_tensor *fp32_source(zt_engine *e, int u, zt_state_kind kind, int
     return kind == ZT_STATE_ADAM_M ? &st->adam_m : &st->adam_v;
 }
 
+/* A frozen unit's values are its params (it has no master): dst[S] fp32
+ * from this rank's slice of them. */
+static zt_status frozen_values(zt_engine *e, int u, float *dst) {
+    size_t S = e->spec->units[u].shard_numel;
+    if (e->cfg.dtype == ZT_FP32) return zt_engine_get_params_slice(e, u, dst);
+    uint16_t *half = malloc(S * sizeof(uint16_t) + 2); /* [S] dtype */
+    if (!half) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "engine: cannot allocate a staging buffer");
+    zt_status st = zt_engine_get_params_slice(e, u, half);
+    for (size_t i = 0; st == ZT_OK && i < S; i++) dst[i] = zt_dtype_load(half, e->cfg.dtype, i);
+    free(half);
+    return st;
+}
+
 zt_status zt_engine_get_slice(zt_engine *e, int u, zt_state_kind kind, float *dst) {
     if (u < 0 || u >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", u);
     ZT_TRY(zt_engine_delayed_wait(e)); /* the state after every update started */
+    if ((kind == ZT_STATE_ADAM_V && e->cfg.optimizer == ZT_OPT_SGD) || (kind != ZT_STATE_MASTER && frozen(e, u))) {
+        /* SGD keeps no v, a frozen unit no optimizer state: their blocks read as zeros */
+        memset(dst, 0, e->spec->units[u].shard_numel * sizeof(float));
+        return ZT_OK;
+    }
+    if (frozen(e, u)) return frozen_values(e, u, dst);
     int full;
     const zt_tensor *src = fp32_source(e, u, kind, &full);
     size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
@@ -68,13 +87,14 @@ zt_status zt_engine_set_owned(zt_engine *e, int u, const float *master, const fl
     size_t pat = local_index(full_params(e, u), olo, lo); /* the owned part's place in params */
     int full;
     const zt_tensor *mt = fp32_source(e, u, ZT_STATE_ADAM_M, &full), *vt = fp32_source(e, u, ZT_STATE_ADAM_V, &full);
-    if (m) ZT_TRY(put_f32(e, mt->data, m, on * sizeof(float)));
-    if (v) ZT_TRY(put_f32(e, vt->data, v, on * sizeof(float)));
+    int trained = !frozen(e, u); /* a frozen unit has its params only */
+    if (m && trained) ZT_TRY(put_f32(e, mt->data, m, on * sizeof(float)));
+    if (v && vt->data && trained) ZT_TRY(put_f32(e, vt->data, v, on * sizeof(float))); /* SGD has no v */
     const zt_tensor *master_t = fp32_source(e, u, ZT_STATE_MASTER, &full);
     if (master_t == &st->params) /* fp32 without offload: the params are the master values */
         ZT_TRY(ctx->be->memcpy_async(ctx->be, zt_f32(&st->params) + pat, master, on * sizeof(float), ZT_COPY_H2D,
                                      &ctx->compute, &ctx->err));
-    else ZT_TRY(put_f32(e, master_t->data, master, on * sizeof(float)));
+    else if (trained) ZT_TRY(put_f32(e, master_t->data, master, on * sizeof(float)));
     /* Compute params of the owned part from the master values (16-bit
      * values rounded on the host, as at init); the rest arrives by
      * zt_engine_gather_params. */

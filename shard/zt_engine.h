@@ -48,8 +48,18 @@ typedef struct {
     int exhausted;         /* the last step overflowed at min_loss_scale (dynamic only) */
 } zt_loss_scaler;
 
+/* What the optimizer keeps per parameter it owns (fp32): AdamW m and v (8
+ * bytes), SGD its momentum (4 bytes). */
+typedef enum { ZT_OPT_ADAMW = 0, ZT_OPT_SGD } zt_optimizer_kind;
+const char *zt_optimizer_name(zt_optimizer_kind k);
+/* fp32 state tensors per owned parameter: 2 for AdamW, 1 for SGD. */
+int zt_optimizer_slots(zt_optimizer_kind k);
+
 typedef struct {
     int stage;      /* ZeRO stage 0..3 */
+    zt_optimizer_kind optimizer;
+    float momentum; /* SGD */
+    int nesterov;   /* SGD */
     /* dtype of params and grads, and the compute dtype of gathered units
      * (when the backend has kernels in it; else compute is fp32) */
     zt_dtype dtype;
@@ -255,7 +265,7 @@ typedef struct {
     size_t host_master_params, host_optimizer;      /* in the host pool (offload) */
 } zt_state_bytes;
 zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype, int offload,
-                                     size_t persist_threshold);
+                                     size_t persist_threshold, zt_optimizer_kind optimizer);
 
 
 /* State access for checkpoints. "Slice" means this rank's world slice

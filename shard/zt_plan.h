@@ -16,10 +16,12 @@
 
 #include "zt_dtype.h"
 #include "zt_mem.h"
+#include "zt_engine.h"
 #include "zt_units.h"
 
 typedef struct {
     int world, stage, offload, offload_delay, prefetch;
+    zt_optimizer_kind optimizer; /* what the optimizer keeps per parameter */
     int overlap_comm; /* 0: each bucket's reduce-scatter completes (and frees) as it is sent */
     long long prefetch_params; /* DeepSpeed's stage3_prefetch_bucket_size: sets prefetch (0: unused) */
     zt_dtype dtype;         /* of params and grads (zt-train's --dtype) */
@@ -103,6 +105,10 @@ size_t zt_plan_gathered(const zt_plan_sim *S);
 size_t zt_plan_view_bytes(const zt_plan_sim *S, int u);
 /* Unit u's full-size fp32 gradients (grad32) while its backward runs. */
 size_t zt_plan_grad32_bytes(const zt_plan_sim *S, int u);
+/* Adds unit u's open fp32 gradients to m where the engine keeps them
+ * while its backward runs: waiting for their bucket (zt_plan_add_waiting),
+ * or, for a frozen unit, a workspace scratch. */
+void zt_plan_open_grads(const zt_plan_sim *S, zt_plan_moment *m, int u);
 /* Adds gradients waiting for their bucket to m, where the engine counts them. */
 void zt_plan_add_waiting(const zt_plan_sim *S, zt_plan_moment *m, size_t bytes);
 size_t zt_plan_waiting(const zt_plan_sim *S);   /* of the filling bucket's units */

@@ -30,6 +30,7 @@ typedef struct {
     size_t numel;        /* sum of parameter sizes */
     size_t padded_numel; /* numel rounded up to a multiple of world_size * align */
     size_t shard_numel;  /* padded_numel / world_size */
+    int frozen;          /* not trained: params only (no grads, master or optimizer state), never reduced */
 } zt_unit_spec;
 
 typedef struct {

@@ -1,4 +1,4 @@
-/* Unit test of ops->adamw against the closed form, computed in double:
+/* Unit test of ops->adamw (and ops->sgd, below) against the closed form, computed in double:
  *   m_t = b1 m_{t-1} + (1-b1) g_t,  v_t = b2 v_{t-1} + (1-b2) g_t^2
  *   mhat = m_t / (1 - b1^t),        vhat = v_t / (1 - b2^t)
  *   p_t = p_{t-1} - lr * (mhat / (sqrt(vhat) + eps) + wd * p_{t-1})
@@ -101,6 +101,38 @@ static void run_config(const zt_ops *ops, zt_stream *s, zt_stream *s3, const con
     if (same) printf("ok adamw %s: same bits with 1 and 3 threads\n", cfg->name);
 }
 
+/* ops->sgd against torch.optim.SGD's rule (dampening 0) in double, 5 steps:
+ *   d = g + wd p;  m = momentum m + d;  p -= lr (nesterov ? d + momentum m : m)
+ * with |p_f - p_d| <= 1e-6 (|p_d| + 1) and |m_f - m_d| <= 1e-6 (|m_d| + max|g|),
+ * and the same bits with 1 and 3 threads. */
+static void run_sgd(const zt_ops *ops, zt_stream *s, zt_stream *s3, float lr, float momentum, int nesterov, float wd) {
+    float p[NELEM], m[NELEM], p3[NELEM], m3[NELEM], g[NELEM];
+    double pd[NELEM], md[NELEM];
+    for (int i = 0; i < NELEM; i++) {
+        p[i] = p3[i] = rng_uniform(0.5f, 1.5f) * (i % 2 ? -1.0f : 1.0f);
+        m[i] = m3[i] = 0.0f;
+        pd[i] = p[i], md[i] = 0.0;
+    }
+    double worst_p = 0.0, worst_m = 0.0;
+    for (int t = 0; t < NSTEPS; t++) {
+        for (int i = 0; i < NELEM; i++) g[i] = i == 0 ? 0.0f : rng_uniform(-1.0f, 1.0f);
+        ops->sgd(s, p, g, m, NELEM, lr, momentum, nesterov, wd);
+        ops->sgd(s3, p3, g, m3, NELEM, lr, momentum, nesterov, wd);
+        for (int i = 0; i < NELEM; i++) {
+            double d = (double)g[i] + (double)wd * pd[i];
+            md[i] = (double)momentum * md[i] + d;
+            pd[i] -= (double)lr * (nesterov ? d + (double)momentum * md[i] : md[i]);
+            worst_p = fmax(worst_p, fabs((double)p[i] - pd[i]) / (fabs(pd[i]) + 1.0));
+            worst_m = fmax(worst_m, fabs((double)m[i] - md[i]) / (fabs(md[i]) + 1.0));
+        }
+    }
+    CHECK(worst_p <= TOL && worst_m <= TOL, "sgd momentum %g nesterov %d wd %g: p err %.2e, m err %.2e", momentum,
+          nesterov, wd, worst_p, worst_m);
+    CHECK(memcmp(p, p3, sizeof p) == 0 && memcmp(m, m3, sizeof m) == 0, "sgd: 1 and 3 threads give different bits");
+    printf("ok sgd momentum %g nesterov %d wd %g: 5 steps within %.1e of double (p %.2e, m %.2e)\n", momentum,
+           nesterov, wd, TOL, worst_p, worst_m);
+}
+
 int main(void) {
     rng_state = 0x13198A2E03707344ull; /* this test's own stream */
     zt_backend *be = NULL;
@@ -122,6 +154,9 @@ int main(void) {
         {"wd=0.1 eps=1e-3 small grads", 1e-2f, 0.9f, 0.999f, 1e-3f, 0.1f, 2e-3f},
     };
     for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) run_config(ops, &s, &s3, &configs[k]);
+    run_sgd(ops, &s, &s3, 0.1f, 0.9f, 0, 0.0f);
+    run_sgd(ops, &s, &s3, 0.1f, 0.9f, 1, 0.01f);
+    run_sgd(ops, &s, &s3, 0.05f, 0.0f, 0, 0.1f); /* no momentum: plain SGD with L2 decay */
 
     /* The first step of Adam moves every parameter with a nonzero gradient by
      * lr * sign(g) (mhat = g, vhat = g^2), up to eps: an easy closed form. */

@@ -632,6 +632,24 @@ static void test_adamw(size_t n) {
     dfree_all();
 }
 
+/* SGD with momentum (and Nesterov, and without weight decay on step 2), 3 steps, bit for bit. */
+static void test_sgd(size_t n) {
+    float *p = frand(n, -1, 1), *m = frand(n, -0.1f, 0.1f);
+    float *d_p = dcopyf(p, n), *d_m = dcopyf(m, n);
+    for (int t = 1; t <= 3; t++) {
+        float *g = frand(n, -1, 1), *d_g = dcopyf(g, n);
+        float wd = t == 2 ? 0.0f : 0.1f;
+        g_cpu->ops->sgd(&g_cs, p, g, m, n, 0.05f, 0.9f, t == 3, wd);
+        g_gpu->ops->sgd(&g_gs, d_p, d_g, d_m, n, 0.05f, 0.9f, t == 3, wd);
+        free(g);
+    }
+    float *gp = fetch(d_p, n, "sgd"), *gm = fetch(d_m, n, "sgd");
+    compare_bits("sgd p (3 steps)", gp, p, n * 4, 4);
+    compare_bits("sgd momentum", gm, m, n * 4, 4);
+    free(p), free(m), free(gp), free(gm);
+    dfree_all();
+}
+
 /* ops->cast in each 16-bit dtype, bit for bit against the CPU: fp32 -> d on
  * random values over many exponents and hand-picked ones (NaN, infinities,
  * signed zeros, bf16 and fp16 ties to even, the largest finite, fp16's
@@ -1341,6 +1359,7 @@ int main(int argc, char **argv) {
     RUN("softmax_xent", test_softmax_xent(23, 37));
     RUN("softmax_xent", test_softmax_xent(9, 5003));
     RUN("adamw", test_adamw(1031));
+    RUN("sgd", test_sgd(1031));
     RUN("casts", test_casts(ZT_BF16));
     RUN("casts", test_casts(ZT_FP16));
     RUN("sum_squares", test_sum_squares(0));

@@ -12,6 +12,8 @@ extern const zt_ops zt_cpu_ops_fp32, zt_cpu_ops_bf16, zt_cpu_ops_fp16;
 
 void zt_cpu_adamw(zt_stream *s, float *p, const float *g, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float wd, int t);
+void zt_cpu_sgd(zt_stream *s, float *p, const float *g, float *m, size_t n, float lr, float momentum, int nesterov,
+                float wd);
 void zt_cpu_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype, size_t n);
 void zt_cpu_scale(zt_stream *s, float *x, float alpha, size_t n);
 void zt_cpu_scaled_store(zt_stream *s, void *dst, zt_dtype dtype, const float *src, float alpha, int accumulate,

@@ -28,7 +28,7 @@
         .attention_fused_fwd = KFN(attention_fused_fwd), .attention_fused_bwd = KFN(attention_fused_bwd), \
         .gelu_fwd = KFN(gelu_fwd), .gelu_bwd = KFN(gelu_bwd), .residual_fwd = KFN(residual_fwd),  \
         .residual_bwd = KFN(residual_bwd), .softmax_xent_fwd = KFN(softmax_xent_fwd),              \
-        .softmax_xent_bwd = KFN(softmax_xent_bwd), .adamw = zt_cpu_adamw, .cast = zt_cpu_cast,     \
+        .softmax_xent_bwd = KFN(softmax_xent_bwd), .adamw = zt_cpu_adamw, .sgd = zt_cpu_sgd, .cast = zt_cpu_cast,     \
         .scale = zt_cpu_scale, .scaled_store = zt_cpu_scaled_store, .sum_squares = zt_cpu_sum_squares, \
     }
 

@@ -1,4 +1,5 @@
-/* AdamW (decoupled weight decay) on a contiguous span. */
+/* The optimizers' updates on a contiguous span: AdamW (decoupled weight
+ * decay) and SGD with momentum (coupled, as torch.optim.SGD). */
 #include <math.h>
 
 #include "cpu_ops.h"
@@ -17,5 +18,16 @@ void zt_cpu_adamw(zt_stream *s, float *p, const float *g, float *m, float *v, si
         float mhat = mi / bc1;
         float vhat = vi / bc2;
         p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    }
+}
+
+void zt_cpu_sgd(zt_stream *s, float *p, const float *g, float *m, size_t n, float lr, float momentum, int nesterov,
+                float wd) {
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float d = g[i] + wd * p[i];
+        float mi = momentum * m[i] + d;
+        m[i] = mi;
+        p[i] -= lr * (nesterov ? d + momentum * mi : mi);
     }
 }

@@ -165,6 +165,8 @@ void zt_cuda_softmax_xent_bwd(zt_stream *s, zt_dtype dt, void *dlogits, const vo
 /* The engine's operations, the same in every table. */
 void zt_cuda_adamw(zt_stream *s, float *p, const float *g, float *m, float *v, size_t n, float lr,
                    float beta1, float beta2, float eps, float wd, int t);
+void zt_cuda_sgd(zt_stream *s, float *p, const float *g, float *m, size_t n, float lr, float momentum,
+                 int nesterov, float wd);
 void zt_cuda_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype, size_t n);
 void zt_cuda_scale(zt_stream *s, float *x, float alpha, size_t n);
 void zt_cuda_scaled_store(zt_stream *s, void *dst, zt_dtype dtype, const float *src, float alpha, int accumulate,

@@ -92,7 +92,7 @@
         .residual_bwd = residual_bwd_##SFX,                                                                          \
         .softmax_xent_fwd = softmax_xent_fwd_##SFX,                                                                  \
         .softmax_xent_bwd = softmax_xent_bwd_##SFX,                                                                  \
-        .adamw = zt_cuda_adamw,                                                                                      \
+        .adamw = zt_cuda_adamw, .sgd = zt_cuda_sgd,                                                                  \
         .cast = zt_cuda_cast,                                                                                        \
         .scale = zt_cuda_scale,                                                                                      \
         .scaled_store = zt_cuda_scaled_store,                                                                        \

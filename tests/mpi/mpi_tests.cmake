@@ -72,3 +72,15 @@ foreach(zt_knob_case persist max_live reuse sub_group)
                    $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
   set_tests_properties(stage3_knobs_${zt_knob_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
 endforeach()
+
+# What the optimizer keeps (tests/mpi/zt_optimizer_test.py): SGD with
+# momentum beside AdamW: stages and offload bitwise, optimizer bytes per rank,
+# the planner, resume, convergence (slow); frozen units; zt-plan's largest
+# micro-batch and sequence length under --mem-limit.
+foreach(zt_opt_case stages bytes planner resume convergence freeze max_batch)
+  add_test(NAME optimizer_${zt_opt_case}
+           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_optimizer_test.py ${zt_opt_case}
+                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+  set_tests_properties(optimizer_${zt_opt_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
+endforeach()
+set_tests_properties(optimizer_convergence PROPERTIES LABELS "mpi;slow")
