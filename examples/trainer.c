@@ -242,7 +242,6 @@ static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, cons
     if (c->prefetch_bucket_size > 0) /* DeepSpeed's knob counts parameters; ours counts units */
         prefetch = (int)(c->prefetch_bucket_size / (int64_t)spec->largest_unit_numel);
     zt_engine_config e = {.stage = c->stage,
-                          .optimizer = strcmp(c->optimizer, "sgd") == 0 ? ZT_OPT_SGD : ZT_OPT_ADAMW,
                           .momentum = (float)c->momentum,
                           .nesterov = c->nesterov,
                           .beta1 = (float)c->beta1,
@@ -262,8 +261,10 @@ static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, cons
                           .host_threads = ctx->be->nthreads,
                           .loss = {c->loss_scale, c->initial_scale_power, c->loss_scale_window, c->hysteresis,
                                    c->min_loss_scale}};
-    if (!zt_dtype_parse(c->dtype, &e.dtype) || !zt_dtype_parse(c->reduce_dtype, &e.reduce_dtype))
-        return ZT_FAIL(err, ZT_ERR_INTERNAL, "trainer: dtype %s / reduce dtype %s", c->dtype, c->reduce_dtype);
+    if (!zt_dtype_parse(c->dtype, &e.dtype) || !zt_dtype_parse(c->reduce_dtype, &e.reduce_dtype) ||
+        !zt_optimizer_parse(c->optimizer, &e.optimizer))
+        return ZT_FAIL(err, ZT_ERR_INTERNAL, "trainer: dtype %s / reduce dtype %s / optimizer %s", c->dtype,
+                       c->reduce_dtype, c->optimizer);
     *ec = e;
     return ZT_OK;
 }

@@ -188,7 +188,7 @@ static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_
     memset(in, 0, sizeof *in);
     in->offload = strcmp(c->offload, "cpu") == 0;
     in->offload_delay = c->offload_delay;
-    in->optimizer = strcmp(c->optimizer, "sgd") == 0 ? ZT_OPT_SGD : ZT_OPT_ADAMW;
+    (void)zt_optimizer_parse(c->optimizer, &in->optimizer); /* the options table allows no other */
     in->prefetch = c->prefetch;
     in->prefetch_params = (long long)c->prefetch_bucket_size;
     in->overlap_comm = c->overlap_comm;

@@ -35,6 +35,12 @@ zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_
 const char *zt_optimizer_name(zt_optimizer_kind k) { return k == ZT_OPT_SGD ? "sgd" : "adamw"; }
 int zt_optimizer_slots(zt_optimizer_kind k) { return k == ZT_OPT_SGD ? 1 : 2; }
 
+int zt_optimizer_parse(const char *name, zt_optimizer_kind *k) {
+    for (int i = ZT_OPT_ADAMW; i <= ZT_OPT_SGD; i++)
+        if (strcmp(name, zt_optimizer_name((zt_optimizer_kind)i)) == 0) return *k = (zt_optimizer_kind)i, 1;
+    return 0;
+}
+
 zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype, int offload,
                                      size_t persist_threshold, zt_optimizer_kind optimizer) {
     size_t state = 4 * (size_t)zt_optimizer_slots(optimizer); /* bytes of optimizer state per owned parameter */

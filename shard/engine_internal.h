@@ -62,10 +62,10 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
 /* Offload: unit u's reduced gradients are on the host, in fp32 (host_grads). */
 zt_status zt_engine_offload_grads_landed(zt_engine *e, int u);
 /* Offload: the optimizer on unit u's host master and m, v with g[owned]
- * (scaled by clip first). AdamW's fused pass also writes the new values in
- * the params dtype to out[owned] when out is not NULL: returns whether it
- * did. Thread-safe per unit. */
-int zt_engine_host_step(const zt_engine *e, int u, const float *g, void *out, float clip, float lr, int t);
+ * (scaled by clip first; SGD scales g in place). AdamW's fused pass also
+ * writes the new values in the params dtype to out[owned] when out is not
+ * NULL: returns whether it did. Thread-safe per unit. */
+int zt_engine_host_step(const zt_engine *e, int u, float *g, void *out, float clip, float lr, int t);
 /* Offload: unit u's owned device params := its host master (rounded to the
  * params dtype), through an h2d slot, as the step's copies. */
 zt_status zt_engine_offload_apply_unit(zt_engine *e, int u);

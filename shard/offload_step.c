@@ -10,6 +10,7 @@
 
 #include "zt_time.h"
 #include "engine_internal.h"
+#include "cpu_ops.h"
 #include "zt_cpu_adam.h"
 
 /* Where unit u's gradients land on the host: fp32 directly, or 16-bit as sent. */
@@ -89,22 +90,18 @@ static zt_status retire_h2d_slot(zt_engine *e, int k) {
     return s;
 }
 
-/* SGD with momentum on the host: the kernels' expression (runtime/cpu
- * zt_cpu_sgd), so offload gives the same bits; g is scaled by clip first,
- * as the device path scales the gradients before its update. */
-static void host_sgd(const zt_engine *e, float *p, const float *g, float *m, size_t n, float clip, float lr,
-                     float wd) {
-    float momentum = e->cfg.momentum;
-    for (size_t i = 0; i < n; i++) {
-        float gi = clip != 1.0f ? g[i] * clip : g[i];
-        float d = gi + wd * p[i];
-        float mi = momentum * m[i] + d;
-        m[i] = mi;
-        p[i] -= lr * (e->cfg.nesterov ? d + momentum * mi : mi);
-    }
+/* SGD with momentum on the host: the CPU backend's kernel on the host
+ * buffers with the host threads, so offload gives the same bits; g is
+ * scaled by clip first (in place), as the device path scales the gradients
+ * before its update. */
+static void host_sgd(const zt_engine *e, float *p, float *g, float *m, size_t n, float clip, float lr, float wd) {
+    zt_stream host = {.nthreads = e->cfg.host_threads > 0 ? e->cfg.host_threads : 1};
+    if (clip != 1.0f)
+        for (size_t i = 0; i < n; i++) g[i] *= clip;
+    zt_cpu_sgd(&host, p, g, m, n, lr, e->cfg.momentum, e->cfg.nesterov, wd);
 }
 
-int zt_engine_host_step(const zt_engine *e, int u, const float *g, void *out, float clip, float lr, int t) {
+int zt_engine_host_step(const zt_engine *e, int u, float *g, void *out, float clip, float lr, int t) {
     zt_unit_state *st = &e->units[u];
     const zt_unit_spec *us = &e->spec->units[u];
     size_t n = owned_numel(e, u), lo = owned_lo(e, u), d = zt_dtype_size(e->cfg.dtype);

@@ -52,6 +52,8 @@ typedef struct {
  * bytes), SGD its momentum (4 bytes). */
 typedef enum { ZT_OPT_ADAMW = 0, ZT_OPT_SGD } zt_optimizer_kind;
 const char *zt_optimizer_name(zt_optimizer_kind k);
+/* "adamw" or "sgd" (zt_optimizer_name's names); 0 for another name. */
+int zt_optimizer_parse(const char *name, zt_optimizer_kind *k);
 /* fp32 state tensors per owned parameter: 2 for AdamW, 1 for SGD. */
 int zt_optimizer_slots(zt_optimizer_kind k);
 

@@ -10,37 +10,13 @@ usage: zt_offload_delay_test.py CASE ZT_TRAIN ZT_RUN
 """
 import json
 import os
-import shutil
 import subprocess
-import sys
-import tempfile
+
+from zt_harness import launch, losses, main, train
 
 MODEL = ["--layers", "2", "--d-model", "32", "--heads", "4", "--seq-len", "32", "--vocab", "48",
          "--micro-batch", "4", "--threads", "1", "--quiet", "--bucket-size", "16KiB"]
 DELAY = ["--offload", "cpu", "--offload-delay", "1"]
-
-
-def launch(ctx, np, args, expect_rc=0):
-    cmd = [ctx["zt_run"], "-np", str(np), ctx["zt"]] + args
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if expect_rc is not None and p.returncode != expect_rc:
-        sys.exit(f"FAIL: {' '.join(cmd)}: exit {p.returncode}, expected {expect_rc}\n"
-                 f"stdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}")
-    return p
-
-
-def train(ctx, np, args, name):
-    d = os.path.join(ctx["work"], name)
-    launch(ctx, np, args + ["--log-dir", d])
-    with open(os.path.join(d, "summary.json")) as f:
-        s = json.load(f)
-    with open(os.path.join(d, "rank0.jsonl")) as f:
-        s["steps"] = [json.loads(line) for line in f]
-    return s
-
-
-def losses(s):
-    return [x["loss"] for x in s["steps"]]
 
 
 def case_refused(ctx):
@@ -60,7 +36,7 @@ def case_stale(ctx):
     delayed = train(ctx, 3, args, "delayed")
     frozen = train(ctx, 3, args + ["--lr", "0"], "frozen")
     eager = train(ctx, 3, MODEL + ["--steps", "4", "--stage", "2", "--offload", "cpu"], "eager")
-    d, f, e = delayed["steps"], frozen["steps"], eager["steps"]
+    d, f, e = delayed["steps"][0], frozen["steps"][0], eager["steps"][0]
     assert d[0]["loss"] == e[0]["loss"] == f[0]["loss"], (d[0], e[0], f[0])
     assert d[1]["loss"] == f[1]["loss"] and d[1]["grad_norm"] == f[1]["grad_norm"], (d[1], f[1])
     assert d[1]["loss"] != e[1]["loss"], "without the delay step 2 uses step 1's update"
@@ -134,11 +110,4 @@ CASES = {"refused": case_refused, "stale": case_stale, "stages": case_stages, "r
          "planner": case_planner, "convergence": case_convergence}
 
 if __name__ == "__main__":
-    if len(sys.argv) < 4 or sys.argv[1] not in CASES:
-        sys.exit(f"usage: {sys.argv[0]} {{{'|'.join(CASES)}}} ZT_TRAIN ZT_RUN")
-    work = tempfile.mkdtemp(prefix=f"zt-delay-{sys.argv[1]}-")
-    ctx = {"zt": os.path.abspath(sys.argv[2]), "zt_run": os.path.abspath(sys.argv[3]), "work": work}
-    try:
-        CASES[sys.argv[1]](ctx)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    main(CASES, "delay")

@@ -11,33 +11,13 @@ usage: zt_optimizer_test.py CASE ZT_TRAIN ZT_RUN
 """
 import json
 import os
-import shutil
 import subprocess
-import sys
-import tempfile
+
+from zt_harness import launch, losses, main, train
 
 MODEL = ["--layers", "2", "--d-model", "32", "--heads", "4", "--seq-len", "32", "--vocab", "48",
          "--micro-batch", "4", "--threads", "1", "--quiet", "--bucket-size", "16KiB"]
 SGD = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--weight-decay", "0.01"]
-
-
-def launch(ctx, np, args, expect_rc=0):
-    cmd = [ctx["zt_run"], "-np", str(np), ctx["zt"]] + args
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if expect_rc is not None and p.returncode != expect_rc:
-        sys.exit(f"FAIL: {' '.join(cmd)}: exit {p.returncode}, expected {expect_rc}\n"
-                 f"stdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}")
-    return p
-
-
-def train(ctx, np, args, name):
-    d = os.path.join(ctx["work"], name)
-    launch(ctx, np, args + ["--log-dir", d])
-    with open(os.path.join(d, "summary.json")) as f:
-        s = json.load(f)
-    with open(os.path.join(d, "rank0.jsonl")) as f:
-        s["losses_jsonl"] = [json.loads(line)["loss"] for line in f]
-    return s
 
 
 def padded_units(np, layers=2, C=32, T=32, V=48):
@@ -53,7 +33,7 @@ def case_stages(ctx):
     runs += [train(ctx, 3, MODEL + SGD + ["--steps", "4", "--stage", str(s), "--offload", "cpu"], f"o{s}")
              for s in (0, 3)]
     for r in runs:
-        assert r["losses_jsonl"] == runs[0]["losses_jsonl"] and r["params_digest"] == runs[0]["params_digest"]
+        assert losses(r) == losses(runs[0]) and r["params_digest"] == runs[0]["params_digest"]
     delayed = [train(ctx, 3, MODEL + SGD + ["--steps", "4", "--stage", str(s), "--offload", "cpu", "--offload-delay",
                                             "1"], f"d{s}") for s in (1, 3)]
     assert delayed[0]["params_digest"] == delayed[1]["params_digest"] != runs[0]["params_digest"]
@@ -100,7 +80,7 @@ def case_resume(ctx):
     args = MODEL + SGD + ["--steps", "6", "--stage", "3"]
     whole = train(ctx, 2, args + ["--save-every", "3", "--save-dir", save], "whole")
     resumed = train(ctx, 2, args + ["--resume", os.path.join(save, "step-000003")], "resumed")
-    assert resumed["losses_jsonl"] == whole["losses_jsonl"][3:] and resumed["params_digest"] == whole["params_digest"]
+    assert losses(resumed) == losses(whole)[3:] and resumed["params_digest"] == whole["params_digest"]
     p = launch(ctx, 2, MODEL + ["--steps", "6", "--stage", "3", "--resume", os.path.join(save, "step-000003")],
                expect_rc=2)
     assert "saved with --optimizer sgd; this run uses --optimizer adamw" in p.stderr, p.stderr[-2000:]
@@ -198,11 +178,4 @@ CASES = {"stages": case_stages, "bytes": case_bytes, "planner": case_planner, "r
          "convergence": case_convergence, "freeze": case_freeze, "max_batch": case_max_batch}
 
 if __name__ == "__main__":
-    if len(sys.argv) < 4 or sys.argv[1] not in CASES:
-        sys.exit(f"usage: {sys.argv[0]} {{{'|'.join(CASES)}}} ZT_TRAIN ZT_RUN")
-    work = tempfile.mkdtemp(prefix=f"zt-optimizer-{sys.argv[1]}-")
-    ctx = {"zt": os.path.abspath(sys.argv[2]), "zt_run": os.path.abspath(sys.argv[3]), "work": work}
-    try:
-        CASES[sys.argv[1]](ctx)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    main(CASES, "optimizer")

@@ -11,42 +11,15 @@ usage: zt_stage3_knobs_test.py CASE ZT_TRAIN ZT_RUN
 """
 import json
 import os
-import shutil
 import subprocess
-import sys
-import tempfile
+
+from zt_harness import losses, main, train
 
 LAYERS, C, T, V = 2, 32, 32, 48
 MODEL = ["--layers", str(LAYERS), "--d-model", str(C), "--heads", "4", "--seq-len", str(T), "--vocab", str(V),
          "--micro-batch", "4", "--threads", "1", "--quiet", "--bucket-size", "16KiB"]
 CATS = ["params", "grads", "master_params", "optimizer"]
 ALL_CATS = CATS + ["activations", "gathered_params", "comm_buffers", "workspace", "other"]
-
-
-def launch(ctx, np, args, expect_rc=0):
-    cmd = [ctx["zt_run"], "-np", str(np), ctx["zt"]] + args
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if expect_rc is not None and p.returncode != expect_rc:
-        sys.exit(f"FAIL: {' '.join(cmd)}: exit {p.returncode}, expected {expect_rc}\n"
-                 f"stdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}")
-    return p
-
-
-def train(ctx, np, args, name):
-    """summary.json, with every rank's per-step JSONL lines under "steps"."""
-    d = os.path.join(ctx["work"], name)
-    launch(ctx, np, args + ["--log-dir", d])
-    with open(os.path.join(d, "summary.json")) as f:
-        s = json.load(f)
-    s["steps"] = []
-    for r in range(np):
-        with open(os.path.join(d, f"rank{r}.jsonl")) as f:
-            s["steps"].append([json.loads(line) for line in f])
-    return s
-
-
-def losses(s):
-    return [x["loss"] for x in s["steps"][0]]
 
 
 def same_result(a, b, what):
@@ -209,11 +182,4 @@ def case_sub_group(ctx):
 CASES = {"persist": case_persist, "max_live": case_max_live, "reuse": case_reuse, "sub_group": case_sub_group}
 
 if __name__ == "__main__":
-    if len(sys.argv) < 4 or sys.argv[1] not in CASES:
-        sys.exit(f"usage: {sys.argv[0]} {{{'|'.join(CASES)}}} ZT_TRAIN ZT_RUN")
-    work = tempfile.mkdtemp(prefix=f"zt-knobs-{sys.argv[1]}-")
-    ctx = {"zt": os.path.abspath(sys.argv[2]), "zt_run": os.path.abspath(sys.argv[3]), "work": work}
-    try:
-        CASES[sys.argv[1]](ctx)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    main(CASES, "knobs")
