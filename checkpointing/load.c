@@ -60,12 +60,13 @@ static zt_status load_owned(zt_engine *eng, const zt_ckpt_info *info, zt_error *
     int behind = continues_delayed_update(eng, info);
     zt_status st = ZT_OK;
     for (int u = 0; st == ZT_OK && u < spec->nunits; u++) {
-        size_t lo, n;
+        size_t lo, n, vlo, vn;
         st = zt_engine_owned_range(eng, u, &lo, &n);
-        float *master = buf, *m = buf + n, *v = buf + 2 * n; /* each [n] */
+        if (st == ZT_OK) st = zt_engine_state_span(eng, u, &vlo, &vn); /* n <= vn <= padded */
+        float *master = buf, *m = buf + n, *v = buf + 2 * n; /* [n], [n], [vn] */
         if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 0, lo, lo + n, master, err);
         if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 1, lo, lo + n, m, err);
-        if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 2, lo, lo + n, v, err);
+        if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 2, vlo, vlo + vn, v, err);
         if (st == ZT_OK) st = zt_engine_set_owned(eng, u, master, m, v);
         if (st == ZT_OK && behind) st = zt_ckpt_read_range(info, u, 3, lo, lo + n, buf, err); /* [n] dtype */
         if (st == ZT_OK && behind) st = zt_engine_set_owned_params(eng, u, buf);
@@ -112,6 +113,21 @@ static void restore_progress(zt_engine *eng, const zt_ckpt_info *info) {
     zt_engine_set_counters(eng, &p);
 }
 
+/* Resharding is exact for AdamW's and SGD's state. 8-bit Adam's blocks
+ * follow the slices, so its m and v are quantized again in the new
+ * world's blocks; Adafactor's statistics carry over exactly, but are
+ * summed over other slices from here on. */
+static void say_what_resharding_changed(zt_engine *eng, int saved, int now) {
+    const zt_logger *log = &zt_engine_context(eng)->log;
+    zt_optimizer_kind k = zt_engine_settings(eng)->optimizer;
+    if (k == ZT_OPT_ADAM8BIT)
+        zt_log_rank0(log, "resharded %d -> %d ranks: 8-bit Adam's m and v were dequantized and quantized again in "
+                     "this world's blocks (each value within half a code step of its block's scale)", saved, now);
+    else if (k == ZT_OPT_ADAFACTOR)
+        zt_log_rank0(log, "resharded %d -> %d ranks: Adafactor's statistics carry over exactly; its sums over a "
+                     "matrix's slices now round as %d slices do", saved, now, now);
+}
+
 zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *step_dir, const json_t *expect_model, int *step,
                        zt_error *err) {
     zt_ckpt_info info;
@@ -129,6 +145,7 @@ zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *step_dir, cons
     if (st == ZT_OK) {
         *step = info.step;
         restore_progress(eng, &info);
+        if (info.world_size != comm->world_size) say_what_resharding_changed(eng, info.world_size, comm->world_size);
     }
     zt_ckpt_close(&info);
     return st;

@@ -147,8 +147,9 @@ static const char *header_problem(const json_t *m, zt_ckpt_info *info) {
         return "a missing or out-of-range field (world_size, step, optimizer_steps, stage, dtype or run)";
     if (!scaler_ok(json_object_get(m, "loss_scaler"))) return "a missing or out-of-range loss_scaler";
     const char *opt = json_string_value(json_object_get(m, "optimizer")); /* optional: older ones are AdamW's */
-    if (json_object_get(m, "optimizer") && (!opt || (strcmp(opt, "adamw") != 0 && strcmp(opt, "sgd") != 0)))
-        return "an optimizer that is not \"adamw\" or \"sgd\"";
+    zt_optimizer_kind kind;
+    if (json_object_get(m, "optimizer") && (!opt || !zt_optimizer_parse(opt, &kind)))
+        return "an optimizer that is not \"adamw\", \"sgd\", \"adafactor\" or \"adam8bit\"";
     const json_t *behind = json_object_get(m, "params_behind"); /* optional: older checkpoints lack it */
     if (behind && !json_is_boolean(behind)) return "a params_behind that is not true or false";
     info->world_size = (int)json_integer_value(json_object_get(m, "world_size"));

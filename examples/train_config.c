@@ -53,8 +53,16 @@ static const opt_spec options[] = {
     {"freeze", OPT_STRING, S(freeze), 0, 0, NULL,
      "units not trained: a list of embedding, head, blocks, blocks:K, blocks:A-B (params only: no grads, master "
      "or optimizer state)"},
-    {"optimizer", OPT_CHOICE, S(optimizer), 0, 0, "adamw|sgd",
-     "adamw (m, v: 8 bytes of state per parameter) or sgd with momentum (4 bytes)"},
+    {"optimizer", OPT_CHOICE, S(optimizer), 0, 0, "adamw|sgd|adafactor|adam8bit",
+     "adamw (m, v: 8 bytes of state per parameter), sgd with momentum (4 bytes), adafactor (factored second "
+     "moments: rows + cols per matrix) or adam8bit (m, v block-wise in 8 bits: 2 bytes)"},
+    {"adafactor-beta1", OPT_FLOAT, F(adafactor_beta1), 0, 0, 0.999999, NULL,
+     "adafactor: first-moment decay (0: no first moment, none kept)"},
+    {"adafactor-decay", OPT_FLOAT, F(adafactor_decay), 0, -1, -0.000001, NULL,
+     "adafactor: the second moment's decay at step t is 1 - t^this"},
+    {"adafactor-clip", OPT_FLOAT, F(adafactor_clip), 0, 0.000001, 1e6, NULL,
+     "adafactor: an update's RMS is scaled down to this where larger"},
+    {"adafactor-eps", OPT_FLOAT, F(adafactor_eps), 0, 0, 1, NULL, "adafactor: added to g^2"},
     {"momentum", OPT_FLOAT, F(momentum), 0, 0, 0.999999, NULL, "sgd: momentum"},
     {"nesterov", OPT_BOOL, F(nesterov), 0, 0, 1, NULL, "sgd: Nesterov momentum"},
     {"beta1", OPT_FLOAT, F(beta1), 0, 0, 0.999999, NULL, "Adam beta1"},
@@ -151,6 +159,9 @@ void zt_train_config_defaults(zt_train_config *c) {
     snprintf(c->lr_schedule, sizeof c->lr_schedule, "cosine");
     snprintf(c->optimizer, sizeof c->optimizer, "adamw");
     c->momentum = 0.9;
+    c->adafactor_decay = -0.8;
+    c->adafactor_clip = 1.0;
+    c->adafactor_eps = 1e-30;
     snprintf(c->warmup_type, sizeof c->warmup_type, "log"); /* DeepSpeed's defaults */
     c->cos_min_ratio = 0.0001;
     c->print_every = 1;

@@ -21,8 +21,10 @@ typedef struct {
     int steps, warmup, grad_accum;
     int64_t seed;
     double lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
-    /* the optimizer: adamw or sgd (momentum, nesterov) */
-    char optimizer[8];
+    /* the optimizer: adamw, sgd (momentum, nesterov), adafactor (its decay,
+     * clip, eps and optional beta1) or adam8bit (AdamW's betas and eps) */
+    char optimizer[16];
+    double adafactor_beta1, adafactor_decay, adafactor_clip, adafactor_eps;
     char freeze[128]; /* --freeze: units not trained (examples/gpt_freeze.c) */
     double momentum;
     int nesterov;

@@ -19,7 +19,8 @@ typedef struct {
      * DeepSpeed then uses instead of optimizer.params.lr */
     char schedule[16];
     int lr_from_scheduler;
-    int sgd; /* optimizer.type is SGD (read first: it decides what optimizer.params mean) */
+    /* optimizer.type (read first: it decides what optimizer.params mean) */
+    enum { DS_ADAM, DS_SGD, DS_ADAFACTOR } opt;
 } reader;
 
 static void note_problem(reader *r, const zt_error *e) {
@@ -184,17 +185,46 @@ static void sgd_key(reader *r, const char *key, json_t *val, const char *path) {
     } else refuse(r, path, "not supported by zerotrain");
 }
 
-/* optimizer.{type, params}: AdamW (Adam: the same, with adam_w_mode) or SGD. */
+/* optimizer.params of Adafactor (the names of transformers' Adafactor;
+ * relative_step, scale_parameter and warmup_init only off: the learning
+ * rate is the schedule's). */
+static void adafactor_key(reader *r, const char *key, json_t *val, const char *path) {
+    if (strcmp(key, "lr") == 0) set(r, "lr", val, path);
+    else if (strcmp(key, "beta1") == 0 && json_is_null(val)) return; /* no first moment: the default */
+    else if (strcmp(key, "beta1") == 0) set(r, "adafactor-beta1", val, path);
+    else if (strcmp(key, "decay_rate") == 0) set(r, "adafactor-decay", val, path);
+    else if (strcmp(key, "clip_threshold") == 0) set(r, "adafactor-clip", val, path);
+    else if (strcmp(key, "weight_decay") == 0) set(r, "weight-decay", val, path);
+    else if (strcmp(key, "eps") == 0 && json_is_array(val) && json_array_size(val) == 2)
+        set(r, "adafactor-eps", json_array_get(val, 0), path); /* eps[1] scales by the parameter's RMS: off */
+    else if (strcmp(key, "eps") == 0) set(r, "adafactor-eps", val, path);
+    else if (strcmp(key, "relative_step") == 0 || strcmp(key, "scale_parameter") == 0 ||
+             strcmp(key, "warmup_init") == 0) {
+        if (!json_is_false(val)) refuse(r, path, "not false (zerotrain's Adafactor takes the schedule's lr)");
+    } else refuse(r, path, "not supported by zerotrain");
+}
+
+/* optimizer.type's names (case-insensitive) and what zerotrain calls them. */
+static const struct {
+    const char *type, *ours;
+} optimizer_types[] = {{"adamw", "adamw"}, {"adam", "adamw"}, {"sgd", "sgd"}, {"adafactor", "adafactor"},
+                       {"adam8bit", "adam8bit"}, {"adamw8bit", "adam8bit"}};
+
+/* optimizer.{type, params}: AdamW (Adam: the same, with adam_w_mode), SGD,
+ * Adafactor, or 8-bit AdamW (bitsandbytes' name; Adam's params). */
 static void optimizer_key(reader *r, const char *key, json_t *val, const char *path) {
-    if (strcmp(key, "params") == 0) each_key(r, val, path, r->sgd ? sgd_key : adam_key);
+    if (strcmp(key, "params") == 0)
+        each_key(r, val, path, r->opt == DS_SGD ? sgd_key : r->opt == DS_ADAFACTOR ? adafactor_key : adam_key);
     else if (strcmp(key, "type") != 0) refuse(r, path, "not supported by zerotrain");
-    else if (!json_is_string(val) || (strcasecmp(json_string_value(val), "adamw") != 0 &&
-                                      strcasecmp(json_string_value(val), "adam") != 0 && !r->sgd))
-        refuse(r, path, "not Adam, AdamW or SGD (the optimizers zerotrain has)");
     else {
-        json_t *name = json_string(r->sgd ? "sgd" : "adamw");
-        set(r, "optimizer", name, path);
-        json_decref(name);
+        for (size_t i = 0; json_is_string(val) && i < sizeof optimizer_types / sizeof optimizer_types[0]; i++)
+            if (strcasecmp(json_string_value(val), optimizer_types[i].type) == 0) {
+                json_t *name = json_string(optimizer_types[i].ours);
+                set(r, "optimizer", name, path);
+                json_decref(name);
+                return;
+            }
+        refuse(r, path, "not Adam, AdamW, SGD, Adafactor or Adam8bit (the optimizers zerotrain has)");
     }
 }
 
@@ -308,7 +338,10 @@ zt_status zt_config_read_keys(zt_train_config *c, json_t *root, const char *path
     json_t *val;
     find_schedule(&r, root);
     const char *opt_type = json_string_value(json_object_get(json_object_get(root, "optimizer"), "type"));
-    r.sgd = opt_type && strcasecmp(opt_type, "sgd") == 0;
+    r.opt = !opt_type                                ? DS_ADAM
+            : strcasecmp(opt_type, "sgd") == 0       ? DS_SGD
+            : strcasecmp(opt_type, "adafactor") == 0 ? DS_ADAFACTOR
+                                                     : DS_ADAM;
     json_object_foreach(root, key, val) read_key(&r, key, val);
     if (r.problems == 1) return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: %s", path, r.text);
     if (r.problems > 1) return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: %d problems:\n  %s", path, r.problems, r.text);

@@ -18,6 +18,7 @@ typedef struct {
     double params, largest_unit_params;
     int json;
     int max_micro_batch, max_seq_len; /* search for the largest that fits in device_mem */
+    int rank;                         /* --rank: whose memory (-1: the rank with the most state) */
 } plan_flags;
 
 static int take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *nrest, zt_error *err) {
@@ -29,6 +30,14 @@ static int take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *n
         if (strcmp(a, "--json") == 0) pf->json = 1;
         else if (strcmp(a, "--max-micro-batch") == 0) pf->max_micro_batch = 1;
         else if (strcmp(a, "--max-seq-len") == 0) pf->max_seq_len = 1;
+        else if (strcmp(a, "--rank") == 0) {
+            char *end = NULL;
+            long r = has_value ? strtol(argv[i + 1], &end, 10) : -1;
+            if (!has_value || *end || r < 0 || r >= 1 << 20)
+                return ZT_FAIL(err, ZT_ERR_INVALID, "--rank needs a rank in [0, 1048576)"), 0;
+            pf->rank = (int)r;
+            i++;
+        }
         else if (strcmp(a, "--world") == 0 || strcmp(a, "--device-mem") == 0 || strcmp(a, "--params") == 0 ||
                  strcmp(a, "--largest-unit-params") == 0) {
             if (!has_value) return ZT_FAIL(err, ZT_ERR_INVALID, "%s needs a value", a), 0;
@@ -89,12 +98,33 @@ typedef struct {
     zt_plan_input in;
     zt_gpt_plan_model model;
     zt_model_spec *spec;
+    int rank; /* --rank (-1: the rank with the most optimizer state) */
 } plan_job;
 
+/* The rank with the most optimizer state: Adafactor's and 8-bit Adam's
+ * depend on which parameters a rank's slices touch (every rank of a large
+ * world is not tried: 1024 spread over it, and the last). */
+static int fullest_rank(const plan_job *j) {
+    if (j->in.optimizer != ZT_OPT_ADAFACTOR && j->in.optimizer != ZT_OPT_ADAM8BIT) return 0;
+    zt_engine_config c = {.stage = j->in.stage, .dtype = j->in.dtype, .offload = j->in.offload,
+                          .persist_threshold = j->in.persist_threshold, .optimizer = j->in.optimizer,
+                          .adafactor_beta1 = j->in.adafactor_beta1};
+    int W = j->in.world, step = W > 1024 ? W / 1024 : 1, best = 0;
+    size_t most = 0;
+    for (int r = 0; r < W; r = r + step < W || r == W - 1 ? r + step : W - 1) {
+        zt_state_bytes b = zt_engine_state_bytes(j->spec, &c, r);
+        if (b.optimizer + b.host_optimizer > most) most = b.optimizer + b.host_optimizer, best = r;
+        if (r == W - 1) break;
+    }
+    return best;
+}
+
+/* The plan of rank pf->rank (-1: the rank with the most state). */
 static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
     zt_spec_layout(j->spec, world);
     j->in.world = world;
     j->in.stage = stage;
+    j->in.rank = j->rank >= 0 && j->rank < world ? j->rank : fullest_rank(j);
     zt_plan_compute(&j->in, zt_gpt_plan_walk, &j->model, out);
 }
 
@@ -143,14 +173,16 @@ static int read_options(int argc, char **argv, plan_flags *pf, zt_train_config *
     }
     free(rest);
     if (!want_help) return -1;
-    printf("usage: zt-plan [--world N] [--device-mem SIZE] [--json] [--params N --largest-unit-params N]\n"
+    printf("usage: zt-plan [--world N] [--rank R] [--device-mem SIZE] [--json] [--params N --largest-unit-params N]\n"
            "               [--max-micro-batch] [--max-seq-len]\n"
            "               [any zt-train option: model shape, --stage, --offload, --recompute, --dtype,\n"
            "                --prefetch, --bucket-size, --micro-batch, ...]\n"
            "Predicts per-rank device memory by category at the peak, host memory, whether it fits in\n"
            "--device-mem, and for each stage the smallest world size at which it fits; with\n"
            "--max-micro-batch / --max-seq-len, the largest micro-batch / sequence length that fits.\n"
-           "Without --params the model is zt-train's toy GPT with the given flags.\n\n");
+           "Without --params the model is zt-train's toy GPT with the given flags. --rank plans that\n"
+           "rank's memory (default: the rank with the most optimizer state; ranks differ only under\n"
+           "adafactor and adam8bit, whose state follows the parameters a rank's slices touch).\n\n");
     zt_train_config_print_help(stdout, "zt-plan (zt-train options)");
     return 0;
 }
@@ -189,6 +221,7 @@ static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_
     in->offload = strcmp(c->offload, "cpu") == 0;
     in->offload_delay = c->offload_delay;
     (void)zt_optimizer_parse(c->optimizer, &in->optimizer); /* the options table allows no other */
+    in->adafactor_beta1 = (float)c->adafactor_beta1;
     in->prefetch = c->prefetch;
     in->prefetch_params = (long long)c->prefetch_bucket_size;
     in->overlap_comm = c->overlap_comm;
@@ -264,6 +297,7 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     json_object_set_new(o, "params", json_integer((json_int_t)j->spec->total_numel));
     json_object_set_new(o, "world", json_integer(pf->world));
     json_object_set_new(o, "stage", json_integer(c->stage));
+    json_object_set_new(o, "rank", json_integer(j->in.rank)); /* whose memory this is */
     json_object_set_new(o, "model_state_bytes_per_rank", json_integer((json_int_t)p->persistent_bytes));
     json_object_set_new(o, "activations_kept_bytes", json_integer((json_int_t)p->activations_kept_bytes));
     json_object_set_new(o, "device_mem", pf->device_mem ? json_integer((json_int_t)pf->device_mem) : json_null());
@@ -333,7 +367,7 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
 }
 
 int main(int argc, char **argv) {
-    plan_flags pf = {.world = 1};
+    plan_flags pf = {.world = 1, .rank = -1};
     zt_train_config c;
     int rc = read_options(argc, argv, &pf, &c);
     if (rc >= 0) return rc;
@@ -350,6 +384,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     engine_levers(&j.in, &c, j.spec);
+    j.rank = pf.rank;
     zt_plan p;
     int minw[4] = {0, 0, 0, 0};
     for (int s = 0; s < 4 && pf.device_mem; s++) minw[s] = min_world(j, s, pf.device_mem);

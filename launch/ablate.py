@@ -1,42 +1,71 @@
 #!/usr/bin/env python3
 """Ablation sweep of the toy GPT: ZeRO stage x optimizer offload x recompute
-(x dtype).
+(x optimizer x frozen units x dtype).
 
-    python3 launch/ablate.py [--np 2] [--steps 30] [--out out/ablation]
-                             [--dtype fp32[,bf16,fp16]] [--recompute none,full[,selective,every-K]]
+    python3 launch/ablate.py [--preset zero] [--np 2] [--steps 30] [--out out/ablation]
+                             [--offload none,cpu] [--recompute none,full[,selective,every-K]]
+                             [--optimizer adamw[,sgd,...]] [--freeze LIST [--freeze LIST ...]]
+                             [--dtype fp32[,bf16,fp16]] [--dry-run]
                              [--build build | --zt-train PATH] [--zt-run PATH]
                              [-- EXTRA ZT-TRAIN FLAGS ...]
 
-Runs the configurations stage {0,1,2,3} x --offload {none,cpu} x each
-policy of --recompute (default none,full: 16 configurations) for each dtype
-of --dtype (default fp32 alone), each as
+Runs the configurations stage {0,1,2,3} x each --offload (default none,cpu)
+x each policy of --recompute (default none,full: 16 configurations) for
+each frozen-unit list of --freeze, each optimizer of --optimizer and each
+dtype of --dtype (defaults: none, adamw, fp32), each as
 
     launch/zt-run -np NP zt-train --stage S --offload O --recompute R --dtype D
-                  --steps K --log-dir OUT/runs/NAME --quiet EXTRA...
+                  --optimizer OPT --freeze F --steps K EXTRA...
+                  --log-dir OUT/runs/NAME --quiet
 
-and reads OUT/runs/NAME/summary.json and rank0.jsonl. A configuration that
-fails (out of memory: exit 3 or an oom_rank<r>.txt report; any other exit
-status) is recorded as a failed row and the sweep goes on. Writes
+and reads OUT/runs/NAME/summary.json, rank0.jsonl and labels_rank0.json. A
+configuration that fails (out of memory: exit 3 or an oom_rank<r>.txt
+report; an optimizer zt-train does not know; any other exit status) is
+recorded as a failed row and the sweep goes on. Writes
 
-    OUT/ablation.csv             one row per configuration, bytes and seconds
-    OUT/ablation.md              the same in MiB as a Markdown table, and the commands run
-    OUT/ablation_memory.png      stacked per-category peaks (mean over ranks) per configuration
-    OUT/ablation_throughput.png  tokens/s against mean per-rank peak memory
+    OUT/ablation.csv                  one row per configuration, bytes and seconds
+    OUT/ablation.md                   the same in MiB as a Markdown table, and the commands run
+    OUT/ablation_memory.png           stacked per-category peaks (mean over ranks) per configuration
+    OUT/ablation_throughput.png       tokens/s against mean per-rank peak memory
+    OUT/ablation_bytes_per_param.png  model state (params + grads + master_params + optimizer
+                                      peaks) per parameter on each rank against the stage, beside
+                                      the ZeRO paper's 16, 4 + 12/N, 2 + 14/N, 16/N
 
 (with the gnuplot data files and scripts beside them, so the plots can be
 redrawn with `cd OUT && gnuplot ablation_memory.gp`). Every run's console
 output is kept in OUT/runs/NAME/console.log.
 
+Axes. --optimizer names go to zt-train as they are (zt-train refuses the
+ones it does not have; that configuration is then a failed row). zt-train's
+--freeze value is itself a comma-separated list (`embedding,head`), so the
+freeze axis is a repeatable flag: `--freeze none --freeze embedding,head`
+sweeps two settings.
+
+Presets. `--preset NAME` sets defaults for --np, --steps, --dtype and the
+axes, and puts model flags first among the extra zt-train flags; flags
+given on the command line still win (zt-train takes the last value of a
+flag given twice, so `-- --layers 4` overrides the preset's model too):
+
+    zero  bf16 at np 4; stages 0-3 x offload none,cpu x recompute none,full x
+          optimizer adamw,sgd (32 runs of 20 steps); a 2-block GPT of 1.72M
+          parameters (d_model 256, vocab 256) at micro-batch 2 x 32 tokens and
+          1 MiB gradient buckets, where model state (16 bytes/param at stage
+          0) is about two thirds of the stage-0 peak, so stages 1-3 visibly
+          cut the peak as they cut model state to the ZeRO paper's 4 + 12/N,
+          2 + 14/N and 16/N bytes/param.
+
 Flags after `--` go to every run (model size, --mem-limit, --threads, ...);
-the flags the sweep sets itself are refused there. The exit status is 0
-when the sweep ran, whatever the configurations did; 2 for bad arguments or
-a missing program; 1 when writing the results or plotting fails.
+the flags the sweep sets itself are refused there. --dry-run prints each
+configuration's command and runs none. The exit status is 0 when the sweep
+ran, whatever the configurations did; 2 for bad arguments or a missing
+program; 1 when writing the results or plotting fails.
 
 Only the Python standard library and gnuplot (pngcairo terminal) are used.
 """
 import argparse
 import csv
 import json
+import math
 import os
 import re
 import shlex
@@ -49,19 +78,40 @@ import time
 
 CATEGORIES = ["params", "grads", "master_params", "optimizer", "activations",
               "gathered_params", "comm_buffers", "workspace", "other"]
+# The persistent categories: what the ZeRO paper calls model states.
+MODEL_STATE = ["params", "grads", "master_params", "optimizer"]
 STAGES = [0, 1, 2, 3]
-OFFLOADS = ["none", "cpu"]
+OFFLOADS = ["none", "cpu"]     # the default --offload
 RECOMPUTES = ["none", "full"]  # the default --recompute
 # Flags whose value the sweep decides; passing them after `--` would silently
 # turn the ablation into 16 runs of one configuration (or mix their logs).
-OWNED_FLAGS = ["--stage", "--offload", "--recompute", "--dtype", "--steps", "--log-dir"]
+AXIS_FLAGS = ["--stage", "--offload", "--recompute", "--dtype", "--optimizer", "--freeze", "--steps"]
+OWNED_FLAGS = AXIS_FLAGS + ["--log-dir"]
 DTYPES = ["fp32", "bf16", "fp16"]
 MIB = 1024.0 * 1024.0
 
-COLUMNS = (["name", "stage", "offload", "recompute", "dtype", "status",
+# Bytes of optimizer state per owned parameter, for the optimizers whose
+# closed form is known here (docs/memory.md); others get no formula column.
+OPTIMIZER_STATE_BYTES = {"adamw": 8, "sgd": 4}
+
+# Presets: explicit defaults for the sweep's own flags, and model flags put
+# before the command line's extra flags (zt-train keeps a flag's last value,
+# so flags after `--` override them). See the module docstring for why.
+PRESETS = {
+    "zero": {
+        "np": 4, "steps": 20, "dtype": "bf16", "offload": "none,cpu", "recompute": "none,full",
+        "optimizer": "adamw,sgd", "freeze": ["none"],
+        "model": ["--layers", "2", "--d-model", "256", "--heads", "4", "--vocab", "256",
+                  "--seq-len", "32", "--micro-batch", "2", "--bucket-size", "1MiB"],
+    },
+}
+
+COLUMNS = (["name", "stage", "offload", "recompute", "optimizer", "freeze", "dtype", "status",
             "peak_mean_bytes", "peak_max_bytes", "imbalance_max_over_mean"]
            + [f"peak_{c}_mean_bytes" for c in CATEGORIES]
            + ["host_peak_mean_bytes", "host_peak_max_bytes", "reserved_peak_max_bytes", "os_peak_max_bytes",
+              "model_params", "units", "model_state_by_rank_bytes", "model_state_min_bytes",
+              "model_state_max_bytes", "formula_bytes_per_param",
               "step_time_median_s", "tokens_per_s", "final_loss", "comm_bytes_per_step",
               "wall_s", "exit_code", "run_dir", "detail"])
 
@@ -69,13 +119,17 @@ COLUMNS = (["name", "stage", "offload", "recompute", "dtype", "status",
 CATEGORY_COLOURS = ["#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c",
                     "#98df8a", "#d62728", "#9467bd", "#8c564b"]
 STAGE_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
+SERIES_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 
 
 class ToolError(Exception):
     """A failure of the sweep itself (not of a configuration)."""
 
 
-def config_name(stage, offload, recompute, dtype="fp32"):
+def config_name(stage, offload, recompute, dtype="fp32", optimizer="adamw", freeze="none"):
+    """sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-DTYPE]: the
+    parts at zt-train's defaults (no offload, no recompute, adamw, nothing
+    frozen, fp32) are left out."""
     name = f"s{stage}"
     if offload != "none":
         name += "-offload"
@@ -83,9 +137,28 @@ def config_name(stage, offload, recompute, dtype="fp32"):
         name += "-recompute"
     elif recompute != "none":
         name += "-" + recompute.replace("-", "")  # -selective, -every2
+    if optimizer != "adamw":
+        name += "-" + re.sub(r"[^A-Za-z0-9]+", "", optimizer)
+    if freeze != "none":
+        name += "-frz-" + re.sub(r"[^A-Za-z0-9-]+", "_", freeze)  # embedding,head: embedding_head
     if dtype != "fp32":
         name += f"-{dtype}"
     return name
+
+
+def model_state_formula(stage, world_size, dtype, optimizer):
+    """Bytes of model state per parameter on each rank, unpadded: the ZeRO
+    paper's (2 + 2 + K) psi split by stage, with zerotrain's sizes: d bytes
+    of params and of grads (the --dtype), K = the fp32 master (16-bit dtypes
+    only) + the optimizer's state. Mixed-precision Adam (d = 2, K = 12) gives
+    the paper's 16, 4 + 12/N, 2 + 14/N, 16/N. None for an optimizer whose
+    state is not a fixed number of bytes per parameter here."""
+    if optimizer not in OPTIMIZER_STATE_BYTES:
+        return None
+    d = 4 if dtype == "fp32" else 2
+    k = (0 if dtype == "fp32" else 4) + OPTIMIZER_STATE_BYTES[optimizer]
+    n = world_size
+    return {0: 2 * d + k, 1: 2 * d + k / n, 2: d + (d + k) / n, 3: (2 * d + k) / n}[stage]
 
 
 def parse_size(text):
@@ -113,19 +186,21 @@ def flag_value(extra, flag):
     return value
 
 
-def parse_args(argv):
-    if "--" in argv:
-        cut = argv.index("--")
-        own, extra = argv[:cut], argv[cut + 1:]
-    else:
-        own, extra = argv, []
-    here = os.path.dirname(os.path.abspath(__file__))
+def comma_list(text):
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def build_parser(here):
     p = argparse.ArgumentParser(
         prog="ablate.py",
-        description="Sweep ZeRO stage {0,1,2,3} x offload {none,cpu} x recompute policies (x dtypes) "
-                    "on the toy GPT and tabulate and plot memory and throughput.",
+        description="Sweep ZeRO stage {0,1,2,3} x offload x recompute policies (x optimizers x frozen units "
+                    "x dtypes) on the toy GPT and tabulate and plot memory and throughput.",
         epilog="Flags after `--` are passed to every zt-train run, e.g. "
                "`-- --layers 4 --d-model 128 --mem-limit 8MiB`.")
+    p.add_argument("--preset", choices=sorted(PRESETS),
+                   help="defaults for the flags below and model flags before those after `--` "
+                        "(zero: bf16, np 4, a model whose state is most of the stage-0 peak; "
+                        "see the module docstring); explicit flags still win")
     p.add_argument("--np", type=int, default=2, help="ranks per run [default: 2]")
     p.add_argument("--steps", type=int, default=30, help="optimizer steps per run [default: 30]")
     p.add_argument("--out", default=os.path.join("out", "ablation"),
@@ -135,36 +210,79 @@ def parse_args(argv):
     p.add_argument("--zt-train", default=None, help="path of zt-train (overrides --build)")
     p.add_argument("--zt-run", default=os.path.join(here, "zt-run"),
                    help="path of the mpirun wrapper [default: zt-run beside this script]")
+    p.add_argument("--offload", default=",".join(OFFLOADS),
+                   help="comma-separated offload settings to sweep (none, cpu) [default: none,cpu]")
     p.add_argument("--recompute", default=",".join(RECOMPUTES),
                    help="comma-separated recompute policies to sweep (none, full, selective, every-K) "
                         "[default: none,full]")
+    p.add_argument("--optimizer", default="adamw",
+                   help="comma-separated optimizers to sweep, passed to zt-train's --optimizer as they are "
+                        "[default: adamw]")
+    p.add_argument("--freeze", action="append", default=None, metavar="LIST",
+                   help="one setting of zt-train's --freeze (itself a comma-separated list, e.g. "
+                        "embedding,head; none: nothing frozen); repeat the flag to sweep several "
+                        "[default: none]")
     p.add_argument("--dtype", default="fp32",
                    help="comma-separated dtypes to sweep (fp32, bf16, fp16) [default: fp32]")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print each configuration's command and run nothing")
     p.add_argument("--gnuplot", default="gnuplot", help="gnuplot program [default: gnuplot]")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="seconds one configuration may run before it is stopped and marked failed "
                         "[default: 1800]")
+    return p
+
+
+def distinct_list(p, flag, values, allowed_text, valid=lambda v: True):
+    if not values or len(set(values)) != len(values) or not all(valid(v) for v in values):
+        p.error(f"{flag} {values}: give distinct values among {allowed_text}")
+    return values
+
+
+def parse_args(argv):
+    if "--" in argv:
+        cut = argv.index("--")
+        own, extra = argv[:cut], argv[cut + 1:]
+    else:
+        own, extra = argv, []
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = build_parser(here)
     args = p.parse_args(own)
+    preset = PRESETS.get(args.preset, {})
+    if preset:
+        # Parse again with the preset's values as defaults: what the command
+        # line gives explicitly still wins.
+        p.set_defaults(**{k: v for k, v in preset.items() if k not in ("model", "freeze")})
+        args = p.parse_args(own)
     if args.np < 1:
         p.error("--np must be at least 1")
     if args.steps < 1:
         p.error("--steps must be at least 1")
     if args.timeout <= 0:
         p.error("--timeout must be positive")
-    args.recomputes = [r.strip() for r in args.recompute.split(",") if r.strip()]
-    bad = [r for r in args.recomputes if r not in ("none", "full", "selective") and not re.fullmatch(r"every-[1-9][0-9]*", r)]
-    if not args.recomputes or bad or len(set(args.recomputes)) != len(args.recomputes):
-        p.error(f"--recompute {args.recompute!r}: give distinct policies among none, full, selective, every-K")
-    args.dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
-    bad = [d for d in args.dtypes if d not in DTYPES]
-    if not args.dtypes or bad or len(set(args.dtypes)) != len(args.dtypes):
-        p.error(f"--dtype {args.dtype!r}: give distinct dtypes among {', '.join(DTYPES)}")
+    args.offloads = distinct_list(p, "--offload", comma_list(args.offload), "none, cpu", lambda o: o in OFFLOADS)
+    args.recomputes = distinct_list(
+        p, "--recompute", comma_list(args.recompute), "none, full, selective, every-K",
+        lambda r: r in ("none", "full", "selective") or re.fullmatch(r"every-[1-9][0-9]*", r))
+    args.optimizers = distinct_list(p, "--optimizer", comma_list(args.optimizer), "zt-train's --optimizer names")
+    # append's list is only the command line's: a default list would be appended to.
+    args.freezes = distinct_list(p, "--freeze", [f.strip() for f in (args.freeze or preset.get("freeze", ["none"]))],
+                                 "zt-train's --freeze lists", lambda f: f != "")
+    args.dtypes = distinct_list(p, "--dtype", comma_list(args.dtype), ", ".join(DTYPES), lambda d: d in DTYPES)
     for a in extra:
         for f in OWNED_FLAGS:
             if a == f or a.startswith(f + "="):
                 p.error(f"{f} is set by the sweep; it cannot be passed after `--`"
-                        + (f" (use ablate.py {f})" if f in ("--steps", "--dtype", "--recompute") else ""))
-    args.extra = extra
+                        + (f" (use ablate.py {f})" if f in AXIS_FLAGS and f != "--stage" else ""))
+    args.user_extra = extra
+    args.extra = preset.get("model", []) + extra
+    args.configs = [(s, o, r, d, opt, fr) for d in args.dtypes for opt in args.optimizers for fr in args.freezes
+                    for s in STAGES for o in args.offloads for r in args.recomputes]
+    names = [config_name(s, o, r, d, opt, fr) for s, o, r, d, opt, fr in args.configs]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        p.error(f"configurations share a name (and a run directory): {', '.join(clash)}; "
+                "give --optimizer and --freeze values that differ in letters or digits")
     args.zt_train = os.path.abspath(args.zt_train or os.path.join(args.build, "examples", "zt-train"))
     args.zt_run = os.path.abspath(args.zt_run)
     for what, path in (("zt-train", args.zt_train), ("zt-run", args.zt_run)):
@@ -231,6 +349,19 @@ def metrics(run_dir):
     }
     for c in CATEGORIES:
         row[f"peak_{c}_mean_bytes"] = statistics.fmean(r["peak_by_category"].get(c, 0) for r in ranks)
+    # Model state on the device, per rank in rank order: the persistent
+    # categories' peaks (with offload, master_params and optimizer are 0 here).
+    state = [sum(r["peak_by_category"].get(c, 0) for c in MODEL_STATE)
+             for r in sorted(ranks, key=lambda r: r["rank"])]
+    row["model_params"] = s["params"]
+    row["model_state_by_rank"] = state
+    row["model_state_by_rank_bytes"] = " ".join(str(b) for b in state)
+    row["model_state_min_bytes"] = min(state)
+    row["model_state_max_bytes"] = max(state)
+    # Parameter units (each padded on its own): one `params` label per unit.
+    with open(os.path.join(run_dir, "labels_rank0.json")) as f:
+        labels = json.load(f)
+    row["units"] = sum(1 for e in labels["device"] if e["category"] == "params")
     steps = read_jsonl(os.path.join(run_dir, "rank0.jsonl"))
     if steps:
         row["comm_bytes_per_step"] = statistics.fmean(
@@ -246,18 +377,30 @@ def metrics(run_dir):
     return row
 
 
-def run_config(args, out, stage, offload, recompute, dtype, index, total):
-    name = config_name(stage, offload, recompute, dtype)
+def config_command(args, out, config):
+    stage, offload, recompute, dtype, optimizer, freeze = config
+    name = config_name(stage, offload, recompute, dtype, optimizer, freeze)
     run_dir = os.path.join(out, "runs", name)
-    if os.path.exists(run_dir):
-        shutil.rmtree(run_dir)  # a stale summary.json must not pass for this run's
     cmd = ([args.zt_run, "-np", str(args.np), args.zt_train,
             "--stage", str(stage), "--offload", offload, "--recompute", recompute, "--dtype", dtype,
-            "--steps", str(args.steps)] + args.extra + ["--log-dir", run_dir, "--quiet"])
+            "--optimizer", optimizer, "--freeze", freeze, "--steps", str(args.steps)]
+           + args.extra + ["--log-dir", run_dir, "--quiet"])
+    return name, run_dir, cmd
+
+
+def run_config(args, out, config, index, total):
+    stage, offload, recompute, dtype, optimizer, freeze = config
+    name, run_dir, cmd = config_command(args, out, config)
+    if os.path.exists(run_dir):
+        shutil.rmtree(run_dir)  # a stale summary.json must not pass for this run's
     row = {"name": name, "stage": stage, "offload": offload, "recompute": recompute, "dtype": dtype,
-           "run_dir": run_dir,
+           "optimizer": optimizer, "freeze": freeze, "run_dir": run_dir,
            "command": shlex.join(cmd), "mpirun": ""}
-    print(f"[{index:2d}/{total}] {name:<22s} ", end="", flush=True)
+    # The closed form holds for the device's model state without offload and
+    # with every unit trained (frozen units keep params only).
+    if offload == "none" and freeze == "none":
+        row["formula_bytes_per_param"] = model_state_formula(stage, args.np, dtype, optimizer)
+    print(f"[{index:2d}/{total}] {name:<30s} ", end="", flush=True)
     t0 = time.monotonic()
     try:
         # A session of its own, so that a run past --timeout is ended with
@@ -350,9 +493,21 @@ def md_escape(text):
     return str(text).replace("|", "\\|")
 
 
+def bytes_per_param(r):
+    """Measured model state per parameter, the highest over ranks."""
+    return r["model_state_max_bytes"] / r["model_params"]
+
+
 def write_markdown(path, rows, args, invocation, plot_cmds, cap):
     ok = [r for r in rows if r["status"] == "ok"]
-    lines = ["# Ablation: ZeRO stage x optimizer offload x activation recompute", ""]
+    lines = ["# Ablation: ZeRO stage x optimizer offload x activation recompute (x optimizer x frozen units x dtype)",
+             ""]
+    if args.preset:
+        preset = PRESETS[args.preset]
+        lines.append(f"Preset `{args.preset}`: model flags `{shlex.join(preset['model'])}`"
+                     + (f", then `{shlex.join(args.user_extra)}` from the command line" if args.user_extra else "")
+                     + ".")
+        lines.append("")
     lines.append(f"{args.np} rank(s), {args.steps} steps per configuration, extra zt-train flags: "
                  + (f"`{shlex.join(args.extra)}`" if args.extra else "none (the default toy GPT)")
                  + f"; {len(ok)} of {len(rows)} configurations ran to the end.")
@@ -363,31 +518,43 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
                  "than the peak). *host* is the offload pool's peak (mean over ranks). Step time is "
                  "the median over steps; comm is the bytes of all collectives per step on rank 0 "
                  "(mean over steps).")
+    lines.append("")
+    lines.append("*state B/param* is the device's model state (params + grads + master_params + optimizer "
+                 "peaks) per model parameter, the highest over ranks; *formula* is the same unpadded, in "
+                 "closed form: (2d + K), (2d + K/N), (d + (d + K)/N), (2d + K)/N bytes at stages 0-3 for N "
+                 "ranks, d bytes per param and grad (the dtype), K = fp32 master (16-bit only) + optimizer "
+                 "state (adamw 8, sgd 4): the ZeRO paper's 16, 4 + 12/N, 2 + 14/N, 16/N for bf16 AdamW; "
+                 "shown without offload and frozen units only.")
     if cap is not None:
         lines.append("")
         lines.append(f"`--mem-limit` = {cap} bytes ({cap / MIB:.3f} MiB); the cap applies to *reserved* "
                      "bytes (live + cached), so a run can fail with a peak below it.")
     lines.append("")
-    lines.append("Config `sS[-offload][-recompute|-selective|-everyK][-DTYPE]`: ZeRO stage S, `--offload cpu`, "
-                 "`--recompute full|selective|every-K`, "
+    lines.append("Config `sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-DTYPE]`: ZeRO "
+                 "stage S, `--offload cpu`, `--recompute full|selective|every-K`, `--optimizer OPTIMIZER` "
+                 "(adamw when absent), `--freeze UNITS` (nothing frozen when absent), "
                  "`--dtype DTYPE` (fp32 when absent).")
     lines.append("")
-    head = (["config", "status", "peak mean", "peak max", "max/mean"]
-            + CATEGORIES + ["host peak", "step ms", "tokens/s", "final loss", "comm MiB/step"])
+    head = (["config", "status", "optimizer", "freeze", "peak mean", "peak max", "max/mean"]
+            + CATEGORIES + ["host peak", "state B/param", "formula B/param", "step ms", "tokens/s",
+                            "final loss", "comm MiB/step"])
     lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|")
+    lines.append("|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 4)) + "|")
     for r in rows:
         good = r["status"] == "ok"
-        cells = [r["name"], r["status"]]
+        cells = [r["name"], r["status"], r["optimizer"], r["freeze"]]
+        formula = r.get("formula_bytes_per_param")
         if good:
             cells += [mib(r["peak_mean_bytes"]), mib(r["peak_max_bytes"]),
                       f"{r['imbalance_max_over_mean']:.4f}"]
             cells += [mib(r[f"peak_{c}_mean_bytes"]) for c in CATEGORIES]
-            cells += [mib(r["host_peak_mean_bytes"]), f"{r['step_time_median_s'] * 1e3:.2f}",
+            cells += [mib(r["host_peak_mean_bytes"]), f"{bytes_per_param(r):.3f}",
+                      "-" if formula is None else f"{formula:.3f}",
+                      f"{r['step_time_median_s'] * 1e3:.2f}",
                       f"{r['tokens_per_s']:.0f}", f"{r['final_loss']:.4f}",
                       mib(r.get("comm_bytes_per_step"))]
         else:
-            cells += ["-"] * (len(head) - 2)
+            cells += ["-"] * (len(head) - 4)
         lines.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
@@ -397,7 +564,9 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
             lines.append(f"- `{r['name']}`: {r['status']}" + (f" — {md_escape(detail)}" if detail else "")
                          + f" (console output: `{os.path.join(r['run_dir'], 'console.log')}`)")
     lines += ["", "Plots: `ablation_memory.png` (stacked per-category peaks per configuration, dot = "
-              "mean per-rank peak) and `ablation_throughput.png` (tokens/s against mean peak).", ""]
+              "mean per-rank peak), `ablation_throughput.png` (tokens/s against mean peak) and "
+              "`ablation_bytes_per_param.png` (model state per parameter on each rank against the stage, "
+              "beside the closed form).", ""]
     lines += ["## Commands", "", "The sweep:", "", "```sh", invocation, "```", "",
               "Each configuration:", "", "```sh"]
     lines += [r["command"] for r in rows]
@@ -427,9 +596,14 @@ def write_memory_plot(out, rows, subtitle, cap):
             f.write(" ".join([r["name"]] + vals + [peak, r["status"].replace(" ", "_")]) + "\n")
     tops = [sum(r[f"peak_{c}_mean_bytes"] for c in CATEGORIES) / MIB for r in rows if r["status"] == "ok"]
     ymax = max(tops + ([cap / MIB] if cap else [])) * 1.15 if tops or cap else 1.0
+    # Names stand upright under their bars, about 26 pixels apart; the bottom
+    # margin (in lines of about 16 pixels) holds the longest at about 7.5
+    # pixels a character, and the picture grows by as much.
+    name_lines = math.ceil(max([len(r["name"]) for r in rows] + [8]) * 7.5 / 16) + 2
     gp = [
         "# Stacked per-category peaks (mean over ranks) per configuration; data: ablation_memory.dat",
-        "set terminal pngcairo size 1400,800 enhanced font 'Sans,11'",
+        "set terminal pngcairo size %d,%d enhanced font 'Sans,11'"
+        % (max(1400, 300 + 26 * len(rows)), 650 + 16 * name_lines),
         "set output 'ablation_memory.png'",
         f"set title {gp_string('Per-rank device memory: bars = each category peak (mean over ranks), stacked; dot = actual peak (mean over ranks)')}"
         f" . \"\\n\" . {gp_string(subtitle)} noenhanced",
@@ -441,10 +615,10 @@ def write_memory_plot(out, rows, subtitle, cap):
         "set ylabel 'MiB'",
         f"set yrange [0:{ymax:.6g}]",
         "set xrange [-0.6:%g]" % (len(rows) - 0.4),
-        "set xtics rotate by -40 left noenhanced",
+        "set xtics rotate by 90 right noenhanced",
         "set grid ytics",
         "set key outside right top vertical noenhanced",
-        "set bmargin 9",
+        f"set bmargin {name_lines}",
     ]
     for i, r in enumerate(rows):
         if r["status"] != "ok":
@@ -471,50 +645,63 @@ def write_memory_plot(out, rows, subtitle, cap):
 
 
 # Throughput plot geometry (pixels), used to keep labels apart: the terminal
-# size, the plot area fixed by the margins below, and the label font's
-# (',9') character width and line height, with some slack.
-THR_SIZE = (1200, 800)
+# size for up to THR_POINTS points (the area grows in proportion beyond), the
+# plot area fixed by the margins below, and the label font's (',9')
+# character width and line height, with some slack.
+THR_SIZE, THR_POINTS = (1300, 900), 32
 THR_AREA = (0.08, 0.84, 0.10, 0.88)  # left, right, bottom, top as fractions of the screen
 LABEL_CHAR_PX, LABEL_LINE_PX, MARKER_PX = 7.0, 15.0, 8.0
 
 
-def place_labels(points, names, xlim, ylim):
+def throughput_size(points):
+    scale = max(1.0, (points / THR_POINTS) ** 0.5)
+    return round(THR_SIZE[0] * scale), round(THR_SIZE[1] * scale)
+
+
+def place_labels(points, names, xlim, ylim, size=THR_SIZE):
     """Where to put each point's label so that labels overlap neither each
     other nor other points: beside the point (right, else left), else moved
     up or down by whole lines (then a leader line joins them). Returns per
     point (label x, label y, 'left'|'right' alignment, moved?) in data units."""
     (x0, x1), (y0, y1) = xlim, ylim
-    width = (THR_AREA[1] - THR_AREA[0]) * THR_SIZE[0]
-    height = (THR_AREA[3] - THR_AREA[2]) * THR_SIZE[1]
+    width = (THR_AREA[1] - THR_AREA[0]) * size[0]
+    height = (THR_AREA[3] - THR_AREA[2]) * size[1]
     px = [((x - x0) / (x1 - x0) * width, (y - y0) / (y1 - y0) * height) for x, y in points]
     markers = [(a - MARKER_PX, b - MARKER_PX, a + MARKER_PX, b + MARKER_PX) for a, b in px]
     gap = MARKER_PX + 3.0
     placed, result = [], [None] * len(points)
 
-    def clear(box, own):
+    def overlap(box, own):
+        """Area the box covers of other points' markers and placed labels;
+        None when it leaves the plot area."""
         xa, ya, xb, yb = box
         if xa < 0 or xb > width or ya < 0 or yb > height:
-            return False
+            return None
         others = [m for k, m in enumerate(markers) if k != own] + placed
-        return all(xb <= ma or xa >= mb or yb <= na or ya >= nb for ma, na, mb, nb in others)
+        return sum(max(0.0, min(xb, mb) - max(xa, ma)) * max(0.0, min(yb, nb) - max(ya, na))
+                   for ma, na, mb, nb in others)
 
-    shifts = [0] + [k * sign for k in range(1, 8) for sign in (1, -1)]
+    shifts = [0] + [k * sign for k in range(1, 13) for sign in (1, -1)]
     for i in sorted(range(len(points)), key=lambda k: (points[k][0], points[k][1])):
         a, b = px[i]
         w = len(names[i]) * LABEL_CHAR_PX
-        choice = None
+        choice, least = None, None  # the first clear place; else the least covered one
         for k in shifts:
             cy = b + k * LABEL_LINE_PX
             for side in ("left", "right"):  # gnuplot's alignment: 'left' = text right of the point
                 xa = a + gap if side == "left" else a - gap - w
                 box = (xa, cy - LABEL_LINE_PX / 2, xa + w, cy + LABEL_LINE_PX / 2)
-                if clear(box, i):
+                covered = overlap(box, i)
+                if covered == 0:
                     choice = (box, side, k)
                     break
+                if covered is not None and (least is None or covered < least[0]):
+                    least = (covered, (box, side, k))
             if choice:
                 break
-        if choice is None:  # nowhere clear: beside the point, to the right
-            choice = ((a + gap, b - LABEL_LINE_PX / 2, a + gap + w, b + LABEL_LINE_PX / 2), "left", 0)
+        if choice is None:
+            choice = least[1] if least else \
+                ((a + gap, b - LABEL_LINE_PX / 2, a + gap + w, b + LABEL_LINE_PX / 2), "left", 0)
         box, side, k = choice
         placed.append(box)
         ax = box[0] if side == "left" else box[2]
@@ -526,11 +713,12 @@ def place_labels(points, names, xlim, ylim):
 def write_throughput_plot(out, rows, subtitle):
     ok = [r for r in rows if r["status"] == "ok"]
     failed = [r["name"] for r in rows if r["status"] != "ok"]
+    size = throughput_size(len(ok))
     gp = [
         "# tokens/s against the mean per-rank peak, one labelled point per configuration;",
         "# data: ablation_throughput.dat (label_x/label_y/align: where the label goes,",
         "# kept clear of other labels and points; moved = 1: joined to its point by a line)",
-        "set terminal pngcairo size %d,%d enhanced font 'Sans,11'" % THR_SIZE,
+        "set terminal pngcairo size %d,%d enhanced font 'Sans,11'" % size,
         "set output 'ablation_throughput.png'",
         "set lmargin at screen %g\nset rmargin at screen %g\nset bmargin at screen %g\nset tmargin at screen %g"
         % THR_AREA,
@@ -553,7 +741,7 @@ def write_throughput_plot(out, rows, subtitle):
             yspan = (max(ys) - min(ys)) or max(ys) or 1.0
             xlim = (max(0.0, min(xs) - 0.15 * xspan), max(xs) + 0.3 * xspan)  # room for labels
             ylim = (max(0.0, min(ys) - 0.12 * yspan), max(ys) + 0.12 * yspan)
-            labels = place_labels(list(zip(xs, ys)), [r["name"] for r in ok], xlim, ylim)
+            labels = place_labels(list(zip(xs, ys)), [r["name"] for r in ok], xlim, ylim, size)
             for r, x, y, (lx, ly, align, moved) in zip(ok, xs, ys, labels):
                 f.write(f"{r['name']} {x:.6f} {y:.6g} {r['stage']} {lx:.6g} {ly:.6g} {align} {int(moved)}\n")
     if ok:
@@ -580,6 +768,97 @@ def write_throughput_plot(out, rows, subtitle):
     return "ablation_throughput.gp"
 
 
+def paper_formula_text(stage):
+    """The ZeRO paper's bytes per parameter for mixed-precision Adam, as written there."""
+    return ["16", "4 + 12/N", "2 + 14/N", "16/N"][stage]
+
+
+def bytes_per_param_series(rows):
+    """The measured series of the bytes-per-parameter plot: rows without
+    offload (with it, master and optimizer state are on the host), grouped by
+    (dtype, optimizer, freeze); per stage the first configuration that ran
+    (recompute does not change model state). Returns [(key, {stage: row})]."""
+    series = {}
+    for r in rows:
+        if r["offload"] == "none" and r["status"] == "ok":
+            series.setdefault((r["dtype"], r["optimizer"], r["freeze"]), {}).setdefault(r["stage"], r)
+    return list(series.items())
+
+
+def write_bytes_per_param_plot(out, rows, world_size, subtitle):
+    """Model state per parameter on each rank against the stage: one point per
+    rank, beside the ZeRO paper's formula for mixed-precision Adam and, for
+    the other measured (dtype, optimizer) pairs with a known state size, the
+    same closed form with their sizes. Data blocks of
+    ablation_bytes_per_param.dat: 0, the paper's formula; then one per
+    further formula; then one per measured series."""
+    series = bytes_per_param_series(rows)
+    formulas = [("ZeRO paper, mixed-precision Adam: 16, 4 + 12/N, 2 + 14/N, 16/N", "bf16", "adamw")]
+    for (dtype, optimizer, freeze), _ in series:
+        f = model_state_formula(0, world_size, dtype, optimizer)
+        if f is None or freeze != "none" or any(d == dtype and o == optimizer for _, d, o in formulas):
+            continue
+        if [model_state_formula(s, world_size, dtype, optimizer) for s in STAGES] == \
+                [model_state_formula(s, world_size, "bf16", "adamw") for s in STAGES]:
+            continue  # fp16 AdamW: the paper's own line
+        formulas.append((f"closed form, {dtype} {optimizer}", dtype, optimizer))
+    colours = {key: SERIES_COLOURS[i % len(SERIES_COLOURS)] for i, (key, _) in enumerate(series)}
+    blocks, plots = [], []
+    for i, (title, dtype, optimizer) in enumerate(formulas):
+        lines = [f"# block {len(blocks)}: {title} (N = {world_size}); stage bytes_per_param"]
+        lines += [f"{s} {model_state_formula(s, world_size, dtype, optimizer):.6g}" for s in STAGES]
+        colour = "black" if i == 0 else colours[(dtype, optimizer, "none")]
+        plots.append(f"'ablation_bytes_per_param.dat' index {len(blocks)} using 1:2 with linespoints "
+                     f"dashtype {1 if i == 0 else 2} linewidth 2 pointtype 6 pointsize 2.2 "
+                     f"linecolor rgb '{colour}' title {gp_string(title)}")
+        blocks.append(lines)
+    width = min(0.12, 0.45 / max(1, len(series)))
+    for i, ((dtype, optimizer, freeze), by_stage) in enumerate(series):
+        dx = 0.16 + i * width  # right of the formula markers, which sit on the stage
+        title = f"measured, {dtype} {optimizer}" + ("" if freeze == "none" else f", --freeze {freeze}")
+        lines = [f"# block {len(blocks)}: {title}, one point per rank; stage rank bytes_per_param x"]
+        for stage in sorted(by_stage):
+            r = by_stage[stage]
+            for rank, b in enumerate(r["model_state_by_rank"]):
+                x = stage + dx + (rank - (world_size - 1) / 2) * min(0.025, 0.1 / world_size)
+                lines.append(f"{stage} {rank} {b / r['model_params']:.6f} {x:.4f}")
+        plots.append(f"'ablation_bytes_per_param.dat' index {len(blocks)} using 4:3 with points pointtype 7 "
+                     f"pointsize 1.2 linecolor rgb '{colours[(dtype, optimizer, freeze)]}' "
+                     f"title {gp_string(title)}")
+        blocks.append(lines)
+    with open(os.path.join(out, "ablation_bytes_per_param.dat"), "w") as f:
+        f.write("\n\n\n".join("\n".join(b) for b in blocks) + "\n")
+    tops = [model_state_formula(0, world_size, d, o) for _, d, o in formulas]
+    tops += [b / r["model_params"] for _, by_stage in series for r in by_stage.values()
+             for b in r["model_state_by_rank"]]
+    ymax = max(tops) * 1.12
+    gp = [
+        "# Model state per parameter on each rank against the stage; data: ablation_bytes_per_param.dat",
+        "set terminal pngcairo size 1100,700 enhanced font 'Sans,11'",
+        "set output 'ablation_bytes_per_param.png'",
+        f"set title {gp_string('Model state per parameter per rank: (params + grads + master_params + optimizer peaks) / parameters')}"
+        f" . \"\\n\" . {gp_string(subtitle)} noenhanced",
+        "set xlabel 'ZeRO stage'",
+        f"set ylabel {gp_string(f'bytes per parameter on each rank (N = {world_size} ranks)')}",
+        "set xrange [-0.5:3.9]",
+        f"set yrange [0:{ymax:.6g}]",
+        "set xtics ('0' 0, '1' 1, '2' 2, '3' 3)",
+        "set grid ytics",
+        "set key top right noenhanced",
+    ]
+    for s in STAGES:
+        v = model_state_formula(s, world_size, "bf16", "adamw")
+        text = paper_formula_text(s) + ("" if s == 0 else f" = {v:.4g}")
+        gp.append(f"set label {gp_string(text)} at {s},{v:.6g} left offset 1,1.3 font ',10' noenhanced")
+    if not series:
+        gp.append("set label 'no configuration without offload ran to the end' at graph 0.5, graph 0.5 "
+                  "center font ',14' textcolor rgb '#c00000'")
+    gp.append("plot " + ", \\\n     ".join(plots))
+    with open(os.path.join(out, "ablation_bytes_per_param.gp"), "w") as f:
+        f.write("\n".join(gp) + "\n")
+    return "ablation_bytes_per_param.gp"
+
+
 def run_gnuplot(gnuplot, out, script):
     try:
         p = subprocess.run([gnuplot, script], cwd=out, capture_output=True, text=True, timeout=120)
@@ -595,16 +874,24 @@ def main(argv):
     out = os.path.abspath(args.out)
     invocation = shlex.join([sys.executable, os.path.abspath(__file__)] + argv)
     cap = parse_size(flag_value(args.extra, "--mem-limit") or "") or None
-    configs = [(s, o, r, d) for d in args.dtypes for s in STAGES for o in OFFLOADS for r in args.recomputes]
+    configs = args.configs
+    if args.dry_run:
+        for config in configs:
+            name, _, cmd = config_command(args, out, config)
+            print(f"{name}: {shlex.join(cmd)}")
+        return 0
     try:
         os.makedirs(os.path.join(out, "runs"), exist_ok=True)
         print(f"ablate: {len(configs)} configurations, np {args.np}, {args.steps} steps, zt-train {args.zt_train}"
+              + (f", preset {args.preset}" if args.preset else "")
               + (f", extra flags: {shlex.join(args.extra)}" if args.extra else ""), flush=True)
-        rows = [run_config(args, out, s, o, r, d, i + 1, len(configs)) for i, (s, o, r, d) in enumerate(configs)]
+        rows = [run_config(args, out, c, i + 1, len(configs)) for i, c in enumerate(configs)]
 
         subtitle = (f"np {args.np}, {args.steps} steps"
+                    + (f", preset {args.preset}" if args.preset else "")
                     + (f", {shlex.join(args.extra)}" if args.extra else ", default toy GPT"))
-        scripts = [write_memory_plot(out, rows, subtitle, cap), write_throughput_plot(out, rows, subtitle)]
+        scripts = [write_memory_plot(out, rows, subtitle, cap), write_throughput_plot(out, rows, subtitle),
+                   write_bytes_per_param_plot(out, rows, args.np, subtitle)]
         plot_cmds = [f"cd {shlex.quote(out)}"] + [f"{args.gnuplot} {s}" for s in scripts]
         write_csv(os.path.join(out, "ablation.csv"), rows)
         write_markdown(os.path.join(out, "ablation.md"), rows, args, invocation, plot_cmds, cap)
@@ -624,7 +911,7 @@ def main(argv):
               + os.path.join(out, "runs"), file=sys.stderr)
     for what, f in (("table (CSV)", "ablation.csv"), ("table (Markdown)", "ablation.md"),
                     ("memory plot", "ablation_memory.png"), ("throughput plot", "ablation_throughput.png"),
-                    ("run logs", "runs")):
+                    ("bytes/param plot", "ablation_bytes_per_param.png"), ("run logs", "runs")):
         print(f"  {what:<17s} {os.path.join(out, f)}")
     return 0
 

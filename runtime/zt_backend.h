@@ -108,6 +108,31 @@ typedef struct {
      * d = g + wd p; m = momentum m + d; p -= lr (nesterov ? d + momentum m : m) */
     void (*sgd)(zt_stream *s, float *p, const float *g, float *m, size_t n, float lr, float momentum, int nesterov,
                 float wd);
+    /* 8-bit AdamW (zt_quant.h) on n contiguous elements in zt_qblocks(n)
+     * blocks of ZT_QBLOCK: a block's m (signed map) and sqrt(v) (unsigned
+     * map) are dequantized from m8, v8 times mscale[b], vscale[b], m and v
+     * updated and applied to p in fp32 as adamw's, then m and sqrt(v)
+     * quantized again with the block's new absolute maxima as its scales */
+    void (*adam8bit)(zt_stream *s, float *p, const float *g, uint8_t *m8, uint8_t *v8, float *mscale, float *vscale,
+                     size_t n, float lr, float beta1, float beta2, float eps, float wd, int t);
+    /* Adafactor's statistics over elements [at, at + n) of one row-major
+     * matrix with `cols` columns (g[n] holds them): row[i] += g^2 + eps1 over
+     * row i's elements, col[j] += g^2 + eps1 over column j's, each sum taken
+     * in element order (so pieces of a range add up as the whole would) */
+    void (*factor_stats)(zt_stream *s, float *row, float *col, const float *g, size_t n, size_t at, size_t cols,
+                         float eps1);
+    /* Adafactor's preconditioned gradient u[n] for elements [at, at + n) of
+     * one parameter: factored (rfac not NULL), u = g rfac[i] cfac[j] for
+     * element (i, j) (rfac = rsqrt(vr / mean vr), cfac = rsqrt(vc)); else
+     * w = beta2t v + (1 - beta2t)(g^2 + eps1), u = g / sqrt(w), and v = w
+     * when store_v */
+    void (*adafactor_precondition)(zt_stream *s, float *u, const float *g, float *v, const float *rfac,
+                                   const float *cfac, size_t n, size_t at, size_t cols, float beta2t, float eps1,
+                                   int store_v);
+    /* Adafactor's update: x = step u; with m (not NULL) m = beta1 m +
+     * (1 - beta1) x and x = m; p = (p - decay p) - x */
+    void (*adafactor_apply)(zt_stream *s, float *p, const float *u, float *m, size_t n, float step, float beta1,
+                            float decay);
     /* dst[n] (dst_dtype) = src[n] (src_dtype), through fp32, rounded to
      * nearest even */
     void (*cast)(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype, size_t n);

@@ -32,35 +32,51 @@ zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_
     return alloc_in(e, 1, t, dtype, numel, cat, what, unit);
 }
 
-const char *zt_optimizer_name(zt_optimizer_kind k) { return k == ZT_OPT_SGD ? "sgd" : "adamw"; }
-int zt_optimizer_slots(zt_optimizer_kind k) { return k == ZT_OPT_SGD ? 1 : 2; }
+const char *zt_optimizer_name(zt_optimizer_kind k) {
+    static const char *const names[ZT_NOPTIMIZERS] = {"adamw", "sgd", "adafactor", "adam8bit"};
+    return k >= 0 && k < ZT_NOPTIMIZERS ? names[k] : "?";
+}
 
 int zt_optimizer_parse(const char *name, zt_optimizer_kind *k) {
-    for (int i = ZT_OPT_ADAMW; i <= ZT_OPT_SGD; i++)
+    for (int i = 0; i < ZT_NOPTIMIZERS; i++)
         if (strcmp(name, zt_optimizer_name((zt_optimizer_kind)i)) == 0) return *k = (zt_optimizer_kind)i, 1;
     return 0;
 }
 
-zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype, int offload,
-                                     size_t persist_threshold, zt_optimizer_kind optimizer) {
-    size_t state = 4 * (size_t)zt_optimizer_slots(optimizer); /* bytes of optimizer state per owned parameter */
+/* Bytes of optimizer state over owned range [lo, hi) of a unit. */
+static size_t optimizer_state_bytes(const zt_unit_spec *us, const zt_engine_config *cfg, size_t lo, size_t hi) {
+    size_t owned = hi - lo;
+    switch (cfg->optimizer) {
+    case ZT_OPT_SGD: return 4 * owned;
+    case ZT_OPT_ADAM8BIT: return 2 * 4 * ((owned + 3) / 4) + 2 * 4 * zt_owned_qblocks(us, lo, hi);
+    case ZT_OPT_ADAFACTOR:
+        return 4 * zt_adafactor_v_offset(us, lo, hi, us->nparams) + (cfg->adafactor_beta1 > 0.0f ? 4 * owned : 0);
+    default: return 8 * owned;
+    }
+}
+
+zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_config *cfg, int rank) {
     zt_state_bytes b;
     memset(&b, 0, sizeof b);
-    size_t d = zt_dtype_size(dtype);
+    size_t d = zt_dtype_size(cfg->dtype);
+    int stage = cfg->stage;
     for (int u = 0; u < spec->nunits; u++) {
-        size_t P = spec->units[u].padded_numel, S = spec->units[u].shard_numel, owned = stage < 1 ? P : S;
-        int full = stage < 3 || spec->units[u].numel < persist_threshold; /* engine_internal.h: persistent */
+        const zt_unit_spec *us = &spec->units[u];
+        size_t P = us->padded_numel, S = us->shard_numel, owned = stage < 1 ? P : S;
+        size_t lo = stage < 1 ? 0 : (size_t)rank * S;
+        int full = stage < 3 || us->numel < cfg->persist_threshold; /* engine_internal.h: persistent */
         b.params += (full ? P : S) * d;
-        if (spec->units[u].frozen) continue; /* params only */
+        if (us->frozen) continue; /* params only */
         b.grads += (stage < 2 ? P : S) * d;
+        size_t opt = optimizer_state_bytes(us, cfg, lo, lo + owned);
         /* Offload keeps an fp32 master of the owned part even in fp32, as the
          * host-side optimizer's copy of the parameters. */
-        if (offload) {
+        if (cfg->offload) {
             b.host_master_params += owned * 4;
-            b.host_optimizer += owned * state;
+            b.host_optimizer += opt;
         } else {
-            if (dtype != ZT_FP32) b.master_params += owned * 4;
-            b.optimizer += owned * state;
+            if (cfg->dtype != ZT_FP32) b.master_params += owned * 4;
+            b.optimizer += opt;
         }
     }
     return b;
@@ -79,6 +95,8 @@ static zt_status check_agreement(zt_engine *e) {
     /* The stage-3 knobs decide which collectives run and in what order. */
     size_t knobs[3] = {e->cfg.persist_threshold, e->cfg.max_live_params, e->cfg.max_reuse_distance};
     XXH64_update(h, knobs, sizeof knobs);
+    float opt[4] = {e->cfg.adafactor_beta1, e->cfg.adafactor_decay, e->cfg.adafactor_clip, e->cfg.adafactor_eps};
+    XXH64_update(h, opt, sizeof opt); /* Adafactor's first moment changes its state's layout */
     for (int u = 0; u < e->spec->nunits; u++) {
         size_t sizes[2] = {e->spec->units[u].numel, e->spec->units[u].padded_numel};
         XXH64_update(h, sizes, sizeof sizes);
@@ -99,6 +117,37 @@ static zt_status check_agreement(zt_engine *e) {
     return st;
 }
 
+/* One optimizer-state tensor of unit u (none when numel is 0), on the
+ * device or, under offload, in the host pool. */
+static zt_status alloc_state(zt_engine *e, zt_tensor *dev, zt_tensor *host, size_t numel, const char *what, int u) {
+    if (numel == 0) return ZT_OK;
+    if (e->cfg.offload) return zt_engine_alloc_host(e, host, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
+    return zt_engine_alloc(e, dev, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
+}
+
+/* Unit u's optimizer state (zt_unit_state's adam_m, adam_v, opt_scales). */
+static zt_status alloc_optimizer_state(zt_engine *e, int u) {
+    zt_unit_state *st = &e->units[u];
+    const zt_unit_spec *us = &e->spec->units[u];
+    size_t owned = owned_numel(e, u), lo = owned_lo(e, u);
+    switch (e->cfg.optimizer) {
+    case ZT_OPT_SGD: return alloc_state(e, &st->adam_m, &st->host_m, owned, "momentum", u);
+    case ZT_OPT_ADAM8BIT: { /* bytes, in 32-bit words */
+        size_t words = (owned + 3) / 4, blocks = zt_owned_qblocks(us, lo, lo + owned);
+        ZT_TRY(alloc_state(e, &st->adam_m, &st->host_m, words, "adam m (8-bit)", u));
+        ZT_TRY(alloc_state(e, &st->adam_v, &st->host_v, words, "adam v (8-bit)", u));
+        return alloc_state(e, &st->opt_scales, &st->host_scales, 2 * blocks, "8-bit scales", u);
+    }
+    case ZT_OPT_ADAFACTOR:
+        if (e->cfg.adafactor_beta1 > 0.0f) ZT_TRY(alloc_state(e, &st->adam_m, &st->host_m, owned, "adafactor m", u));
+        return alloc_state(e, &st->adam_v, &st->host_v, zt_adafactor_v_offset(us, lo, lo + owned, us->nparams),
+                           "adafactor v", u);
+    default:
+        ZT_TRY(alloc_state(e, &st->adam_m, &st->host_m, owned, "adam m", u));
+        return alloc_state(e, &st->adam_v, &st->host_v, owned, "adam v", u);
+    }
+}
+
 /* Unit u's persistent buffers, as the stage and offload place them (zeroed). */
 static zt_status alloc_unit_state(zt_engine *e, int u) {
     const zt_unit_spec *us = &e->spec->units[u];
@@ -109,17 +158,11 @@ static zt_status alloc_unit_state(zt_engine *e, int u) {
     ZT_TRY(zt_engine_alloc(e, &st->params, dt, full_params(e, u) ? P : S, ZT_CAT_PARAMS, "params", u));
     if (frozen(e, u)) return ZT_OK;
     ZT_TRY(zt_engine_alloc(e, &st->grads, dt, full_grads(e) ? P : S, ZT_CAT_GRADS, "grads", u));
-    int adam = e->cfg.optimizer == ZT_OPT_ADAMW; /* SGD keeps its momentum in the m slot, and no v */
-    const char *m_name = adam ? "adam m" : "momentum";
-    if (e->cfg.offload) {
+    if (e->cfg.offload)
         ZT_TRY(zt_engine_alloc_host(e, &st->host_master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
-        ZT_TRY(zt_engine_alloc_host(e, &st->host_m, ZT_FP32, owned, ZT_CAT_OPTIMIZER, m_name, u));
-        return adam ? zt_engine_alloc_host(e, &st->host_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u) : ZT_OK;
-    }
-    if (dt != ZT_FP32) /* 16-bit params: an fp32 master copy */
+    else if (dt != ZT_FP32) /* 16-bit params: an fp32 master copy */
         ZT_TRY(zt_engine_alloc(e, &st->master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
-    ZT_TRY(zt_engine_alloc(e, &st->adam_m, ZT_FP32, owned, ZT_CAT_OPTIMIZER, m_name, u));
-    return adam ? zt_engine_alloc(e, &st->adam_v, ZT_FP32, owned, ZT_CAT_OPTIMIZER, "adam v", u) : ZT_OK;
+    return alloc_optimizer_state(e, u);
 }
 
 /* Unit u's initial values, made whole on the host (they depend only on
@@ -147,6 +190,13 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
     if (cfg->offload_delay && !cfg->offload)
         return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "--offload-delay 1 needs --offload cpu (the delayed update is the "
                        "CPU Adam's)");
+    if (cfg->offload_delay && cfg->optimizer == ZT_OPT_ADAFACTOR)
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "--offload-delay 1 cannot run --optimizer adafactor: its update "
+                       "sums each matrix's statistics over the ranks, a collective the delayed update's thread "
+                       "cannot make");
+    if (cfg->optimizer == ZT_OPT_ADAFACTOR && !(cfg->adafactor_clip > 0.0f))
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "adafactor's clip threshold must be > 0 (got %g)",
+                       (double)cfg->adafactor_clip);
     e->kernels = ctx->be->ops_for[cfg->dtype] ? ctx->be->ops_for[cfg->dtype] : ctx->be->ops;
     e->compute_dtype = e->kernels->dtype;
     e->scaler = zt_loss_scaler_initial(cfg);
@@ -173,10 +223,10 @@ void zt_engine_destroy(zt_engine *e) {
     for (int u = 0; u < e->spec->nunits; u++) {
         zt_unit_state *st = &e->units[u];
         if (st->gather_handle.active) zt_comm_wait(e->comm, &st->gather_handle, &ignore);
-        zt_tensor *all[] = {&st->params, &st->grads,    &st->master, &st->adam_m,
-                            &st->adam_v, &st->gathered, &st->view32, &st->grad32};
+        zt_tensor *all[] = {&st->params,   &st->grads,    &st->master, &st->adam_m,     &st->adam_v,
+                            &st->opt_scales, &st->gathered, &st->view32, &st->grad32};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zt_tensor_free(all[i], mem);
-        zt_tensor *host[] = {&st->host_master, &st->host_m, &st->host_v};
+        zt_tensor *host[] = {&st->host_master, &st->host_m, &st->host_v, &st->host_scales};
         for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) zt_tensor_free(host[i], &e->ctx->host_mem);
     }
     zt_engine_offload_release(e);

@@ -48,6 +48,42 @@ static inline int param_in_range(const zt_engine *e, int u, int i, size_t lo, si
     return *a < *b;
 }
 
+/* Optimizer-state layout (shard/opt_layout.c). Over an owned range [lo, hi)
+ * of whole world slices, a segment is one parameter's part [a, b) of one
+ * slice; 8-bit Adam's blocks start at each segment (block: the index of
+ * its first among the range's), Adafactor sums its statistics per segment. */
+typedef struct {
+    int slice, param;
+    size_t a, b, block;
+} zt_segment;
+typedef struct {
+    const zt_unit_spec *us;
+    size_t lo, hi;
+    int slice, param;
+    size_t blocks;
+} zt_segment_iter;
+zt_segment_iter zt_segments(const zt_unit_spec *us, size_t lo, size_t hi);
+int zt_next_segment(zt_segment_iter *it, zt_segment *seg);
+/* 8-bit blocks of [lo, hi) (each segment's, rounded up). */
+size_t zt_owned_qblocks(const zt_unit_spec *us, size_t lo, size_t hi);
+/* Is parameter ps a matrix Adafactor factors (rows x cols, both >= 2; the
+ * last dimension is the columns)? */
+int zt_param_factored(const zt_param_spec *ps, size_t *rows, size_t *cols);
+/* Where parameter i's statistics start in a slice's statistics vector:
+ * rows + cols per factored parameter of the unit, in order (i = nparams:
+ * its length). */
+size_t zt_factored_stats_offset(const zt_unit_spec *us, int i);
+/* Where parameter i's state starts in the compact Adafactor v of owned
+ * range [lo, hi) (i = nparams: its length). */
+size_t zt_adafactor_v_offset(const zt_unit_spec *us, size_t lo, size_t hi, int i);
+/* [lo, hi) widened to the whole of every factored parameter it touches. */
+void zt_adafactor_span(const zt_unit_spec *us, size_t lo, size_t hi, size_t *span_lo, size_t *span_hi);
+/* Elements of Adafactor's device scratch for one unit (one fp32 tensor): the
+ * statistics of the slices it owns ([slices][K]), the factors ([K]) and a
+ * double per update piece of at most `chunk` elements (2 words each), and
+ * 2 words more so that it is never empty. */
+size_t zt_adafactor_scratch_numel(const zt_unit_spec *us, size_t lo, size_t hi, size_t chunk);
+
 /* Allocates a zeroed 1-d tensor labelled "<unit> <what>", on the device or
  * (zt_engine_alloc_host) in the host pool. */
 zt_status zt_engine_alloc(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
@@ -66,6 +102,14 @@ zt_status zt_engine_offload_grads_landed(zt_engine *e, int u);
  * writes the new values in the params dtype to out[owned] when out is not
  * NULL: returns whether it did. Thread-safe per unit. */
 int zt_engine_host_step(const zt_engine *e, int u, float *g, void *out, float clip, float lr, int t);
+/* Adafactor on unit u's owned part (shard/adafactor.c), on the device:
+ * p the fp32 values (element 0 is unit element p_at), the gradients
+ * unscaled and clipped by mult, wg and wu zt_engine_optimizer_chunk
+ * workspaces (wg: 16-bit dtypes only); or, under offload, on the host
+ * master with g[owned] fp32 (scaled by clip in place). Collective. */
+zt_status zt_engine_adafactor_device(zt_engine *e, int u, float mult, float lr, int t, float *p, size_t p_at,
+                                     zt_tensor *wg, zt_tensor *wu);
+zt_status zt_engine_adafactor_host(zt_engine *e, int u, float *g, float clip, float lr, int t);
 /* Offload: unit u's owned device params := its host master (rounded to the
  * params dtype), through an h2d slot, as the step's copies. */
 zt_status zt_engine_offload_apply_unit(zt_engine *e, int u);

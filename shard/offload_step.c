@@ -101,12 +101,37 @@ static void host_sgd(const zt_engine *e, float *p, float *g, float *m, size_t n,
     zt_cpu_sgd(&host, p, g, m, n, lr, e->cfg.momentum, e->cfg.nesterov, wd);
 }
 
+/* 8-bit Adam on the host: the CPU backend's kernel per segment (each its
+ * own blocks), g scaled by clip first. */
+static void host_adam8bit(const zt_engine *e, int u, float *g, float clip, float lr, int t) {
+    zt_unit_state *st = &e->units[u];
+    const zt_unit_spec *us = &e->spec->units[u];
+    zt_stream host = {.nthreads = e->cfg.host_threads > 0 ? e->cfg.host_threads : 1};
+    size_t lo = owned_lo(e, u), hi = lo + owned_numel(e, u);
+    float *p = zt_f32(&st->host_master), *ms = zt_f32(&st->host_scales), *vs = ms + zt_owned_qblocks(us, lo, hi);
+    uint8_t *m8 = st->host_m.data, *v8 = st->host_v.data;
+    if (clip != 1.0f)
+        for (size_t i = 0; i < hi - lo; i++) g[i] *= clip;
+    zt_segment_iter it = zt_segments(us, lo, hi);
+    zt_segment seg;
+    while (zt_next_segment(&it, &seg)) {
+        size_t j = seg.a - lo;
+        zt_cpu_adam8bit(&host, p + j, g + j, m8 + j, v8 + j, ms + seg.block, vs + seg.block, seg.b - seg.a, lr,
+                        e->cfg.beta1, e->cfg.beta2, e->cfg.eps, us->params[seg.param].decay ? e->cfg.weight_decay : 0.0f,
+                        t);
+    }
+}
+
 int zt_engine_host_step(const zt_engine *e, int u, float *g, void *out, float clip, float lr, int t) {
     zt_unit_state *st = &e->units[u];
     const zt_unit_spec *us = &e->spec->units[u];
     size_t n = owned_numel(e, u), lo = owned_lo(e, u), d = zt_dtype_size(e->cfg.dtype);
     float *p = zt_f32(&st->host_master), *m = zt_f32(&st->host_m), *v = zt_f32(&st->host_v);
     int adam = e->cfg.optimizer == ZT_OPT_ADAMW;
+    if (e->cfg.optimizer == ZT_OPT_ADAM8BIT) {
+        host_adam8bit(e, u, g, clip, lr, t);
+        return 0;
+    }
     zt_adam_isa isa = zt_cpu_adam_best_isa();
     for (int i = 0; i < us->nparams; i++) {
         size_t a, b;
@@ -179,8 +204,12 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
     zt_tensor *out;
     ZT_TRY(take_next_slot(e, u, &out));
     /* The fused Adam writes fp32 and bf16 copies; fp16, and SGD's, are rounded below. */
-    int written = zt_engine_host_step(e, u, zt_f32(&st->host_grads), e->cfg.dtype == ZT_FP16 ? NULL : out->data,
-                                      clip, lr, t);
+    int written = 0;
+    if (e->cfg.optimizer == ZT_OPT_ADAFACTOR) /* collective: never on the delayed update's thread */
+        ZT_TRY(zt_engine_adafactor_host(e, u, zt_f32(&st->host_grads), clip, lr, t));
+    else
+        written = zt_engine_host_step(e, u, zt_f32(&st->host_grads), e->cfg.dtype == ZT_FP16 ? NULL : out->data, clip,
+                                      lr, t);
     /* Padding never changes, but the device copy is rewritten whole. */
     const float *p = zt_f32(&st->host_master);
     for (size_t j = 0; j < n; j++)

@@ -7,12 +7,15 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "zt_quant.h"
 
 /* Elements of 16-bit gradients widened to fp32 at a time: sub_group_size
  * (DeepSpeed's knob), else ZT_OPTIMIZER_CHUNK. The norm is summed in the
  * same pieces, so it rounds alike at every stage for a given size. */
 static size_t chunk_elems(const zt_engine *e) {
-    return e->cfg.sub_group_size ? e->cfg.sub_group_size : ZT_OPTIMIZER_CHUNK;
+    size_t c = e->cfg.sub_group_size ? e->cfg.sub_group_size : ZT_OPTIMIZER_CHUNK;
+    if (e->cfg.optimizer == ZT_OPT_ADAM8BIT) c = (c + ZT_QBLOCK - 1) / ZT_QBLOCK * ZT_QBLOCK; /* whole blocks */
+    return c;
 }
 
 /* Unit u's gradients over [lo, lo + n) (unit coordinates) as fp32 pieces:
@@ -76,6 +79,31 @@ static void optimizer_range(zt_engine *e, int u, size_t lo, size_t hi, float *p,
         else
             ops->adamw(&e->ctx->compute, p + (a - p_at), g + (a - g_at), m + (a - mv_at), v + (a - mv_at), b - a, lr,
                        e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
+    }
+}
+
+/* 8-bit Adam over the segments of unit u's owned part (each its own
+ * blocks; a 16-bit piece is whole blocks, as the chunk is), on p (fp32
+ * values; element 0 is unit element p_at). */
+static void adam8bit_unit(zt_engine *e, int u, float *p, size_t p_at, zt_tensor *ws, float mult, float lr, int t) {
+    zt_unit_state *st = &e->units[u];
+    const zt_unit_spec *us = &e->spec->units[u];
+    const zt_ops *ops = e->ctx->be->ops;
+    size_t lo = owned_lo(e, u), hi = lo + owned_numel(e, u);
+    uint8_t *m8 = st->adam_m.data, *v8 = st->adam_v.data;
+    float *ms = zt_f32(&st->opt_scales), *vs = ms + zt_owned_qblocks(us, lo, hi);
+    zt_segment_iter it = zt_segments(us, lo, hi);
+    zt_segment seg;
+    float *g;
+    size_t at, gn;
+    while (zt_next_segment(&it, &seg)) {
+        float wd = us->params[seg.param].decay ? e->cfg.weight_decay : 0.0f;
+        for (grad_pieces gp = pieces_of(e, u, seg.a, seg.b - seg.a, ws); next_piece(&gp, &g, &at, &gn);) {
+            if (mult != 1.0f) ops->scale(&e->ctx->compute, g, mult, gn);
+            size_t b = seg.block + (at - seg.a) / ZT_QBLOCK;
+            ops->adam8bit(&e->ctx->compute, p + (at - p_at), g, m8 + (at - lo), v8 + (at - lo), ms + b, vs + b, gn, lr,
+                          e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
+        }
     }
 }
 
@@ -148,6 +176,7 @@ zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, voi
 /* What every unit's update of one step shares. */
 typedef struct {
     zt_tensor *ws; /* one chunk of widened 16-bit gradients */
+    zt_tensor *wu; /* Adafactor: one chunk of its update */
     float mult, lr; /* unscale-and-clip multiplier; learning rate */
     int t;          /* Adam's step count */
 } step_args;
@@ -166,11 +195,16 @@ static zt_status device_update_unit(zt_engine *e, int u, void *arg) {
     size_t p_at = (half ? full_optim(e) : full_params(e, u)) ? 0 : lo;
     float *g;
     size_t at, gn;
-    for (grad_pieces it = pieces_of(e, u, rlo, rn, a->ws); next_piece(&it, &g, &at, &gn);) {
-        if (a->mult != 1.0f) ops->scale(&ctx->compute, g, a->mult, gn);
-        optimizer_range(e, u, at, at + gn, p, p_at, g, at, zt_f32(&us->adam_m), zt_f32(&us->adam_v),
-                    full_optim(e) ? 0 : lo, a->lr, a->t);
-    }
+    if (e->cfg.optimizer == ZT_OPT_ADAFACTOR)
+        ZT_TRY(zt_engine_adafactor_device(e, u, a->mult, a->lr, a->t, p, p_at, a->ws, a->wu));
+    else if (e->cfg.optimizer == ZT_OPT_ADAM8BIT)
+        adam8bit_unit(e, u, p, p_at, a->ws, a->mult, a->lr, a->t);
+    else
+        for (grad_pieces it = pieces_of(e, u, rlo, rn, a->ws); next_piece(&it, &g, &at, &gn);) {
+            if (a->mult != 1.0f) ops->scale(&ctx->compute, g, a->mult, gn);
+            optimizer_range(e, u, at, at + gn, p, p_at, g, at, zt_f32(&us->adam_m), zt_f32(&us->adam_v),
+                            full_optim(e) ? 0 : lo, a->lr, a->t);
+        }
     if (half) {
         uint16_t *dst = (uint16_t *)us->params.data + local_index(full_params(e, u), rlo, lo);
         ops->cast(&ctx->compute, dst, e->cfg.dtype, p + (rlo - p_at), ZT_FP32, rn);
@@ -227,18 +261,24 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
     zt_ctx *ctx = e->ctx;
     ZT_TRY(zt_engine_sync_grads(e));
     ZT_TRY(zt_engine_end_passes(e));
-    zt_tensor ws = {0};
+    zt_tensor ws = {0}, wu = {0};
+    size_t chunk = zt_engine_optimizer_chunk(e);
     if (e->cfg.dtype != ZT_FP32)
-        ZT_TRY(zt_engine_alloc(e, &ws, ZT_FP32, zt_engine_optimizer_chunk(e), ZT_CAT_WORKSPACE, "optimizer", -1));
-    step_args a = {&ws, 1.0f, lr, e->steps_taken + 1};
-    zt_status st = judge_gradients(e, &ws, &a.mult);
+        ZT_TRY(zt_engine_alloc(e, &ws, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "optimizer", -1));
+    step_args a = {&ws, &wu, 1.0f, lr, e->steps_taken + 1};
+    zt_status st = ZT_OK;
+    if (e->cfg.optimizer == ZT_OPT_ADAFACTOR && !e->cfg.offload && chunk)
+        st = zt_engine_alloc(e, &wu, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "adafactor update", -1);
+    if (st == ZT_OK) st = judge_gradients(e, &ws, &a.mult);
     if (st == ZT_OK) st = update_units(e, &a, e->last_step_skipped);
+    zt_tensor_free(&wu, &ctx->device_mem);
     zt_tensor_free(&ws, &ctx->device_mem);
     return st;
 }
 
 size_t zt_engine_optimizer_chunk(const zt_engine *e) {
-    if (e->cfg.dtype == ZT_FP32) return 0;
+    /* fp32 widens nothing; Adafactor's update takes a chunk in every dtype */
+    if (e->cfg.dtype == ZT_FP32 && e->cfg.optimizer != ZT_OPT_ADAFACTOR) return 0;
     size_t most = 0; /* the largest part widened at once: an owned range, or a slice for the norm */
     for (int u = 0; u < e->spec->nunits; u++) {
         size_t n = frozen(e, u) ? 0 : owned_numel(e, u);

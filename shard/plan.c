@@ -5,7 +5,8 @@
 
 #include <string.h>
 
-#include "zt_engine.h"
+#include "engine_internal.h"
+#include "zt_quant.h"
 
 static size_t padded(const zt_plan_sim *S, int u) { return S->in.spec->units[u].padded_numel; }
 
@@ -27,9 +28,22 @@ static int on_demand(const zt_plan_sim *S, int u) {
     return S->in.stage == 3 && !(S->in.spec->units[u].numel < S->in.persist_threshold);
 }
 
+/* The engine settings the closed form reads. */
+static zt_engine_config state_settings(const zt_plan_input *in) {
+    zt_engine_config c;
+    memset(&c, 0, sizeof c);
+    c.stage = in->stage;
+    c.dtype = in->dtype;
+    c.offload = in->offload;
+    c.persist_threshold = in->persist_threshold;
+    c.optimizer = in->optimizer;
+    c.adafactor_beta1 = in->adafactor_beta1;
+    return c;
+}
+
 static zt_state_bytes state_bytes(const zt_plan_sim *S) {
-    return zt_engine_state_bytes(S->in.spec, S->in.stage, S->in.dtype, S->in.offload, S->in.persist_threshold,
-                                 S->in.optimizer);
+    zt_engine_config c = state_settings(&S->in);
+    return zt_engine_state_bytes(S->in.spec, &c, S->in.rank);
 }
 
 zt_plan_moment zt_plan_base(const zt_plan_sim *S) {
@@ -173,11 +187,22 @@ void zt_plan_grads_ready(zt_plan_sim *S, int u, const zt_plan_moment *m, const c
 static void optimizer_moment(zt_plan_sim *S) {
     zt_plan_moment O = zt_plan_base(S);
     O.name = "optimizer step";
-    if (S->in.dtype != ZT_FP32) {
-        size_t most = 0, chunk = S->in.sub_group_size ? S->in.sub_group_size : ZT_OPTIMIZER_CHUNK;
-        for (int u = 0; u < S->in.spec->nunits; u++)
-            if (owned(S, u) > most) most = owned(S, u);
-        O.c[ZT_CAT_WORKSPACE] = 4 * (most < chunk ? most : chunk);
+    int adafactor = S->in.optimizer == ZT_OPT_ADAFACTOR;
+    size_t most = 0, chunk = S->in.sub_group_size ? S->in.sub_group_size : ZT_OPTIMIZER_CHUNK;
+    if (S->in.optimizer == ZT_OPT_ADAM8BIT) chunk = (chunk + ZT_QBLOCK - 1) / ZT_QBLOCK * ZT_QBLOCK;
+    for (int u = 0; u < S->in.spec->nunits; u++)
+        if (owned(S, u) > most) most = owned(S, u);
+    if (most < chunk) chunk = most;
+    if (S->in.dtype != ZT_FP32) O.c[ZT_CAT_WORKSPACE] = 4 * chunk; /* widened gradients */
+    if (adafactor && !S->in.offload) { /* its update, and one unit's scratch at a time (shard/adafactor.c) */
+        size_t scratch = 0;
+        for (int u = 0; u < S->in.spec->nunits; u++) {
+            const zt_unit_spec *us = &S->in.spec->units[u];
+            size_t lo = S->in.stage == 0 ? 0 : (size_t)S->in.rank * us->shard_numel, n = owned(S, u);
+            size_t k = n ? zt_adafactor_scratch_numel(us, lo, lo + n, chunk) : 0;
+            if (k > scratch) scratch = k;
+        }
+        O.c[ZT_CAT_WORKSPACE] += 4 * chunk + 4 * scratch;
     }
     zt_plan_consider(S, &O);
 }

@@ -48,20 +48,26 @@ typedef struct {
     int exhausted;         /* the last step overflowed at min_loss_scale (dynamic only) */
 } zt_loss_scaler;
 
-/* What the optimizer keeps per parameter it owns (fp32): AdamW m and v (8
- * bytes), SGD its momentum (4 bytes). */
-typedef enum { ZT_OPT_ADAMW = 0, ZT_OPT_SGD } zt_optimizer_kind;
+/* What the optimizer keeps per parameter it owns: AdamW m and v (8 bytes,
+ * fp32), SGD its momentum (4), Adafactor a row and a column statistic per
+ * matrix and v per vector element (+ 4 with a first moment), 8-bit Adam m
+ * and v as codes (2, + 8 per 2048-element block for the scales). */
+typedef enum { ZT_OPT_ADAMW = 0, ZT_OPT_SGD, ZT_OPT_ADAFACTOR, ZT_OPT_ADAM8BIT, ZT_NOPTIMIZERS } zt_optimizer_kind;
 const char *zt_optimizer_name(zt_optimizer_kind k);
-/* "adamw" or "sgd" (zt_optimizer_name's names); 0 for another name. */
+/* "adamw", "sgd", "adafactor" or "adam8bit" (zt_optimizer_name's names);
+ * 0 for another name. */
 int zt_optimizer_parse(const char *name, zt_optimizer_kind *k);
-/* fp32 state tensors per owned parameter: 2 for AdamW, 1 for SGD. */
-int zt_optimizer_slots(zt_optimizer_kind k);
 
 typedef struct {
     int stage;      /* ZeRO stage 0..3 */
     zt_optimizer_kind optimizer;
     float momentum; /* SGD */
     int nesterov;   /* SGD */
+    /* Adafactor with the schedule's learning rate (relative_step off): its
+     * second-moment decay at step t is 1 - t^adafactor_decay; the update is
+     * scaled down to RMS adafactor_clip where larger; adafactor_eps is added
+     * to g^2; adafactor_beta1 > 0 keeps a first moment of the update. */
+    float adafactor_decay, adafactor_clip, adafactor_eps, adafactor_beta1;
     /* dtype of params and grads, and the compute dtype of gathered units
      * (when the backend has kernels in it; else compute is fp32) */
     zt_dtype dtype;
@@ -119,6 +125,13 @@ typedef struct {
     zt_tensor master;   /* [padded] or [shard] fp32, only when dtype is 16-bit */
     zt_tensor adam_m;   /* [padded] or [shard] fp32 */
     zt_tensor adam_v;   /* [padded] or [shard] fp32 */
+    /* 8-bit Adam keeps its codes in adam_m, adam_v ([owned] bytes, as
+     * ceil(owned / 4) fp32 words) and the blocks' scales here:
+     * [2 x blocks] fp32, m's then v's. Adafactor keeps m ([owned] fp32)
+     * only with a first moment, and in adam_v its compact second moments:
+     * per parameter its slices touch, rows + cols (a matrix) or the elements
+     * owned (a vector). */
+    zt_tensor opt_scales;
     zt_tensor gathered; /* [padded] dtype, stage 3 while gathered (gathered_params) */
     zt_tensor view32;   /* [padded] fp32 up-cast of 16-bit params while in use, only on a
                          * backend without kernels in that dtype (workspace) */
@@ -129,6 +142,7 @@ typedef struct {
     zt_tensor host_master; /* fp32 master_params */
     zt_tensor host_m;      /* fp32 optimizer */
     zt_tensor host_v;      /* fp32 optimizer */
+    zt_tensor host_scales; /* 8-bit Adam's block scales */
     zt_tensor host_grads;  /* fp32 reduced gradients copied device->host (comm_buffers, one step) */
     zt_tensor host_grads16; /* 16-bit runs: the same as sent (16-bit), widened into host_grads at the step */
     void *d2h_done;        /* backend event: the device->host gradient copy has landed */
@@ -223,9 +237,10 @@ zt_status zt_engine_sync_grads(zt_engine *eng);
 /* The optimizer widens 16-bit gradients to fp32 this many elements at a
  * time (its workspace: 4 bytes each, at most). */
 #define ZT_OPTIMIZER_CHUNK ((size_t)1 << 16)
-/* The optimizer's fp32 workspace in elements for this engine (0 in fp32):
- * ZT_OPTIMIZER_CHUNK, or the largest part it widens (an owned range) if that
- * is smaller. */
+/* The optimizer's fp32 workspace in elements for this engine (0 in fp32,
+ * except under Adafactor, whose update takes one): ZT_OPTIMIZER_CHUNK or
+ * sub_group_size (8-bit Adam: rounded up to whole 2048-value blocks), or
+ * the largest part it widens (an owned range) if that is smaller. */
 size_t zt_engine_optimizer_chunk(const zt_engine *eng);
 /* Unscales (fp16), clips by the global gradient norm and applies AdamW with
  * learning rate lr; or, when the gradients are not finite on any rank,
@@ -258,33 +273,45 @@ zt_transfer_stats zt_engine_transfers(const zt_engine *eng);
 /* Stage 3: the most bytes of gathered parameters alive at once, since init. */
 size_t zt_engine_gathered_peak(const zt_engine *eng);
 
-/* Closed-form bytes this rank owns per persistent category for a spec/stage.
- * persist_threshold is zt_engine_config's (0: none): at stage 3 a unit of
- * fewer parameters keeps its params full ([padded]), its grads and
- * optimizer state sharded. */
+/* Closed-form bytes rank `rank` owns per persistent category, for a spec
+ * laid out for its world size and cfg's stage, dtype, offload, optimizer and
+ * persist_threshold (at stage 3 a unit of fewer parameters keeps its params
+ * full, its grads and optimizer state sharded). Adafactor's and 8-bit
+ * Adam's state depend on which parameters the rank's slices touch. */
 typedef struct {
     size_t params, grads, master_params, optimizer; /* on the device */
     size_t host_master_params, host_optimizer;      /* in the host pool (offload) */
 } zt_state_bytes;
-zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, int stage, zt_dtype dtype, int offload,
-                                     size_t persist_threshold, zt_optimizer_kind optimizer);
+zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_config *cfg, int rank);
 
 
 /* State access for checkpoints. "Slice" means this rank's world slice
  * [rank x S, (rank+1) x S) of unit u's padded layout, which every rank holds
  * at every stage, so a checkpoint's layout depends on the world size only. */
 typedef enum { ZT_STATE_MASTER = 0, ZT_STATE_ADAM_M, ZT_STATE_ADAM_V } zt_state_kind;
-/* dst[shard_numel] fp32 (master: the fp32 values of the parameters). */
+/* dst[shard_numel] fp32 (master: the fp32 values of the parameters). The
+ * optimizer's blocks as elementwise fp32: 8-bit Adam's m and v dequantized
+ * (v the square of its stored root; quantizing them again gives back the
+ * same codes and scales); Adafactor's
+ * v per vector element, and for a matrix its row statistics in its first
+ * rows elements and its column statistics in the next cols (zeros after):
+ * every rank whose slice touches a matrix keeps both, so each element of a
+ * slice is known to the rank that writes it. */
 zt_status zt_engine_get_slice(zt_engine *eng, int unit, zt_state_kind kind, float *dst);
 /* dst[shard_numel] in the compute dtype. */
 zt_status zt_engine_get_params_slice(zt_engine *eng, int unit, void *dst);
 /* The part of unit u this rank keeps optimizer state for: elements
  * [*lo, *lo + *n) (everything at stage 0, its world slice otherwise). */
 zt_status zt_engine_owned_range(const zt_engine *eng, int unit, size_t *lo, size_t *n);
-/* Sets unit u's owned part from fp32 master values, m and v, each [n] of
- * zt_engine_owned_range (m, v NULL: left as they are), and the compute
- * params of that part (rounded to the params dtype). Init and checkpoint
- * loads both place values this way. */
+/* The range of unit u whose v block zt_engine_set_owned reads: the owned
+ * range, widened for Adafactor to the whole of every matrix it touches
+ * (whose statistics lie at the matrix's start). */
+zt_status zt_engine_state_span(const zt_engine *eng, int unit, size_t *lo, size_t *n);
+/* Sets unit u's owned part from fp32 master values and m, each [n] of
+ * zt_engine_owned_range, and v [n] of zt_engine_state_span, in
+ * zt_engine_get_slice's encoding (m, v NULL: left as they are), and the
+ * compute params of that part (rounded to the params dtype). Init and
+ * checkpoint loads both place values this way. */
 zt_status zt_engine_set_owned(zt_engine *eng, int unit, const float *master, const float *m, const float *v);
 /* Unit u's owned part of the compute params from vals[n] in the params
  * dtype (a checkpoint of a delayed update: the params from before its last

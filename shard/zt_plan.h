@@ -21,7 +21,9 @@
 
 typedef struct {
     int world, stage, offload, offload_delay, prefetch;
+    int rank; /* whose memory: Adafactor's and 8-bit Adam's state depend on the parameters its slices touch */
     zt_optimizer_kind optimizer; /* what the optimizer keeps per parameter */
+    float adafactor_beta1;       /* > 0: Adafactor keeps a first moment */
     int overlap_comm; /* 0: each bucket's reduce-scatter completes (and frees) as it is sent */
     long long prefetch_params; /* DeepSpeed's stage3_prefetch_bucket_size: sets prefetch (0: unused) */
     zt_dtype dtype;         /* of params and grads (zt-train's --dtype) */

@@ -13,7 +13,8 @@
  * floating-point operations in the CPU's order must match bit for bit:
  * embedding forward and backward, residual, scale, the casts between fp32
  * and bf16 or fp16 (all 65536 16-bit patterns back to fp32),
- * softmax_xent_bwd, and AdamW. (matmul's dbias and layernorm's dw/db are
+ * softmax_xent_bwd, AdamW, SGD, 8-bit AdamW (its codes and scales too) and
+ * Adafactor's statistics, preconditioning and update. (matmul's dbias and layernorm's dw/db are
  * fixed-order trees of per-warp partial sums: 1e-5.) Reductions
  * must also be reproducible: kernels with reductions run twice on the GPU and
  * give the same bits.
@@ -51,6 +52,7 @@
 
 #include "test_util.h"
 #include "cuda_ops.h"
+#include "zt_quant.h"
 
 #define TOL 1e-5
 
@@ -648,6 +650,133 @@ static void test_sgd(size_t n) {
     compare_bits("sgd momentum", gm, m, n * 4, 4);
     free(p), free(m), free(gp), free(gm);
     dfree_all();
+}
+
+/* 8-bit AdamW, 3 steps with weight decay, bit for bit: p, the codes and
+ * the scales. n = two full quantization blocks and a partial one: the full
+ * blocks start from random codes and scales, the partial one from a zero
+ * state with zero gradients, so its maxima stay 0 (the branch that encodes
+ * 0 without dividing). */
+static void test_adam8bit(size_t n) {
+    size_t nb = zt_qblocks(n), tail = (nb - 1) * ZT_QBLOCK;
+    float *p = frand(n, -1, 1), *ms = frand(nb, 0.01f, 0.1f), *vs = frand(nb, 1e-4f, 1e-2f);
+    uint8_t *m8 = xmalloc(n), *v8 = xmalloc(n);
+    for (size_t i = 0; i < n; i++) {
+        m8[i] = i < tail ? (uint8_t)rng_int(ZT_QCODES) : 127; /* 127: the signed map's 0 */
+        v8[i] = i < tail ? (uint8_t)rng_int(ZT_QCODES) : 0;
+    }
+    ms[nb - 1] = vs[nb - 1] = 0.0f;
+    float *d_p = dcopyf(p, n), *d_ms = dcopyf(ms, nb), *d_vs = dcopyf(vs, nb);
+    uint8_t *d_m8 = dcopy(m8, n), *d_v8 = dcopy(v8, n);
+    for (int t = 1; t <= 3; t++) {
+        float *g = frand(n, -1, 1);
+        for (size_t i = tail; i < n; i++) g[i] = 0.0f;
+        float *d_g = dcopyf(g, n);
+        g_cpu->ops->adam8bit(&g_cs, p, g, m8, v8, ms, vs, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        g_gpu->ops->adam8bit(&g_gs, d_p, d_g, d_m8, d_v8, d_ms, d_vs, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        free(g);
+    }
+    float *gp = fetch(d_p, n, "adam8bit"), *gms = fetch(d_ms, nb, "adam8bit"), *gvs = fetch(d_vs, nb, "adam8bit");
+    uint8_t *gm8 = xmalloc(n), *gv8 = xmalloc(n);
+    d2h(gm8, d_m8, n);
+    d2h(gv8, d_v8, n);
+    compare_bits("adam8bit p (3 steps)", gp, p, n * 4, 4);
+    compare_bits("adam8bit m codes", gm8, m8, n, 1);
+    compare_bits("adam8bit v codes", gv8, v8, n, 1);
+    compare_bits("adam8bit m scales", gms, ms, nb * 4, 4);
+    compare_bits("adam8bit v scales", gvs, vs, nb * 4, 4);
+    CHECK(ms[nb - 1] == 0.0f && vs[nb - 1] == 0.0f && ms[0] > 0.0f && vs[0] > 0.0f,
+          "adam8bit: the zero block's scales %g %g, the first block's %g %g", (double)ms[nb - 1],
+          (double)vs[nb - 1], (double)ms[0], (double)vs[0]);
+    free(p), free(ms), free(vs), free(m8), free(v8), free(gp), free(gms), free(gvs), free(gm8), free(gv8);
+    dfree_all();
+}
+
+/* factor_stats over an R x C matrix's elements [C/2 + 3, R C - 7) in three
+ * pieces: the first and last begin or end inside a row, the middle one lies
+ * inside one row (so it misses most columns). The GPU's pieces, the CPU's
+ * pieces and the CPU's whole range give the same bits. The negative twin:
+ * the columns summed bottom-up instead differ, so these sums do tell the
+ * element order from another. */
+static void test_factor_stats(int R, int C) {
+    size_t cols = (size_t)C, lo = cols / 2 + 3, hi = (size_t)R * cols - 7, a = 5 * cols + 17, b = a + 10;
+    size_t cut[4] = {lo, a, b, hi};
+    float eps1 = 1e-3f;
+    float *g = frand(hi, -1, 1), *row = frand(R, 0, 1), *col = frand(C, 0, 1);
+    float *row1 = fdup(row, R), *col1 = fdup(col, C);
+    float *d_g = dcopyf(g, hi), *d_row = dcopyf(row, R), *d_col = dcopyf(col, C);
+    float *rev = fdup(col, C);
+    for (int j = 0; j < C; j++)
+        for (int i = R - 1; i >= 0; i--) {
+            size_t e = (size_t)i * cols + j;
+            if (e >= lo && e < hi) rev[j] += g[e] * g[e] + eps1;
+        }
+    g_cpu->ops->factor_stats(&g_cs, row1, col1, g + lo, hi - lo, lo, cols, eps1);
+    for (int k = 0; k < 3; k++) {
+        size_t at = cut[k], n = cut[k + 1] - at;
+        g_cpu->ops->factor_stats(&g_cs, row, col, g + at, n, at, cols, eps1);
+        g_gpu->ops->factor_stats(&g_gs, d_row, d_col, d_g + at, n, at, cols, eps1);
+    }
+    float *grow = fetch(d_row, R, "factor_stats"), *gcol = fetch(d_col, C, "factor_stats");
+    compare_bits("factor_stats rows (3 pieces)", grow, row, (size_t)R * 4, 4);
+    compare_bits("factor_stats cols (3 pieces)", gcol, col, cols * 4, 4);
+    compare_bits("factor_stats rows: CPU pieces as the whole", row, row1, (size_t)R * 4, 4);
+    compare_bits("factor_stats cols: CPU pieces as the whole", col, col1, cols * 4, 4);
+    CHECK(memcmp(rev, col, cols * 4) != 0, "factor_stats: columns summed bottom-up give the same bits");
+    free(g), free(row), free(col), free(row1), free(col1), free(rev), free(grow), free(gcol);
+    dfree_all();
+}
+
+/* adafactor_precondition over elements [at, at + n) of an R x C matrix:
+ * factored (u only), then unfactored with store_v 0 and 1 (u and v), bit
+ * for bit; u is poisoned on both sides. */
+static void test_adafactor_precondition(int R, int C, size_t at, size_t n) {
+    float *g = frand(n, -1, 1), *rfac = frand(R, 0.5f, 2.0f), *cfac = frand(C, 0.5f, 2.0f);
+    float *d_g = dcopyf(g, n), *d_rfac = dcopyf(rfac, R), *d_cfac = dcopyf(cfac, C);
+    float *u = fnan(n), *d_u = dnan(n);
+    g_cpu->ops->adafactor_precondition(&g_cs, u, g, NULL, rfac, cfac, n, at, (size_t)C, 0.0f, 0.0f, 0);
+    g_gpu->ops->adafactor_precondition(&g_gs, d_u, d_g, NULL, d_rfac, d_cfac, n, at, (size_t)C, 0.0f, 0.0f, 0);
+    float *gu = fetch(d_u, n, "adafactor_precondition");
+    compare_bits("adafactor_precondition factored u", gu, u, n * 4, 4);
+    free(u), free(gu);
+    for (int store_v = 0; store_v < 2; store_v++) {
+        char what[96];
+        float *v = frand(n, 0, 0.01f), *d_v = dcopyf(v, n);
+        u = fnan(n);
+        d_u = dnan(n);
+        g_cpu->ops->adafactor_precondition(&g_cs, u, g, v, NULL, NULL, n, at, (size_t)C, 0.8f, 1e-30f, store_v);
+        g_gpu->ops->adafactor_precondition(&g_gs, d_u, d_g, d_v, NULL, NULL, n, at, (size_t)C, 0.8f, 1e-30f,
+                                           store_v);
+        float *gu2 = fetch(d_u, n, "adafactor_precondition"), *gv = fetch(d_v, n, "adafactor_precondition");
+        snprintf(what, sizeof what, "adafactor_precondition unfactored u (store_v %d)", store_v);
+        compare_bits(what, gu2, u, n * 4, 4);
+        snprintf(what, sizeof what, "adafactor_precondition unfactored v (store_v %d)", store_v);
+        compare_bits(what, gv, v, n * 4, 4);
+        free(v), free(u), free(gu2), free(gv);
+    }
+    free(g), free(rfac), free(cfac);
+    dfree_all();
+}
+
+/* adafactor_apply with momentum (p and m) and without (m NULL), bit for bit. */
+static void test_adafactor_apply(size_t n) {
+    for (int with_m = 0; with_m < 2; with_m++) {
+        char what[96];
+        float *p = frand(n, -1, 1), *u = frand(n, -1, 1), *m = with_m ? frand(n, -0.1f, 0.1f) : NULL;
+        float *d_p = dcopyf(p, n), *d_u = dcopyf(u, n), *d_m = m ? dcopyf(m, n) : NULL;
+        g_cpu->ops->adafactor_apply(&g_cs, p, u, m, n, 1e-2f, 0.9f, 1e-3f);
+        g_gpu->ops->adafactor_apply(&g_gs, d_p, d_u, d_m, n, 1e-2f, 0.9f, 1e-3f);
+        float *gp = fetch(d_p, n, "adafactor_apply");
+        snprintf(what, sizeof what, "adafactor_apply p (%s m)", with_m ? "with" : "without");
+        compare_bits(what, gp, p, n * 4, 4);
+        if (m) {
+            float *gm = fetch(d_m, n, "adafactor_apply");
+            compare_bits("adafactor_apply m", gm, m, n * 4, 4);
+            free(gm);
+        }
+        free(p), free(u), free(m), free(gp);
+        dfree_all();
+    }
 }
 
 /* ops->cast in each 16-bit dtype, bit for bit against the CPU: fp32 -> d on
@@ -1257,7 +1386,9 @@ static void test16_softmax_xent(zt_dtype dt, int N, int V) {
 static void test16_tables(void) {
     for (int d = 0; d < ZT_NDTYPES; d++) {
         const zt_ops *t = g_gpu->ops_for[d];
-        CHECK(t && t->dtype == (zt_dtype)d && t->matmul_fwd && t->attention_fused_bwd && t->adamw == g_gpu->ops->adamw,
+        CHECK(t && t->dtype == (zt_dtype)d && t->matmul_fwd && t->attention_fused_bwd &&
+                  t->adamw == g_gpu->ops->adamw && t->adam8bit == g_gpu->ops->adam8bit && t->factor_stats &&
+                  t->adafactor_precondition && t->adafactor_apply,
               "CUDA ops_for[%s] missing or of another dtype", zt_dtype_name((zt_dtype)d));
     }
     CHECK(g_gpu->ops_for[ZT_FP32] == g_gpu->ops, "ops_for[fp32] is not be->ops");
@@ -1360,6 +1491,10 @@ int main(int argc, char **argv) {
     RUN("softmax_xent", test_softmax_xent(9, 5003));
     RUN("adamw", test_adamw(1031));
     RUN("sgd", test_sgd(1031));
+    RUN("adam8bit", test_adam8bit(2 * ZT_QBLOCK + 37));
+    RUN("factor_stats", test_factor_stats(37, 53));
+    RUN("adafactor_precondition", test_adafactor_precondition(37, 53, 100, 1500));
+    RUN("adafactor_apply", test_adafactor_apply(100003));
     RUN("casts", test_casts(ZT_BF16));
     RUN("casts", test_casts(ZT_FP16));
     RUN("sum_squares", test_sum_squares(0));

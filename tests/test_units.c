@@ -221,9 +221,11 @@ static void test_persistent(void) {
     /* The closed form at world 4 (quantum 64: padded 64, 128, 128, 128):
      * u0, u1 full, u2, u3 a quarter; at stage 2 everything full anyway. */
     zt_spec_layout(&spec, 4);
-    size_t p3 = zt_engine_state_bytes(&spec, 3, ZT_FP32, 0, 81, ZT_OPT_ADAMW).params;
-    size_t none = zt_engine_state_bytes(&spec, 3, ZT_FP32, 0, 0, ZT_OPT_ADAMW).params;
-    size_t p2 = zt_engine_state_bytes(&spec, 2, ZT_FP32, 0, 81, ZT_OPT_ADAMW).params;
+    zt_engine_config c3 = {.stage = 3, .persist_threshold = 81}, c3none = {.stage = 3}, c2 = c3;
+    c2.stage = 2;
+    size_t p3 = zt_engine_state_bytes(&spec, &c3, 0).params;
+    size_t none = zt_engine_state_bytes(&spec, &c3none, 0).params;
+    size_t p2 = zt_engine_state_bytes(&spec, &c2, 0).params;
     CHECK(p3 == (64 + 128 + 32 + 32) * 4, "stage 3 params with threshold 81: %zu bytes, want %d", p3, 256 * 4);
     CHECK(none == (16 + 32 + 32 + 32) * 4, "negative twin, no threshold: %zu bytes, want %d", none, 112 * 4);
     CHECK(p2 == 448 * 4, "stage 2 with a threshold: %zu bytes, want %d", p2, 448 * 4);

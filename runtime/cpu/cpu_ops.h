@@ -14,6 +14,15 @@ void zt_cpu_adamw(zt_stream *s, float *p, const float *g, float *m, float *v, si
                   float beta1, float beta2, float eps, float wd, int t);
 void zt_cpu_sgd(zt_stream *s, float *p, const float *g, float *m, size_t n, float lr, float momentum, int nesterov,
                 float wd);
+void zt_cpu_adam8bit(zt_stream *s, float *p, const float *g, uint8_t *m8, uint8_t *v8, float *mscale, float *vscale,
+                     size_t n, float lr, float beta1, float beta2, float eps, float wd, int t);
+void zt_cpu_factor_stats(zt_stream *s, float *row, float *col, const float *g, size_t n, size_t at, size_t cols,
+                         float eps1);
+void zt_cpu_adafactor_precondition(zt_stream *s, float *u, const float *g, float *v, const float *rfac,
+                                   const float *cfac, size_t n, size_t at, size_t cols, float beta2t, float eps1,
+                                   int store_v);
+void zt_cpu_adafactor_apply(zt_stream *s, float *p, const float *u, float *m, size_t n, float step, float beta1,
+                            float decay);
 void zt_cpu_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype, size_t n);
 void zt_cpu_scale(zt_stream *s, float *x, float alpha, size_t n);
 void zt_cpu_scaled_store(zt_stream *s, void *dst, zt_dtype dtype, const float *src, float alpha, int accumulate,

@@ -29,6 +29,8 @@
         .gelu_fwd = KFN(gelu_fwd), .gelu_bwd = KFN(gelu_bwd), .residual_fwd = KFN(residual_fwd),  \
         .residual_bwd = KFN(residual_bwd), .softmax_xent_fwd = KFN(softmax_xent_fwd),              \
         .softmax_xent_bwd = KFN(softmax_xent_bwd), .adamw = zt_cpu_adamw, .sgd = zt_cpu_sgd, .cast = zt_cpu_cast,     \
+        .adam8bit = zt_cpu_adam8bit, .factor_stats = zt_cpu_factor_stats,                          \
+        .adafactor_precondition = zt_cpu_adafactor_precondition, .adafactor_apply = zt_cpu_adafactor_apply, \
         .scale = zt_cpu_scale, .scaled_store = zt_cpu_scaled_store, .sum_squares = zt_cpu_sum_squares, \
     }
 

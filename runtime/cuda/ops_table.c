@@ -93,6 +93,9 @@
         .softmax_xent_fwd = softmax_xent_fwd_##SFX,                                                                  \
         .softmax_xent_bwd = softmax_xent_bwd_##SFX,                                                                  \
         .adamw = zt_cuda_adamw, .sgd = zt_cuda_sgd,                                                                  \
+        .adam8bit = zt_cuda_adam8bit, .factor_stats = zt_cuda_factor_stats,                                          \
+        .adafactor_precondition = zt_cuda_adafactor_precondition,                                                    \
+        .adafactor_apply = zt_cuda_adafactor_apply,                                                                  \
         .cast = zt_cuda_cast,                                                                                        \
         .scale = zt_cuda_scale,                                                                                      \
         .scaled_store = zt_cuda_scaled_store,                                                                        \

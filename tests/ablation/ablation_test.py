@@ -5,7 +5,7 @@ usage: ablation_test.py ZT_TRAIN ZT_RUN [ABLATE_PY]
 
 Runs the 16-configuration sweep at np 2 on a small model twice:
 1. without a cap: every configuration runs; the CSV has all 16 rows and its
-   columns, the numbers are sane, the Markdown table and both PNG plots exist;
+   columns, the numbers are sane, the Markdown table and the three PNG plots exist;
 2. with a --mem-limit chosen from run 1's measurements between stage 0's peak
    (no offload) and stage 3 with offload's reserved bytes: the configurations
    that cannot fit are rows marked `failed: oom`, the ones that fit are `ok`,
@@ -78,7 +78,7 @@ def read_rows(out, suffix=""):
 
 
 def check_files(out, rows):
-    for png in ("ablation_memory.png", "ablation_throughput.png"):
+    for png in ("ablation_memory.png", "ablation_throughput.png", "ablation_bytes_per_param.png"):
         path = os.path.join(out, png)
         if not os.path.isfile(path):
             fail(f"{path} missing")
@@ -99,7 +99,8 @@ def check_files(out, rows):
             fail(f"ablation.md row of {name} does not say {r['status']!r}: {line}")
         if f"--log-dir {os.path.join(out, 'runs', name)} --quiet" not in md:
             fail(f"ablation.md does not show the command of {name}")
-    for name in ("ablation_memory.gp", "ablation_throughput.gp", "ablation_memory.dat", "ablation_throughput.dat"):
+    for name in ("ablation_memory.gp", "ablation_throughput.gp", "ablation_bytes_per_param.gp",
+                 "ablation_memory.dat", "ablation_throughput.dat", "ablation_bytes_per_param.dat"):
         if not os.path.isfile(os.path.join(out, name)):
             fail(f"{name} missing (the plots' data and scripts are kept beside them)")
     return md

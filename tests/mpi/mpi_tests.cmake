@@ -84,3 +84,22 @@ foreach(zt_opt_case stages bytes planner resume convergence freeze max_batch)
   set_tests_properties(optimizer_${zt_opt_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
 endforeach()
 set_tests_properties(optimizer_convergence PROPERTIES LABELS "mpi;slow")
+
+# Adafactor and 8-bit Adam (tests/mpi/zt_optimizer_state_test.py): stages,
+# offload and bf16 bitwise; optimizer bytes per rank against a closed form
+# and zt-plan --rank; resume; resharding; convergence.
+foreach(zt_os_case stages bytes resume reshard convergence)
+  add_test(NAME optimizer_state_${zt_os_case}
+           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_optimizer_state_test.py ${zt_os_case}
+                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+  set_tests_properties(optimizer_state_${zt_os_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
+endforeach()
+# The sanitizer pass runs the code paths (stages, resume, reshard); the
+# byte counts (64 runs) and the 400 steps are the first pass's.
+set_tests_properties(optimizer_state_bytes optimizer_state_convergence PROPERTIES LABELS "mpi;slow")
+if(ZT_CUDA_EMU)
+  add_test(NAME optimizer_state_cuda_emu
+           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_optimizer_state_test.py cuda_emu
+                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+  set_tests_properties(optimizer_state_cuda_emu PROPERTIES LABELS "mpi;cuda" TIMEOUT 900 RUN_SERIAL TRUE)
+endif()

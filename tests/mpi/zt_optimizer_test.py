@@ -47,7 +47,7 @@ def case_bytes(ctx):
     4 bytes per owned parameter for SGD and 8 for AdamW, at np 1-4."""
     for np in (1, 2, 3, 4):
         units = padded_units(np)
-        for stage in (0, 3):
+        for stage in range(4):
             owned = sum(units) if stage == 0 else sum(u // np for u in units)
             for opt, per in (("sgd", 4), ("adamw", 8)):
                 extra = SGD if opt == "sgd" else []
@@ -58,7 +58,7 @@ def case_bytes(ctx):
         owned = sum(u // np for u in padded_units(np)) if np > 1 else sum(padded_units(np))
         got = [r["host_peak_by_category"]["optimizer"] for r in s["ranks"]]
         assert got == [4 * owned] * np, (np, got, 4 * owned)
-    print("ok: optimizer bytes per rank = 4 (SGD) or 8 (AdamW) x owned parameters, np 1-4, stages 0 and 3, offload")
+    print("ok: optimizer bytes per rank = 4 (SGD) or 8 (AdamW) x owned parameters, np 1-4, stages 0-3, offload")
 
 
 def case_planner(ctx):
