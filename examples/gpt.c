@@ -474,17 +474,13 @@ static void block_backward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, con
 #define A(f) (acts + lay->f)
 #define F(f) ((const float *)(acts + lay->f))
     /* res3 = res2 + fcproj(gelu(fc(ln2(res2)))): dres passes through unchanged. */
-    zero(s, ws->dfchg, NC * 4, e);
     ops->matmul_bwd(s, ws->dfchg, DW(GPT_FCPROJ_W), DW(GPT_FCPROJ_B), ws->dres, A(fch_gelu), W(GPT_FCPROJ_W), N,
                     4 * C, C);
-    zero(s, ws->dfch, NC * 4, e);
     ops->gelu_bwd(s, ws->dfch, A(fch), ws->dfchg, NC * 4);
-    zero(s, ws->dln, NC, e);
     ops->matmul_bwd(s, ws->dln, DW(GPT_FC_W), DW(GPT_FC_B), ws->dfch, A(ln2), W(GPT_FC_W), N, C, 4 * C);
     ops->layernorm_bwd(s, ws->dres, DW(GPT_LN2_W), DW(GPT_LN2_B), ws->dln, A(res2), W(GPT_LN2_W), F(ln2_mean),
                        F(ln2_rstd), N, C);
     /* res2 = x + attproj(attn(qkv(ln1(x)))) */
-    zero(s, ws->datty, NC, e);
     ops->matmul_bwd(s, ws->datty, DW(GPT_ATTPROJ_W), DW(GPT_ATTPROJ_B), ws->dres, A(atty), W(GPT_ATTPROJ_W), N, C,
                     C);
     zero(s, ws->dqkv, NC * 3, e);
@@ -496,7 +492,6 @@ static void block_backward(const zt_gpt *g, zt_stream *s, const zt_ops *ops, con
                                  NC * 8 * e);
     else
         ops->attention_bwd(s, ws->dqkv, ws->datt, ws->datty, A(qkv), A(att), B, T, C, NH, ws->dfch, NC * 8 * e);
-    zero(s, ws->dln, NC, e);
     ops->matmul_bwd(s, ws->dln, DW(GPT_QKV_W), DW(GPT_QKV_B), ws->dqkv, A(ln1), W(GPT_QKV_W), N, C, 3 * C);
     ops->layernorm_bwd(s, ws->dres, DW(GPT_LN1_W), DW(GPT_LN1_B), ws->dln, x, W(GPT_LN1_W), F(ln1_mean),
                        F(ln1_rstd), N, C);
@@ -553,7 +548,6 @@ static zt_status head_backward(zt_gpt *g, zt_engine *eng, const void *xL, float 
     float *dlm_w = g->cfg.tied ? grad_ptr(g, dwemb, g->unit_embed, g->p_wte)
                                : grad_ptr(g, dw, g->unit_head, g->p_lm_head); /* [V,C] fp32 */
     ops->softmax_xent_bwd(s, probs, probs, dtgt, (int)N, V, dloss); /* dlogits in place */
-    zero(s, ws->dln, NC, e);
     ops->matmul_bwd(s, ws->dln, dlm_w, NULL, probs, lnf, lm_w, (int)N, C, V);
     zero(s, ws->dres, NC, e);
     ops->layernorm_bwd(s, ws->dres, grad_ptr(g, dw, g->unit_head, g->p_lnf_w),

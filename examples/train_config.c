@@ -62,7 +62,7 @@ static const opt_spec options[] = {
      "adafactor: the second moment's decay at step t is 1 - t^this"},
     {"adafactor-clip", OPT_FLOAT, F(adafactor_clip), 0, 0.000001, 1e6, NULL,
      "adafactor: an update's RMS is scaled down to this where larger"},
-    {"adafactor-eps", OPT_FLOAT, F(adafactor_eps), 0, 0, 1, NULL, "adafactor: added to g^2"},
+    {"adafactor-eps", OPT_FLOAT, F(adafactor_eps), 0, 1e-38, 1, NULL, "adafactor: added to g^2 (> 0)"},
     {"momentum", OPT_FLOAT, F(momentum), 0, 0, 0.999999, NULL, "sgd: momentum"},
     {"nesterov", OPT_BOOL, F(nesterov), 0, 0, 1, NULL, "sgd: Nesterov momentum"},
     {"beta1", OPT_FLOAT, F(beta1), 0, 0, 0.999999, NULL, "Adam beta1"},

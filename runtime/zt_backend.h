@@ -53,7 +53,8 @@ typedef struct {
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
     void (*matmul_fwd)(zt_stream *s, void *out, const void *inp, const void *w, const void *bias, int N, int C,
                        int OC);
-    /* dinp[N,C] += dout @ w; dw[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout (dinp, dbias may be NULL) */
+    /* dinp[N,C] = dout @ w (overwritten, so the caller need not zero it);
+     * dw[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout (dinp, dbias may be NULL) */
     void (*matmul_bwd)(zt_stream *s, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
                        const void *w, int N, int C, int OC);
     /* qkv[B,T,3C] -> out[B,T,C]; att[B,NH,T,T] holds the causal softmax
@@ -86,7 +87,7 @@ typedef struct {
                                 size_t scratch_bytes);
     /* out[N] = gelu_tanh(inp[N]) */
     void (*gelu_fwd)(zt_stream *s, void *out, const void *inp, size_t N);
-    /* dinp[N] += gelu'(inp) * dout */
+    /* dinp[N] = gelu'(inp) * dout (overwritten) */
     void (*gelu_bwd)(zt_stream *s, void *dinp, const void *inp, const void *dout, size_t N);
     /* out[N] = a[N] + b[N]  (the residual connection) */
     void (*residual_fwd)(zt_stream *s, void *out, const void *a, const void *b, size_t N);

@@ -239,11 +239,6 @@ static void place_scratch(af_step *t, float *scratch, size_t npieces) {
     t->factors = t->stats + (t->hi - t->lo) / us->shard_numel * stats_len(us);
 }
 
-static size_t pieces_of_range(const zt_unit_spec *us, size_t lo, size_t hi, size_t chunk) {
-    size_t K = zt_factored_stats_offset(us, us->nparams), slices = (hi - lo) / us->shard_numel;
-    return (zt_adafactor_scratch_numel(us, lo, hi, chunk) - slices * K - K) / 2;
-}
-
 static af_step step_of(zt_engine *e, int u, float lr, int t_step) {
     af_step t;
     memset(&t, 0, sizeof t);
@@ -278,13 +273,15 @@ zt_status zt_engine_adafactor_device(zt_engine *e, int u, float mult, float lr, 
         t.g_at = t.lo;
     }
     const zt_unit_spec *us = &e->spec->units[u];
-    size_t npieces = pieces_of_range(us, t.lo, t.hi, t.chunk);
+    size_t npieces = zt_adafactor_pieces(us, t.lo, t.hi, t.chunk);
     zt_tensor scratch = {0};
-    ZT_TRY(zt_engine_alloc(e, &scratch, ZT_FP32, zt_adafactor_scratch_numel(us, t.lo, t.hi, t.chunk),
-                           ZT_CAT_WORKSPACE, "adafactor", u));
-    place_scratch(&t, zt_f32(&scratch), npieces);
-    zt_status s = run_passes(&t, npieces);
-    zt_tensor_free(&scratch, &ctx->device_mem);
+    zt_status s = zt_engine_alloc(e, &scratch, ZT_FP32, zt_adafactor_scratch_numel(us, t.lo, t.hi, t.chunk),
+                                  ZT_CAT_WORKSPACE, "adafactor", u);
+    if (s == ZT_OK) {
+        place_scratch(&t, zt_f32(&scratch), npieces);
+        s = run_passes(&t, npieces);
+    }
+    zt_tensor_free(&scratch, &ctx->device_mem); /* also when its zeroing failed */
     return s;
 }
 
@@ -301,12 +298,13 @@ zt_status zt_engine_adafactor_host(zt_engine *e, int u, float *g, float clip, fl
     t.v = zt_f32(&st->host_v);
     t.g32 = g;
     t.g_at = t.lo;
-    t.chunk = e->cfg.sub_group_size ? e->cfg.sub_group_size : ZT_OPTIMIZER_CHUNK;
     size_t owned = t.hi - t.lo;
+    t.chunk = e->cfg.sub_group_size ? e->cfg.sub_group_size : ZT_OPTIMIZER_CHUNK;
+    if (t.chunk > owned) t.chunk = owned > 0 ? owned : 1; /* as zt_engine_optimizer_chunk caps the device's */
     if (clip != 1.0f)
         for (size_t i = 0; i < owned; i++) g[i] *= clip;
     const zt_unit_spec *us = &e->spec->units[u];
-    size_t npieces = pieces_of_range(us, t.lo, t.hi, t.chunk);
+    size_t npieces = zt_adafactor_pieces(us, t.lo, t.hi, t.chunk);
     float *scratch = calloc(zt_adafactor_scratch_numel(us, t.lo, t.hi, t.chunk) + 1, sizeof(float));
     t.wu = malloc(t.chunk * sizeof(float));
     zt_status s = scratch && t.wu ? ZT_OK : ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "adafactor: cannot allocate scratch");

@@ -125,6 +125,18 @@ static zt_status alloc_state(zt_engine *e, zt_tensor *dev, zt_tensor *host, size
     return zt_engine_alloc(e, dev, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
 }
 
+/* m's codes at the signed map's 0 (code 127), not at its -1 (code 0), so
+ * that a checkpoint of an untrained state reads back +0. */
+static zt_status zero_codes(zt_engine *e, zt_tensor *codes) {
+    zt_ctx *ctx = e->ctx;
+    if (!codes->data) return ZT_OK;
+    if (e->cfg.offload) {
+        memset(codes->data, 127, zt_tensor_bytes(codes));
+        return ZT_OK;
+    }
+    return ctx->be->memset_async(ctx->be, codes->data, 127, zt_tensor_bytes(codes), &ctx->compute, &ctx->err);
+}
+
 /* Unit u's optimizer state (zt_unit_state's adam_m, adam_v, opt_scales). */
 static zt_status alloc_optimizer_state(zt_engine *e, int u) {
     zt_unit_state *st = &e->units[u];
@@ -135,6 +147,7 @@ static zt_status alloc_optimizer_state(zt_engine *e, int u) {
     case ZT_OPT_ADAM8BIT: { /* bytes, in 32-bit words */
         size_t words = (owned + 3) / 4, blocks = zt_owned_qblocks(us, lo, lo + owned);
         ZT_TRY(alloc_state(e, &st->adam_m, &st->host_m, words, "adam m (8-bit)", u));
+        ZT_TRY(zero_codes(e, e->cfg.offload ? &st->host_m : &st->adam_m));
         ZT_TRY(alloc_state(e, &st->adam_v, &st->host_v, words, "adam v (8-bit)", u));
         return alloc_state(e, &st->opt_scales, &st->host_scales, 2 * blocks, "8-bit scales", u);
     }
@@ -197,6 +210,13 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
     if (cfg->optimizer == ZT_OPT_ADAFACTOR && !(cfg->adafactor_clip > 0.0f))
         return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "adafactor's clip threshold must be > 0 (got %g)",
                        (double)cfg->adafactor_clip);
+    /* eps keeps an all-zero row's statistic, and so its factor, finite */
+    if (cfg->optimizer == ZT_OPT_ADAFACTOR && !(cfg->adafactor_eps > 0.0f))
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "adafactor's eps must be > 0 (got %g): a row of zero gradients "
+                       "would divide by 0", (double)cfg->adafactor_eps);
+    if (cfg->optimizer == ZT_OPT_ADAFACTOR && !(cfg->adafactor_decay >= -1.0f && cfg->adafactor_decay < 0.0f))
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "adafactor's decay must be in [-1, 0) (got %g)",
+                       (double)cfg->adafactor_decay);
     e->kernels = ctx->be->ops_for[cfg->dtype] ? ctx->be->ops_for[cfg->dtype] : ctx->be->ops;
     e->compute_dtype = e->kernels->dtype;
     e->scaler = zt_loss_scaler_initial(cfg);

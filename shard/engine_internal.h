@@ -83,6 +83,8 @@ void zt_adafactor_span(const zt_unit_spec *us, size_t lo, size_t hi, size_t *spa
  * double per update piece of at most `chunk` elements (2 words each), and
  * 2 words more so that it is never empty. */
 size_t zt_adafactor_scratch_numel(const zt_unit_spec *us, size_t lo, size_t hi, size_t chunk);
+/* Update pieces of at most `chunk` elements over the segments of [lo, hi). */
+size_t zt_adafactor_pieces(const zt_unit_spec *us, size_t lo, size_t hi, size_t chunk);
 
 /* Allocates a zeroed 1-d tensor labelled "<unit> <what>", on the device or
  * (zt_engine_alloc_host) in the host pool. */

@@ -90,11 +90,17 @@ void zt_adafactor_span(const zt_unit_spec *us, size_t lo, size_t hi, size_t *spa
     *span_hi = b;
 }
 
-size_t zt_adafactor_scratch_numel(const zt_unit_spec *us, size_t lo, size_t hi, size_t chunk) {
-    size_t S = us->shard_numel, K = zt_factored_stats_offset(us, us->nparams);
-    size_t slices = S ? (hi - lo) / S : 0, pieces = 0;
+size_t zt_adafactor_pieces(const zt_unit_spec *us, size_t lo, size_t hi, size_t chunk) {
+    size_t pieces = 0;
     zt_segment_iter it = zt_segments(us, lo, hi);
     zt_segment seg;
     while (zt_next_segment(&it, &seg)) pieces += (seg.b - seg.a + chunk - 1) / chunk;
-    return 2 * pieces + slices * K + K + 2; /* + 2: never empty, as every rank takes part in the sums */
+    return pieces;
+}
+
+size_t zt_adafactor_scratch_numel(const zt_unit_spec *us, size_t lo, size_t hi, size_t chunk) {
+    size_t S = us->shard_numel, K = zt_factored_stats_offset(us, us->nparams);
+    size_t slices = S ? (hi - lo) / S : 0;
+    /* + 2: never empty, as every rank takes part in the sums */
+    return 2 * zt_adafactor_pieces(us, lo, hi, chunk) + slices * K + K + 2;
 }

@@ -116,6 +116,14 @@ static void check_accumulated(const char *what, const float *g1, const float *g2
     if (e <= 1e-5 * scale) printf("ok accumulate %s\n", what);
 }
 
+/* An output the backward overwrites (matmul's and GELU's dinp): a second
+ * call into a buffer holding NaN must give the first call's bits. */
+static void check_overwritten(const char *what, const float *g1, const float *g2, size_t n) {
+    int same = memcmp(g1, g2, n * sizeof(float)) == 0;
+    CHECK(same, "%s: backward does not overwrite its output (a NaN-filled buffer changes the result)", what);
+    if (same) printf("ok overwrite %s\n", what);
+}
+
 static void check_same_bits(const char *what, const void *a, const void *b, size_t bytes) {
     int same = memcmp(a, b, bytes) == 0;
     CHECK(same, "%s: results differ between 1 and 3 threads", what);
@@ -374,10 +382,11 @@ static void test_matmul(const zt_ops *ops, zt_stream *s, int with_bias) {
     gradcheck(name, mm_obj, &c, c.w, dw, nw, 1e-2f);
     if (with_bias) gradcheck("matmul+bias dbias", mm_obj, &c, c.bias, dbias, (size_t)c.OC, 1e-2f);
 
-    float *dinp2 = fdup(dinp, nin), *dw2 = fdup(dw, nw), *dbias2 = dbias ? fdup(dbias, (size_t)c.OC) : NULL;
+    float *dinp2 = falloc(nin), *dw2 = fdup(dw, nw), *dbias2 = dbias ? fdup(dbias, (size_t)c.OC) : NULL;
+    fill(dinp2, nin, NAN);
     ops->matmul_bwd(s, dinp2, dw2, dbias2, c.R, c.inp, c.w, c.N, c.C, c.OC);
     snprintf(name, sizeof name, "matmul%s dinp", with_bias ? "+bias" : "");
-    check_accumulated(name, dinp, dinp2, nin);
+    check_overwritten(name, dinp, dinp2, nin);
     snprintf(name, sizeof name, "matmul%s dw", with_bias ? "+bias" : "");
     check_accumulated(name, dw, dw2, nw);
     if (dbias) check_accumulated("matmul+bias dbias", dbias, dbias2, (size_t)c.OC);
@@ -649,9 +658,10 @@ static void test_gelu(const zt_ops *ops, zt_stream *s, zt_stream *s3) {
     fill(dinp, c.n, 0);
     ops->gelu_bwd(s, dinp, c.inp, c.R, c.n);
     gradcheck("gelu dinp", gelu_obj, &c, c.inp, dinp, c.n, 1e-2f);
-    float *dinp2 = fdup(dinp, c.n);
+    float *dinp2 = falloc(c.n);
+    fill(dinp2, c.n, NAN);
     ops->gelu_bwd(s, dinp2, c.inp, c.R, c.n);
-    check_accumulated("gelu dinp", dinp, dinp2, c.n);
+    check_overwritten("gelu dinp", dinp, dinp2, c.n);
 
     gelu_obj(&c); /* the last gradcheck evaluation left a perturbed output */
     float *out3 = falloc(c.n);

@@ -41,5 +41,5 @@ void zt_vtanhf(float *y, const float *x, size_t n) {
     case VM_AVX2: done = zt_vtanhf_avx2(y, x, n); break;
     case VM_SCALAR: break;
     }
-    for (size_t i = done; i < n; i++) y[i] = Sleef_tanhf_u10(x[i]);
+    for (size_t i = done; i < n; i++) y[i] = Sleef_tanhf_u35(x[i]);
 }

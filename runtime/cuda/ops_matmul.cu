@@ -504,16 +504,16 @@ static void matmul_fwd(zt_stream *s, S *out, const S *inp, const S *w, const S *
     if (C > 0) (void)gemm_or_record(s, &g);
 }
 
-/* dinp[N,C] (type S) += dout @ w, rounded once; dw[OC,C] (fp32) +=
- * dout^T @ inp; dbias[OC] (fp32) += column sums of dout. */
+/* dinp[N,C] (type S) = dout @ w (overwritten), rounded once; dw[OC,C]
+ * (fp32) += dout^T @ inp; dbias[OC] (fp32) += column sums of dout. */
 template <typename S>
 static void matmul_bwd(zt_stream *s, S *dinp, float *dw, float *dbias, const S *dout, const S *inp, const S *w, int N,
                        int C, int OC) {
     if (N <= 0 || C <= 0 || OC <= 0) return;
     cublasComputeType_t compute = matmul_compute<S>(s);
     const cudaDataType t = zt_cublas_type<S>::value;
-    if (dinp) { /* dinp[N,C] += dout[N,OC] @ w[OC,C] */
-        zt_cuda_gemm_args g = gemm_args(0, 0, N, C, OC, 1.0f, dout, t, OC, w, t, C, 1.0f, dinp, t, C, compute);
+    if (dinp) { /* dinp[N,C] = dout[N,OC] @ w[OC,C] */
+        zt_cuda_gemm_args g = gemm_args(0, 0, N, C, OC, 1.0f, dout, t, OC, w, t, C, 0.0f, dinp, t, C, compute);
         (void)gemm_or_record(s, &g);
     }
     { /* dw[OC,C] += dout[N,OC]^T @ inp[N,C] */
