@@ -123,6 +123,15 @@ static const opt_spec options[] = {
      "elements the optimizer steps at a time, bounding its fp32 workspace (DeepSpeed's sub_group_size)"},
     {"overlap-comm", OPT_BOOL, F(overlap_comm), 0, 0, 1, NULL, "overlap collectives with compute (0: wait at once)"},
     {"mem-limit", OPT_SIZE, F(mem_limit), 0, 0, 1e18, NULL, "device memory cap, e.g. 512MiB (0: none)"},
+    {"allocator", OPT_CHOICE, S(allocator), 0, 0, "simple|caching|expandable",
+     "device allocator: simple (a system block per request, cached whole), caching (segments split "
+     "best-fit and coalesced, as GPU caching allocators: can fragment) or expandable (one growing segment "
+     "per pool, memory mapped in 2 MiB granules under the blocks in use)"},
+    {"metrics-file", OPT_STRING, S(metrics_file), 0, 0, NULL,
+     "write each rank's memory and progress after every step to PATH with .rank<r> before its extension, in "
+     "Prometheus' text format (for a textfile collector)"},
+    {"max-split-size", OPT_SIZE, F(max_split_size), 0, 0, 1e18, NULL,
+     "caching: free blocks at least this large are not split for smaller requests (0: none)"},
     {"threads", OPT_INT, F(threads), 0, 0, 1024, NULL, "threads per process (0: cores / ranks on this node)"},
     {"save-every", OPT_INT, F(save_every), 0, 0, INT_MAX, NULL, "save a sharded checkpoint every K steps (0: never)"},
     {"save-dir", OPT_STRING, S(save_dir), 0, 0, NULL, "directory for checkpoints (step-NNNNNN/ and 'latest')"},
@@ -159,6 +168,7 @@ void zt_train_config_defaults(zt_train_config *c) {
     snprintf(c->lr_schedule, sizeof c->lr_schedule, "cosine");
     snprintf(c->optimizer, sizeof c->optimizer, "adamw");
     c->momentum = 0.9;
+    snprintf(c->allocator, sizeof c->allocator, "simple");
     c->adafactor_decay = -0.8;
     c->adafactor_clip = 1.0;
     c->adafactor_eps = 1e-30;
@@ -512,7 +522,7 @@ void zt_train_config_print_help(FILE *f, const char *prog) {
  * which shape no collective and no arithmetic. Every other option is agreed
  * on before the first collective. */
 static const char *const per_rank_options[] = {"config", "log-dir", "quiet", "threads", "mem-limit", "trace",
-                                               "trace-max-events", "print-config"};
+                                               "trace-max-events", "print-config", "metrics-file"};
 /* Options naming files: compared by what they refer to, not by path. */
 static const char *const identity_options[] = {"data", "resume", "save-dir"};
 

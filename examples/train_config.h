@@ -46,6 +46,9 @@ typedef struct {
     double loss_scale, min_loss_scale;
     int initial_scale_power, loss_scale_window, hysteresis, max_skipped_steps;
     size_t bucket_size, mem_limit;
+    char allocator[12];    /* the device allocator's mode: simple, caching or expandable (zt_mem.h) */
+    char metrics_file[1024]; /* Prometheus text per rank per step ("": none) */
+    size_t max_split_size; /* caching: free blocks this large are not split for smaller requests (0: none) */
     char log_dir[512];
     int save_every;
     char save_dir[512], resume[1024];

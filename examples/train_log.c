@@ -32,6 +32,13 @@ json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host, size_t driver_us
                                                         (double)dev->window_reserved_peak
                                                   : 0.0;
     json_object_set_new(o, "fragmentation_at_peak", json_real(frag_peak));
+    /* What the free bytes inside reserved look like: one large block, or
+     * many that no request of the size of the largest can use. */
+    zt_free_stats fs = zt_mem_free_stats(dev);
+    json_object_set_new(o, "allocator", json_string(zt_alloc_mode_name(dev->mode)));
+    json_object_set_new(o, "largest_free_block_bytes", json_integer((json_int_t)fs.largest_free));
+    json_object_set_new(o, "free_blocks", json_integer((json_int_t)fs.free_blocks));
+    json_object_set_new(o, "segments", json_integer((json_int_t)fs.segments));
     json_object_set_new(o, "alloc_count", json_integer((json_int_t)dev->alloc_count));
     json_object_set_new(o, "host_bytes", json_integer((json_int_t)host->allocated.current));
     json_object_set_new(o, "host_peak_bytes", json_integer((json_int_t)host->allocated.peak));

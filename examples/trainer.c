@@ -10,6 +10,7 @@
 
 #include "data.h"
 #include "gpt.h"
+#include "metrics.h"
 #include "train_log.h"
 #include "zt_checkpoint.h"
 #include "zt_imbalance.h"
@@ -198,6 +199,7 @@ typedef struct {
     zt_ckpt_hooks hooks;
     double tokens_time; /* seconds and tokens of the steps after the first */
     long tokens_counted;
+    int crowded;        /* the last step ended fragmented near the cap (warned once per onset) */
 } run_state;
 
 /* One step: what was counted before it, and what it measured. */
@@ -461,6 +463,30 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
     }
 }
 
+/* --metrics-file after a step. */
+static zt_status write_metrics(const run_state *r, const step_record *s, double tps) {
+    zt_transfer_stats x = zt_engine_transfers(&r->t->eng);
+    zt_metrics_values v = {s->step + 1, tps, x.h2d_bytes, x.d2h_bytes, 0};
+    return zt_metrics_write(r->c->metrics_file, r->ctx->rank, &r->ctx->device_mem, &r->ctx->host_mem, &v,
+                            &r->ctx->err);
+}
+
+/* A warning when the step's peak came within 10% of --mem-limit with more
+ * than 30% of what was reserved then not allocated: the next larger
+ * request may find no free block large enough. Once per onset. */
+static void warn_if_crowded(run_state *r) {
+    const zt_mem *m = &r->ctx->device_mem;
+    size_t res = m->window_reserved_peak, alloc = m->window_allocated_peak;
+    double frag = res ? (double)(res - (alloc < res ? alloc : res)) / (double)res : 0.0;
+    int crowded = m->limit_bytes && (double)res > 0.9 * (double)m->limit_bytes && frag > 0.3;
+    if (crowded && !r->crowded)
+        zt_log_warn(&r->ctx->log, "device memory is fragmented near the cap: reserved %.1f MiB of %.1f MiB at the "
+                    "step's peak, %.0f%% of it not allocated (%s allocator); a larger request may find no free "
+                    "block (see docs/memory.md)", (double)res / 1048576.0, (double)m->limit_bytes / 1048576.0,
+                    100.0 * frag, zt_alloc_mode_name(m->mode));
+    r->crowded = crowded;
+}
+
 /* After a step: the JSONL line, the periodic rank table, a checkpoint, the log line. */
 static zt_status after_step(run_state *r, const step_record *s) {
     const zt_train_config *c = r->c;
@@ -469,6 +495,8 @@ static zt_status after_step(run_state *r, const step_record *s) {
     int done = s->step + 1;
     double tps = (double)c->micro_batch * s->T * c->grad_accum * comm->world_size / s->r.time_s;
     if (r->t->jsonl) write_step_json(r, s, tps);
+    if (c->metrics_file[0]) ZT_TRY(write_metrics(r, s, tps));
+    warn_if_crowded(r);
     char peak[96];
     zt_format_bytes(ctx->device_mem.window_allocated_peak, peak, sizeof peak);
     if (s->driver_total > 0) {

@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "data.h"
+#include "metrics.h"
 #include "train_config.h"
 #include "train_log.h"
 #include "trainer.h"
@@ -113,6 +114,10 @@ static void report_oom(const zt_ctx *ctx, const zt_train_config *cfg) {
     const char *report = ctx->oom_report ? ctx->oom_report : "(no report captured)\n";
     fprintf(stderr, "[rank %d] out-of-memory report:\n%s", ctx->rank, report);
     fflush(stderr);
+    zt_error ignore_metrics = {0};
+    zt_metrics_values oom = {-1, 0.0, 0.0, 0.0, 1}; /* the scraper sees the stop */
+    if (cfg->metrics_file[0])
+        (void)zt_metrics_write(cfg->metrics_file, ctx->rank, &ctx->device_mem, &ctx->host_mem, &oom, &ignore_metrics);
     if (!cfg->log_dir[0]) return;
     zt_error ignore = {0};
     if (zt_mkdir_p(cfg->log_dir, &ignore) != ZT_OK) return;
@@ -292,6 +297,9 @@ static int start(const job *j, const zt_train_config *cfg, zt_comm *comm, zt_ctx
     int threads = threads_for(cfg, comm);
     /* The GPU is the one NCCL uses: this rank's index on its node. */
     zt_status st = zt_ctx_init_on(ctx, device, comm->local_rank, threads, cfg->mem_limit, j->rank, j->world, cfg->quiet);
+    zt_alloc_mode mode = ZT_ALLOC_SIMPLE;
+    (void)zt_alloc_mode_parse(cfg->allocator, &mode); /* the options table allows no other */
+    if (st == ZT_OK) st = zt_mem_set_mode(&ctx->device_mem, mode, cfg->max_split_size, &ctx->err);
     /* bf16 on a backend without bf16 kernels (CUDA, for now): its fp32
      * GEMMs round their operands to bf16 (tensor cores). */
     zt_dtype dt = ZT_FP32;

@@ -1,27 +1,30 @@
 #!/usr/bin/env python3
 """Ablation sweep of the toy GPT: ZeRO stage x optimizer offload x recompute
-(x optimizer x frozen units x dtype).
+(x optimizer x frozen units x allocator x dtype).
 
     python3 launch/ablate.py [--preset zero] [--np 2] [--steps 30] [--out out/ablation]
                              [--offload none,cpu] [--recompute none,full[,selective,every-K]]
                              [--optimizer adamw[,sgd,...]] [--freeze LIST [--freeze LIST ...]]
+                             [--allocator simple[,caching,expandable]]
                              [--dtype fp32[,bf16,fp16]] [--dry-run]
                              [--build build | --zt-train PATH] [--zt-run PATH]
                              [-- EXTRA ZT-TRAIN FLAGS ...]
 
 Runs the configurations stage {0,1,2,3} x each --offload (default none,cpu)
 x each policy of --recompute (default none,full: 16 configurations) for
-each frozen-unit list of --freeze, each optimizer of --optimizer and each
-dtype of --dtype (defaults: none, adamw, fp32), each as
+each frozen-unit list of --freeze, each optimizer of --optimizer, each
+device allocator of --allocator and each dtype of --dtype (defaults: none,
+adamw, simple, fp32), each as
 
     launch/zt-run -np NP zt-train --stage S --offload O --recompute R --dtype D
-                  --optimizer OPT --freeze F --steps K EXTRA...
+                  --optimizer OPT --freeze F --allocator A --steps K EXTRA...
                   --log-dir OUT/runs/NAME --quiet
 
-and reads OUT/runs/NAME/summary.json, rank0.jsonl and labels_rank0.json. A
-configuration that fails (out of memory: exit 3 or an oom_rank<r>.txt
-report; an optimizer zt-train does not know; any other exit status) is
-recorded as a failed row and the sweep goes on. Writes
+and reads OUT/runs/NAME/summary.json, labels_rank0.json and every rank's
+rank<r>.jsonl. A configuration that fails (out of memory: exit 3 or an
+oom_rank<r>.txt report; an optimizer or allocator zt-train does not know;
+any other exit status) is recorded as a failed row and the sweep goes on.
+Writes
 
     OUT/ablation.csv                  one row per configuration, bytes and seconds
     OUT/ablation.md                   the same in MiB as a Markdown table, and the commands run
@@ -35,11 +38,18 @@ recorded as a failed row and the sweep goes on. Writes
 redrawn with `cd OUT && gnuplot ablation_memory.gp`). Every run's console
 output is kept in OUT/runs/NAME/console.log.
 
-Axes. --optimizer names go to zt-train as they are (zt-train refuses the
-ones it does not have; that configuration is then a failed row). zt-train's
---freeze value is itself a comma-separated list (`embedding,head`), so the
-freeze axis is a repeatable flag: `--freeze none --freeze embedding,head`
-sweeps two settings.
+Axes. --optimizer and --allocator names go to zt-train as they are
+(zt-train refuses the ones it does not have; that configuration is then a
+failed row). The allocator axis compares how the device allocator gets
+memory (simple, caching, expandable: see README.md): the CSV has, per
+configuration, the reserved peak (the highest over ranks and steps of each
+step's reserved_peak_bytes), and from each rank's last step the highest
+fragmentation_at_peak ((reserved - allocated) / reserved at the step's
+peak) and the smallest largest_free_block_bytes (at the end of the step);
+the Markdown table shows the reserved peak and the fragmentation at peak.
+zt-train's --freeze value is itself a comma-separated list
+(`embedding,head`), so the freeze axis is a repeatable flag:
+`--freeze none --freeze embedding,head` sweeps two settings.
 
 Presets. `--preset NAME` sets defaults for --np, --steps, --dtype and the
 axes, and puts model flags first among the extra zt-train flags; flags
@@ -85,7 +95,8 @@ OFFLOADS = ["none", "cpu"]     # the default --offload
 RECOMPUTES = ["none", "full"]  # the default --recompute
 # Flags whose value the sweep decides; passing them after `--` would silently
 # turn the ablation into 16 runs of one configuration (or mix their logs).
-AXIS_FLAGS = ["--stage", "--offload", "--recompute", "--dtype", "--optimizer", "--freeze", "--steps"]
+AXIS_FLAGS = ["--stage", "--offload", "--recompute", "--dtype", "--optimizer", "--freeze", "--allocator",
+              "--steps"]
 OWNED_FLAGS = AXIS_FLAGS + ["--log-dir"]
 DTYPES = ["fp32", "bf16", "fp16"]
 MIB = 1024.0 * 1024.0
@@ -106,10 +117,11 @@ PRESETS = {
     },
 }
 
-COLUMNS = (["name", "stage", "offload", "recompute", "optimizer", "freeze", "dtype", "status",
+COLUMNS = (["name", "stage", "offload", "recompute", "optimizer", "freeze", "allocator", "dtype", "status",
             "peak_mean_bytes", "peak_max_bytes", "imbalance_max_over_mean"]
            + [f"peak_{c}_mean_bytes" for c in CATEGORIES]
-           + ["host_peak_mean_bytes", "host_peak_max_bytes", "reserved_peak_max_bytes", "os_peak_max_bytes",
+           + ["host_peak_mean_bytes", "host_peak_max_bytes", "reserved_peak_max_bytes",
+              "fragmentation_at_peak_last_step_max", "largest_free_block_last_step_min_bytes", "os_peak_max_bytes",
               "model_params", "units", "model_state_by_rank_bytes", "model_state_min_bytes",
               "model_state_max_bytes", "formula_bytes_per_param",
               "step_time_median_s", "tokens_per_s", "final_loss", "comm_bytes_per_step",
@@ -126,10 +138,10 @@ class ToolError(Exception):
     """A failure of the sweep itself (not of a configuration)."""
 
 
-def config_name(stage, offload, recompute, dtype="fp32", optimizer="adamw", freeze="none"):
-    """sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-DTYPE]: the
-    parts at zt-train's defaults (no offload, no recompute, adamw, nothing
-    frozen, fp32) are left out."""
+def config_name(stage, offload, recompute, dtype="fp32", optimizer="adamw", freeze="none", allocator="simple"):
+    """sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-ALLOCATOR][-DTYPE]:
+    the parts at zt-train's defaults (no offload, no recompute, adamw, nothing
+    frozen, the simple allocator, fp32) are left out."""
     name = f"s{stage}"
     if offload != "none":
         name += "-offload"
@@ -141,6 +153,8 @@ def config_name(stage, offload, recompute, dtype="fp32", optimizer="adamw", free
         name += "-" + re.sub(r"[^A-Za-z0-9]+", "", optimizer)
     if freeze != "none":
         name += "-frz-" + re.sub(r"[^A-Za-z0-9-]+", "_", freeze)  # embedding,head: embedding_head
+    if allocator != "simple":
+        name += "-" + re.sub(r"[^A-Za-z0-9]+", "", allocator)
     if dtype != "fp32":
         name += f"-{dtype}"
     return name
@@ -194,7 +208,7 @@ def build_parser(here):
     p = argparse.ArgumentParser(
         prog="ablate.py",
         description="Sweep ZeRO stage {0,1,2,3} x offload x recompute policies (x optimizers x frozen units "
-                    "x dtypes) on the toy GPT and tabulate and plot memory and throughput.",
+                    "x allocators x dtypes) on the toy GPT and tabulate and plot memory and throughput.",
         epilog="Flags after `--` are passed to every zt-train run, e.g. "
                "`-- --layers 4 --d-model 128 --mem-limit 8MiB`.")
     p.add_argument("--preset", choices=sorted(PRESETS),
@@ -222,6 +236,9 @@ def build_parser(here):
                    help="one setting of zt-train's --freeze (itself a comma-separated list, e.g. "
                         "embedding,head; none: nothing frozen); repeat the flag to sweep several "
                         "[default: none]")
+    p.add_argument("--allocator", default="simple",
+                   help="comma-separated device allocators to sweep (simple, caching, expandable), passed to "
+                        "zt-train's --allocator as they are [default: simple]")
     p.add_argument("--dtype", default="fp32",
                    help="comma-separated dtypes to sweep (fp32, bf16, fp16) [default: fp32]")
     p.add_argument("--dry-run", action="store_true",
@@ -265,6 +282,7 @@ def parse_args(argv):
         p, "--recompute", comma_list(args.recompute), "none, full, selective, every-K",
         lambda r: r in ("none", "full", "selective") or re.fullmatch(r"every-[1-9][0-9]*", r))
     args.optimizers = distinct_list(p, "--optimizer", comma_list(args.optimizer), "zt-train's --optimizer names")
+    args.allocators = distinct_list(p, "--allocator", comma_list(args.allocator), "zt-train's --allocator names")
     # append's list is only the command line's: a default list would be appended to.
     args.freezes = distinct_list(p, "--freeze", [f.strip() for f in (args.freeze or preset.get("freeze", ["none"]))],
                                  "zt-train's --freeze lists", lambda f: f != "")
@@ -276,13 +294,13 @@ def parse_args(argv):
                         + (f" (use ablate.py {f})" if f in AXIS_FLAGS and f != "--stage" else ""))
     args.user_extra = extra
     args.extra = preset.get("model", []) + extra
-    args.configs = [(s, o, r, d, opt, fr) for d in args.dtypes for opt in args.optimizers for fr in args.freezes
-                    for s in STAGES for o in args.offloads for r in args.recomputes]
-    names = [config_name(s, o, r, d, opt, fr) for s, o, r, d, opt, fr in args.configs]
+    args.configs = [(s, o, r, d, opt, fr, al) for d in args.dtypes for al in args.allocators for opt in args.optimizers
+                    for fr in args.freezes for s in STAGES for o in args.offloads for r in args.recomputes]
+    names = [config_name(*c) for c in args.configs]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:
         p.error(f"configurations share a name (and a run directory): {', '.join(clash)}; "
-                "give --optimizer and --freeze values that differ in letters or digits")
+                "give --optimizer, --freeze and --allocator values that differ in letters or digits")
     args.zt_train = os.path.abspath(args.zt_train or os.path.join(args.build, "examples", "zt-train"))
     args.zt_run = os.path.abspath(args.zt_run)
     for what, path in (("zt-train", args.zt_train), ("zt-run", args.zt_run)):
@@ -366,35 +384,48 @@ def metrics(run_dir):
     if steps:
         row["comm_bytes_per_step"] = statistics.fmean(
             sum(k.get("bytes", 0) for k in st.get("comm", {}).values()) for st in steps)
-    # Reserved bytes (what --mem-limit caps), highest over ranks and steps.
-    reserved = []
+    # Reserved bytes (what --mem-limit caps), highest over ranks and steps;
+    # from each rank's last step, the fragmentation at the step's peak (the
+    # highest over ranks) and the largest free block at its end (the
+    # smallest), where the zt-train that wrote the logs reports them.
+    reserved, frag_peak, largest_free = [], [], []
     for r in range(s["world_size"]):
         path = os.path.join(run_dir, f"rank{r}.jsonl")
         if os.path.exists(path):
-            reserved += [st["memory"].get("reserved_peak_bytes", 0) for st in read_jsonl(path)]
+            steps = read_jsonl(path)
+            reserved += [st["memory"].get("reserved_peak_bytes", 0) for st in steps]
+            last = steps[-1]["memory"] if steps else {}
+            if "fragmentation_at_peak" in last:
+                frag_peak.append(last["fragmentation_at_peak"])
+            if "largest_free_block_bytes" in last:
+                largest_free.append(last["largest_free_block_bytes"])
     if reserved:
         row["reserved_peak_max_bytes"] = max(reserved)
+    if frag_peak:
+        row["fragmentation_at_peak_last_step_max"] = max(frag_peak)
+    if largest_free:
+        row["largest_free_block_last_step_min_bytes"] = min(largest_free)
     return row
 
 
 def config_command(args, out, config):
-    stage, offload, recompute, dtype, optimizer, freeze = config
-    name = config_name(stage, offload, recompute, dtype, optimizer, freeze)
+    stage, offload, recompute, dtype, optimizer, freeze, allocator = config
+    name = config_name(stage, offload, recompute, dtype, optimizer, freeze, allocator)
     run_dir = os.path.join(out, "runs", name)
     cmd = ([args.zt_run, "-np", str(args.np), args.zt_train,
             "--stage", str(stage), "--offload", offload, "--recompute", recompute, "--dtype", dtype,
-            "--optimizer", optimizer, "--freeze", freeze, "--steps", str(args.steps)]
+            "--optimizer", optimizer, "--freeze", freeze, "--allocator", allocator, "--steps", str(args.steps)]
            + args.extra + ["--log-dir", run_dir, "--quiet"])
     return name, run_dir, cmd
 
 
 def run_config(args, out, config, index, total):
-    stage, offload, recompute, dtype, optimizer, freeze = config
+    stage, offload, recompute, dtype, optimizer, freeze, allocator = config
     name, run_dir, cmd = config_command(args, out, config)
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)  # a stale summary.json must not pass for this run's
     row = {"name": name, "stage": stage, "offload": offload, "recompute": recompute, "dtype": dtype,
-           "optimizer": optimizer, "freeze": freeze, "run_dir": run_dir,
+           "optimizer": optimizer, "freeze": freeze, "allocator": allocator, "run_dir": run_dir,
            "command": shlex.join(cmd), "mpirun": ""}
     # The closed form holds for the device's model state without offload and
     # with every unit trained (frozen units keep params only).
@@ -500,7 +531,8 @@ def bytes_per_param(r):
 
 def write_markdown(path, rows, args, invocation, plot_cmds, cap):
     ok = [r for r in rows if r["status"] == "ok"]
-    lines = ["# Ablation: ZeRO stage x optimizer offload x activation recompute (x optimizer x frozen units x dtype)",
+    lines = ["# Ablation: ZeRO stage x optimizer offload x activation recompute "
+             "(x optimizer x frozen units x allocator x dtype)",
              ""]
     if args.preset:
         preset = PRESETS[args.preset]
@@ -519,6 +551,11 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
                  "the median over steps; comm is the bytes of all collectives per step on rank 0 "
                  "(mean over steps).")
     lines.append("")
+    lines.append("*reserved peak* is the device allocator's reserved bytes (live + cached: what `--mem-limit` "
+                 "caps) at their peak, the highest over ranks and steps; *frag at peak* is the fragmentation "
+                 "at the peak of the last step, (reserved - allocated) / reserved, the highest over ranks "
+                 "(the CSV also has the smallest largest free block at the end of the last step).")
+    lines.append("")
     lines.append("*state B/param* is the device's model state (params + grads + master_params + optimizer "
                  "peaks) per model parameter, the highest over ranks; *formula* is the same unpadded, in "
                  "closed form: (2d + K), (2d + K/N), (d + (d + K)/N), (2d + K)/N bytes at stages 0-3 for N "
@@ -530,31 +567,34 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
         lines.append(f"`--mem-limit` = {cap} bytes ({cap / MIB:.3f} MiB); the cap applies to *reserved* "
                      "bytes (live + cached), so a run can fail with a peak below it.")
     lines.append("")
-    lines.append("Config `sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-DTYPE]`: ZeRO "
-                 "stage S, `--offload cpu`, `--recompute full|selective|every-K`, `--optimizer OPTIMIZER` "
-                 "(adamw when absent), `--freeze UNITS` (nothing frozen when absent), "
-                 "`--dtype DTYPE` (fp32 when absent).")
+    lines.append("Config `sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-ALLOCATOR][-DTYPE]`: "
+                 "ZeRO stage S, `--offload cpu`, `--recompute full|selective|every-K`, `--optimizer OPTIMIZER` "
+                 "(adamw when absent), `--freeze UNITS` (nothing frozen when absent), `--allocator ALLOCATOR` "
+                 "(simple when absent), `--dtype DTYPE` (fp32 when absent).")
     lines.append("")
-    head = (["config", "status", "optimizer", "freeze", "peak mean", "peak max", "max/mean"]
-            + CATEGORIES + ["host peak", "state B/param", "formula B/param", "step ms", "tokens/s",
-                            "final loss", "comm MiB/step"])
+    head = (["config", "status", "optimizer", "freeze", "allocator", "peak mean", "peak max", "max/mean"]
+            + CATEGORIES + ["host peak", "reserved peak", "frag at peak", "state B/param", "formula B/param",
+                            "step ms", "tokens/s", "final loss", "comm MiB/step"])
+    text_cols = 5  # config .. allocator, left-aligned; the rest are numbers
     lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 4)) + "|")
+    lines.append("|" + "|".join(["---"] * text_cols + ["---:"] * (len(head) - text_cols)) + "|")
     for r in rows:
         good = r["status"] == "ok"
-        cells = [r["name"], r["status"], r["optimizer"], r["freeze"]]
+        cells = [r["name"], r["status"], r["optimizer"], r["freeze"], r["allocator"]]
         formula = r.get("formula_bytes_per_param")
         if good:
             cells += [mib(r["peak_mean_bytes"]), mib(r["peak_max_bytes"]),
                       f"{r['imbalance_max_over_mean']:.4f}"]
             cells += [mib(r[f"peak_{c}_mean_bytes"]) for c in CATEGORIES]
-            cells += [mib(r["host_peak_mean_bytes"]), f"{bytes_per_param(r):.3f}",
+            frag = r.get("fragmentation_at_peak_last_step_max")
+            cells += [mib(r["host_peak_mean_bytes"]), mib(r.get("reserved_peak_max_bytes")) or "-",
+                      "-" if frag is None else f"{frag:.4f}", f"{bytes_per_param(r):.3f}",
                       "-" if formula is None else f"{formula:.3f}",
                       f"{r['step_time_median_s'] * 1e3:.2f}",
                       f"{r['tokens_per_s']:.0f}", f"{r['final_loss']:.4f}",
                       mib(r.get("comm_bytes_per_step"))]
         else:
-            cells += ["-"] * (len(head) - 4)
+            cells += ["-"] * (len(head) - text_cols)
         lines.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
@@ -777,7 +817,8 @@ def bytes_per_param_series(rows):
     """The measured series of the bytes-per-parameter plot: rows without
     offload (with it, master and optimizer state are on the host), grouped by
     (dtype, optimizer, freeze); per stage the first configuration that ran
-    (recompute does not change model state). Returns [(key, {stage: row})]."""
+    (recompute and the allocator do not change model state). Returns
+    [(key, {stage: row})]."""
     series = {}
     for r in rows:
         if r["offload"] == "none" and r["status"] == "ok":

@@ -1,4 +1,5 @@
 #include "zt_mem.h"
+#include "mem_internal.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,8 +25,28 @@ static void cpu_raw_free(void *ctx, void *ptr) {
     (void)ctx;
     free(ptr);
 }
+/* Addresses without memory: mapped on commit, their pages dropped on decommit. */
+static void *cpu_reserve(void *ctx, size_t bytes) {
+    (void)ctx;
+    void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+static int cpu_commit(void *ctx, void *ptr, size_t bytes) {
+    (void)ctx;
+    return mprotect(ptr, bytes, PROT_READ | PROT_WRITE);
+}
+static void cpu_decommit(void *ctx, void *ptr, size_t bytes) {
+    (void)ctx;
+    (void)madvise(ptr, bytes, MADV_DONTNEED); /* the pages go back to the system */
+    (void)mprotect(ptr, bytes, PROT_NONE);
+}
+static void cpu_unreserve(void *ctx, void *ptr, size_t bytes) {
+    (void)ctx;
+    (void)munmap(ptr, bytes);
+}
+
 zt_raw_allocator zt_raw_allocator_cpu(void) {
-    zt_raw_allocator r = {cpu_raw_alloc, cpu_raw_free, NULL};
+    zt_raw_allocator r = {cpu_raw_alloc, cpu_raw_free, NULL, cpu_reserve, cpu_commit, cpu_decommit, cpu_unreserve};
     return r;
 }
 
@@ -65,7 +86,7 @@ static void locked_free(void *ctx, void *ptr) {
 }
 
 zt_raw_allocator zt_raw_allocator_host_locked(zt_host_lock_stats *stats) {
-    zt_raw_allocator r = {locked_alloc, locked_free, stats};
+    zt_raw_allocator r = {locked_alloc, locked_free, stats, NULL, NULL, NULL, NULL}; /* no address reservation */
     return r;
 }
 
@@ -77,20 +98,42 @@ void zt_mem_init(zt_mem *m, const char *space_name, zt_raw_allocator raw, size_t
     m->round_bytes = 512;
 }
 
-static void list_push(zt_block **head, zt_block *b) {
+const char *zt_alloc_mode_name(zt_alloc_mode mode) {
+    return mode == ZT_ALLOC_CACHING ? "caching" : mode == ZT_ALLOC_EXPANDABLE ? "expandable" : "simple";
+}
+
+int zt_alloc_mode_parse(const char *name, zt_alloc_mode *out) {
+    for (int i = ZT_ALLOC_SIMPLE; i <= ZT_ALLOC_EXPANDABLE; i++)
+        if (strcmp(name, zt_alloc_mode_name((zt_alloc_mode)i)) == 0) return *out = (zt_alloc_mode)i, 1;
+    return 0;
+}
+
+zt_status zt_mem_set_mode(zt_mem *m, zt_alloc_mode mode, size_t max_split_bytes, zt_error *err) {
+    if (m->alloc_count || m->live || m->cached)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s memory: the allocator mode is chosen before the first allocation",
+                       m->space_name);
+    if (mode == ZT_ALLOC_EXPANDABLE && !m->raw.reserve)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s memory: this backend cannot reserve addresses and map memory into "
+                       "them, which --allocator expandable needs (use caching)", m->space_name);
+    m->mode = mode;
+    m->max_split_bytes = max_split_bytes;
+    return ZT_OK;
+}
+
+void zt_mem_list_push(zt_block **head, zt_block *b) {
     b->prev = NULL;
     b->next = *head;
     if (*head) (*head)->prev = b;
     *head = b;
 }
-static void list_remove(zt_block **head, zt_block *b) {
+void zt_mem_list_remove(zt_block **head, zt_block *b) {
     if (b->prev) b->prev->next = b->next;
     else *head = b->next;
     if (b->next) b->next->prev = b->prev;
     b->prev = b->next = NULL;
 }
 
-static void bump(zt_counter *c, size_t delta) {
+void zt_mem_bump(zt_counter *c, size_t delta) {
     c->current += delta;
     if (c->current > c->peak) c->peak = c->current;
 }
@@ -103,9 +146,13 @@ static void destroy_block(zt_mem *m, zt_block *b) {
 }
 
 void zt_mem_release_cache(zt_mem *m) {
+    if (m->mode != ZT_ALLOC_SIMPLE) {
+        zt_mem_caching_release(m);
+        return;
+    }
     while (m->cached) {
         zt_block *b = m->cached;
-        list_remove(&m->cached, b);
+        zt_mem_list_remove(&m->cached, b);
         destroy_block(m, b);
     }
 }
@@ -114,10 +161,14 @@ void zt_mem_destroy(zt_mem *m) {
     free(m->labels);
     m->labels = NULL;
     m->nlabels = m->labels_cap = 0;
+    if (m->mode != ZT_ALLOC_SIMPLE) {
+        zt_mem_caching_destroy(m);
+        return;
+    }
     zt_mem_release_cache(m);
     while (m->live) {
         zt_block *b = m->live;
-        list_remove(&m->live, b);
+        zt_mem_list_remove(&m->live, b);
         destroy_block(m, b);
     }
 }
@@ -144,7 +195,7 @@ static zt_block *take_cached(zt_mem *m, size_t block_bytes) {
         if (!best || b->block_bytes < best->block_bytes) best = b;
         if (best->block_bytes == block_bytes) break;
     }
-    if (best) list_remove(&m->cached, best);
+    if (best) zt_mem_list_remove(&m->cached, best);
     return best;
 }
 
@@ -167,7 +218,7 @@ static zt_block *new_block(zt_mem *m, size_t block_bytes) {
     }
     b->ptr = p;
     b->block_bytes = block_bytes;
-    bump(&m->reserved, block_bytes);
+    zt_mem_bump(&m->reserved, block_bytes);
     m->system_allocs++;
     return b;
 }
@@ -191,6 +242,29 @@ static int label_entry(zt_mem *m, const char *label, zt_category cat) {
     return m->nlabels++;
 }
 
+/* The OOM error: what was asked, what is held, and whether free memory
+ * inside the reserved bytes would have served it had it been in one piece
+ * (a fragmentation OOM). */
+static zt_status refusal(const zt_mem *m, size_t bytes, size_t block_bytes, zt_category cat, const char *label,
+                         int injected, zt_error *err) {
+    char breakdown[512], req[32], lim[32], fb[32], lf[32];
+    zt_mem_format_breakdown(m, breakdown, sizeof breakdown);
+    zt_format_bytes(bytes, req, sizeof req);
+    zt_format_bytes(m->limit_bytes, lim, sizeof lim);
+    zt_free_stats fs = zt_mem_free_stats(m);
+    zt_format_bytes(fs.free_bytes, fb, sizeof fb);
+    zt_format_bytes(fs.largest_free, lf, sizeof lf);
+    int fragmented = !injected && fs.free_bytes >= block_bytes && fs.largest_free < block_bytes;
+    return ZT_FAIL(err, ZT_ERR_OOM,
+                   "out of %s memory in phase '%s'%s: requested %zu bytes (%s) for %s '%s'; "
+                   "allocated %zu, reserved %zu, limit %s; free inside reserved %s in %zu blocks, the largest %s "
+                   "(%s allocator); by category: %s",
+                   m->space_name, zt_phase_name(m->phase), fragmented ? " (a fragmentation OOM)" : "", bytes, req,
+                   zt_category_name(cat), label ? label : "", m->allocated.current, m->reserved.current,
+                   injected ? "none (refusal injected by a test)" : m->limit_bytes ? lim : "none (system refused)",
+                   fb, fs.free_blocks, lf, zt_alloc_mode_name(m->mode), breakdown);
+}
+
 zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *label,
                        zt_block **out, zt_error *err) {
     *out = NULL;
@@ -202,30 +276,22 @@ zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *lab
     size_t block_bytes = (bytes + m->round_bytes - 1) / m->round_bytes * m->round_bytes;
     int injected = m->inject_phase == (int)m->phase + 1;
     if (injected) m->inject_phase = 0;
-    zt_block *b = injected ? NULL : take_cached(m, block_bytes);
-    if (!b && !injected) b = new_block(m, block_bytes);
-    if (!b) {
-        char breakdown[512], req[32], lim[32];
-        zt_mem_format_breakdown(m, breakdown, sizeof breakdown);
-        zt_format_bytes(bytes, req, sizeof req);
-        zt_format_bytes(m->limit_bytes, lim, sizeof lim);
-        return ZT_FAIL(err, ZT_ERR_OOM,
-                       "out of %s memory in phase '%s': requested %zu bytes (%s) for %s '%s'; "
-                       "allocated %zu, reserved %zu, limit %s; by category: %s",
-                       m->space_name, zt_phase_name(m->phase), bytes, req, zt_category_name(cat),
-                       label ? label : "", m->allocated.current, m->reserved.current,
-                       injected ? "none (refusal injected by a test)" : m->limit_bytes ? lim : "none (system refused)",
-                       breakdown);
+    zt_block *b = NULL;
+    if (!injected && m->mode != ZT_ALLOC_SIMPLE) b = zt_mem_caching_take(m, block_bytes);
+    else if (!injected) {
+        b = take_cached(m, block_bytes);
+        if (!b) b = new_block(m, block_bytes);
     }
+    if (!b) return refusal(m, bytes, block_bytes, cat, label, injected, err);
     b->requested_bytes = bytes;
     b->category = cat;
     snprintf(b->label, sizeof b->label, "%s", label ? label : "");
-    list_push(&m->live, b);
+    zt_mem_list_push(&m->live, b);
     b->label_id = label_entry(m, b->label, cat);
-    if (b->label_id >= 0) bump(&m->labels[b->label_id].bytes, bytes);
+    if (b->label_id >= 0) zt_mem_bump(&m->labels[b->label_id].bytes, bytes);
 
-    bump(&m->by_category[cat], bytes);
-    bump(&m->allocated, bytes);
+    zt_mem_bump(&m->by_category[cat], bytes);
+    zt_mem_bump(&m->allocated, bytes);
     m->alloc_count++;
     m->phase_peak[m->phase] = max_sz(m->phase_peak[m->phase], m->allocated.current);
     m->window_cat_peak[cat] = max_sz(m->window_cat_peak[cat], m->by_category[cat].current);
@@ -239,13 +305,15 @@ zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *lab
 
 void zt_mem_free(zt_mem *m, zt_block *b) {
     if (!b) return;
-    list_remove(&m->live, b);
+    zt_mem_list_remove(&m->live, b);
     m->by_category[b->category].current -= b->requested_bytes;
     m->allocated.current -= b->requested_bytes;
     if (b->label_id >= 0) m->labels[b->label_id].bytes.current -= b->requested_bytes;
     b->requested_bytes = 0;
-    list_push(&m->cached, b);
-    if (m->observer) m->observer(m->observer_arg, m, b->category);
+    zt_category cat = b->category;
+    if (m->mode != ZT_ALLOC_SIMPLE) zt_mem_caching_put(m, b); /* may merge b away */
+    else zt_mem_list_push(&m->cached, b);
+    if (m->observer) m->observer(m->observer_arg, m, cat);
 }
 
 void zt_mem_set_phase(zt_mem *m, zt_phase p) {
@@ -261,6 +329,52 @@ void zt_mem_window_reset(zt_mem *m) {
     m->window_reserved_peak = m->reserved.current;
     for (int p = 0; p < ZT_NUM_PHASES; p++) m->window_phase_peak[p] = 0;
     m->window_phase_peak[m->phase] = m->allocated.current;
+}
+
+/* Free blocks by size, in powers of two: what a request larger than the
+ * largest of them runs into. */
+static void report_free_histogram(const zt_mem *m, FILE *f) {
+    size_t count[64] = {0}, bytes[64] = {0};
+    for (const zt_block *b = m->cached; b; b = b->next) {
+        int k = 0;
+        while (k < 63 && ((size_t)2 << k) <= b->block_bytes) k++; /* 2^k <= size < 2^(k+1) */
+        count[k]++;
+        bytes[k] += b->block_bytes;
+    }
+    zt_free_stats fs = zt_mem_free_stats(m);
+    char fb[32], lf[32];
+    zt_format_bytes(fs.free_bytes, fb, sizeof fb);
+    zt_format_bytes(fs.largest_free, lf, sizeof lf);
+    fprintf(f, "  free inside reserved: %s in %zu blocks, the largest %s (%s allocator)\n", fb, fs.free_blocks, lf,
+            zt_alloc_mode_name(m->mode));
+    for (int k = 0; k < 64; k++) {
+        if (!count[k]) continue;
+        char lo[32], hi[32], sum[32];
+        zt_format_bytes((size_t)1 << k, lo, sizeof lo);
+        zt_format_bytes((size_t)2 << k, hi, sizeof hi);
+        zt_format_bytes(bytes[k], sum, sizeof sum);
+        fprintf(f, "    free blocks in [%s, %s): %zu, %s\n", lo, hi, count[k], sum);
+    }
+}
+
+/* CACHING, EXPANDABLE: each segment's blocks in address order, live ones
+ * with their category and label (at most `cap` segments). */
+static void report_segments(const zt_mem *m, FILE *f, int cap) {
+    int n = 0;
+    for (const zt_mem_segment *s = m->segments; s && n < cap; s = s->next, n++) {
+        char sz[32];
+        zt_format_bytes(s->bytes, sz, sizeof sz);
+        fprintf(f, "  segment %d (%s pool, %s%s):", n, s->large ? "large" : "small", sz,
+                s->mapped ? " of addresses in use" : "");
+        for (const zt_block *b = s->first; b; b = b->seg_next) {
+            char bs[32];
+            zt_format_bytes(b->block_bytes, bs, sizeof bs);
+            if (b->requested_bytes) fprintf(f, " [%s %s %s]", bs, zt_category_name(b->category), b->label);
+            else fprintf(f, " [%s free]", bs);
+        }
+        fprintf(f, "\n");
+    }
+    if (n == cap && m->segments) fprintf(f, "  (first %d segments shown)\n", cap);
 }
 
 void zt_mem_report(const zt_mem *m, FILE *f, int top) {
@@ -298,4 +412,77 @@ void zt_mem_report(const zt_mem *m, FILE *f, int top) {
         fprintf(f, "    %12zu (%s)  %-16s %s\n", shown[i]->requested_bytes, s,
                 category_names[shown[i]->category], shown[i]->label);
     }
+    report_free_histogram(m, f);
+    if (m->mode != ZT_ALLOC_SIMPLE) report_segments(m, f, 32);
+}
+
+zt_free_stats zt_mem_free_stats(const zt_mem *m) {
+    zt_free_stats fs = {0, 0, 0, 0};
+    for (const zt_block *b = m->cached; b; b = b->next) {
+        fs.free_blocks++;
+        fs.free_bytes += b->block_bytes;
+        if (b->block_bytes > fs.largest_free) fs.largest_free = b->block_bytes;
+    }
+    if (m->mode != ZT_ALLOC_SIMPLE)
+        for (const zt_mem_segment *s = m->segments; s; s = s->next) fs.segments++;
+    else {
+        for (const zt_block *b = m->live; b; b = b->next) fs.segments++;
+        fs.segments += fs.free_blocks;
+    }
+    return fs;
+}
+
+/* One segment's blocks: tiling, neighbour links, no two free in a row. */
+static int check_segment(const zt_mem_segment *s, size_t *live_bytes, size_t *nfree, char *why, size_t cap) {
+    char *at = s->base;
+    const zt_block *prev = NULL;
+    for (const zt_block *b = s->first; b; prev = b, b = b->seg_next) {
+        if (b->seg != s || b->ptr != at || b->seg_prev != prev || b->block_bytes == 0)
+            return snprintf(why, cap, "segment %p: block %p misplaced or mislinked", s->base, b->ptr), 1;
+        if (prev && !prev->requested_bytes && !b->requested_bytes)
+            return snprintf(why, cap, "segment %p: two free neighbours at %p", s->base, b->ptr), 1;
+        if (b->requested_bytes > b->block_bytes)
+            return snprintf(why, cap, "block %p holds more than its size", b->ptr), 1;
+        *live_bytes += b->requested_bytes;
+        *nfree += !b->requested_bytes;
+        at += b->block_bytes;
+    }
+    if (at != (char *)s->base + s->bytes)
+        return snprintf(why, cap, "segment %p: its blocks cover %zu of %zu bytes", s->base,
+                        (size_t)(at - (char *)s->base), s->bytes), 1;
+    return 0;
+}
+
+/* EXPANDABLE: granules mapped in s, and whether every live block's are. */
+static size_t mapped_bytes(const zt_mem_segment *s, int *unmapped_live) {
+    size_t n = 0;
+    for (size_t g = 0; g < s->va_bytes / ZT_MEM_GRANULE; g++) n += s->mapped[g];
+    for (const zt_block *b = s->first; b; b = b->seg_next) {
+        size_t at = (size_t)((const char *)b->ptr - (const char *)s->base);
+        for (size_t g = at / ZT_MEM_GRANULE; b->requested_bytes && g * ZT_MEM_GRANULE < at + b->block_bytes; g++)
+            *unmapped_live |= !s->mapped[g];
+    }
+    return n * ZT_MEM_GRANULE;
+}
+
+int zt_mem_check(const zt_mem *m, char *why, size_t cap) {
+    if (m->mode == ZT_ALLOC_SIMPLE) return 0;
+    size_t reserved = 0, live_bytes = 0, nfree = 0, listed = 0;
+    int unmapped_live = 0;
+    for (const zt_mem_segment *s = m->segments; s; s = s->next) {
+        reserved += s->mapped ? mapped_bytes(s, &unmapped_live) : s->bytes;
+        if (check_segment(s, &live_bytes, &nfree, why, cap)) return 1;
+    }
+    if (unmapped_live) return snprintf(why, cap, "a live block lies on unmapped granules"), 1;
+    for (const zt_block *b = m->cached; b; b = b->next) {
+        if (b->requested_bytes) return snprintf(why, cap, "live block %p on the free list", b->ptr), 1;
+        listed++;
+    }
+    if (listed != nfree) return snprintf(why, cap, "%zu free blocks, %zu on the free list", nfree, listed), 1;
+    size_t cats = 0;
+    for (int c = 0; c < ZT_NUM_CATEGORIES; c++) cats += m->by_category[c].current;
+    if (reserved != m->reserved.current || live_bytes != m->allocated.current || cats != live_bytes)
+        return snprintf(why, cap, "counters: reserved %zu vs %zu segments, allocated %zu vs %zu live, categories %zu",
+                        m->reserved.current, reserved, m->allocated.current, live_bytes, cats), 1;
+    return 0;
 }

@@ -55,6 +55,14 @@ static void on_mem_change(void *arg, const zt_mem *m, zt_category c) {
     char name[64];
     snprintf(name, sizeof name, "%s/%s", m->space_name, zt_category_name(c));
     zt_trace_counter(t, name, (double)m->by_category[c].current);
+    /* The allocator's view beside the categories': what it holds, and the
+     * largest request it could serve without asking the system. */
+    snprintf(name, sizeof name, "%s allocated", m->space_name);
+    zt_trace_counter(t, name, (double)m->allocated.current);
+    snprintf(name, sizeof name, "%s reserved", m->space_name);
+    zt_trace_counter(t, name, (double)m->reserved.current);
+    snprintf(name, sizeof name, "%s largest free block", m->space_name);
+    zt_trace_counter(t, name, (double)zt_mem_free_stats(m).largest_free);
 }
 
 void zt_trace_watch_mem(zt_trace *t, zt_mem *m) {

@@ -46,17 +46,76 @@ typedef struct {
     void *(*alloc)(void *ctx, size_t bytes); /* NULL when the system refuses */
     void (*free)(void *ctx, void *ptr);
     void *ctx;
+    /* Address space without memory, and memory mapped into it, for the
+     * EXPANDABLE mode (NULL where the backend has none): reserve `bytes` of
+     * addresses (NULL: refused); commit (0: done) and decommit ranges of
+     * ZT_MEM_GRANULE-aligned granules in it; give the addresses back. */
+    void *(*reserve)(void *ctx, size_t bytes);
+    int (*commit)(void *ctx, void *ptr, size_t bytes);
+    void (*decommit)(void *ctx, void *ptr, size_t bytes);
+    void (*unreserve)(void *ctx, void *ptr, size_t bytes);
 } zt_raw_allocator;
+
+/* EXPANDABLE: memory is mapped into a segment's addresses in granules of
+ * this size (a GPU's large page). */
+#define ZT_MEM_GRANULE ((size_t)2 << 20)
+
+/* How a space turns requests into system allocations:
+ *   SIMPLE   one system block per request (rounded to 512 bytes), freed
+ *            blocks cached whole and reused by requests up to twice smaller
+ *   CACHING  as GPU caching allocators do: segments from the system, sized
+ *            by the request (requests up to 1 MiB from 2 MiB segments of a
+ *            small pool; larger ones from 20 MiB segments of a large pool,
+ *            or, from 10 MiB, a segment of their own rounded to 2 MiB),
+ *            carved best-fit into blocks that are split and, when freed,
+ *            coalesced with free neighbours; a refusal releases every
+ *            wholly free segment and retries once. Free memory can then be
+ *            plentiful and still serve no request: fragmentation.
+ *   EXPANDABLE  as CACHING, but each pool is one segment of reserved
+ *            addresses that grows in place, with memory mapped in granules
+ *            under the blocks in use (PyTorch's expandable_segments); a
+ *            refusal unmaps the granules no live block touches and retries
+ *            once. "reserved" counts mapped granules, so the holes between
+ *            live blocks cost nothing once released: no fragmentation OOM. */
+typedef enum { ZT_ALLOC_SIMPLE = 0, ZT_ALLOC_CACHING, ZT_ALLOC_EXPANDABLE } zt_alloc_mode;
+const char *zt_alloc_mode_name(zt_alloc_mode m);
+/* "simple", "caching" or "expandable" -> *out; 0 for another name. */
+int zt_alloc_mode_parse(const char *name, zt_alloc_mode *out);
+
+struct zt_mem_segment;
 
 typedef struct zt_block {
     void *ptr;
-    size_t block_bytes;     /* size obtained from the system (rounded) */
-    size_t requested_bytes; /* size the caller asked for; 0 while cached */
+    size_t block_bytes;     /* its bytes (rounded): a system block's, or its part of a segment */
+    size_t requested_bytes; /* size the caller asked for; 0 while free */
     zt_category category;
     char label[40];
     int label_id;                 /* its entry in zt_mem.labels (-1: none) */
-    struct zt_block *prev, *next; /* in the live list or the cache list */
+    struct zt_block *prev, *next; /* in the live list or the free (cache) list */
+    /* CACHING: its segment and its neighbours there, in address order. */
+    struct zt_mem_segment *seg;
+    struct zt_block *seg_prev, *seg_next;
 } zt_block;
+
+/* CACHING: one system allocation, tiled by its blocks in address order.
+ * EXPANDABLE: a pool's reserved addresses, tiled up to `bytes` (it grows). */
+typedef struct zt_mem_segment {
+    void *base;
+    size_t bytes;
+    int large;                      /* its pool: 0 small, 1 large */
+    size_t va_bytes;                /* EXPANDABLE: addresses reserved */
+    unsigned char *mapped;          /* EXPANDABLE: [va_bytes / ZT_MEM_GRANULE], 1 where memory is mapped */
+    zt_block *first;                /* the block at base */
+    struct zt_mem_segment *prev, *next; /* in zt_mem.segments */
+} zt_mem_segment;
+
+/* What the free memory inside the reserved bytes looks like. */
+typedef struct {
+    size_t free_bytes;    /* reserved - allocated - rounding of live blocks */
+    size_t free_blocks;   /* free (cached) blocks */
+    size_t largest_free;  /* the largest free block */
+    size_t segments;      /* CACHING: segments held (SIMPLE: system blocks, live or cached) */
+} zt_free_stats;
 
 typedef struct {
     size_t current;
@@ -96,7 +155,11 @@ typedef struct zt_mem {
     int nlabels, labels_cap;
 
     zt_block *live;   /* doubly linked, newest first */
-    zt_block *cached; /* doubly linked */
+    zt_block *cached; /* doubly linked: free blocks (SIMPLE: cached system blocks) */
+
+    zt_alloc_mode mode;        /* set before the first allocation (zt_mem_set_mode) */
+    size_t max_split_bytes;    /* CACHING: free blocks this large are not split for smaller requests (0: no cap) */
+    zt_mem_segment *segments;      /* CACHING: doubly linked */
 
     /* Fault injection for tests: refuse the first allocation made in phase
      * inject_phase - 1 (0: off), as a full device would. */
@@ -108,6 +171,15 @@ typedef struct zt_mem {
 } zt_mem;
 
 void zt_mem_init(zt_mem *m, const char *space_name, zt_raw_allocator raw, size_t limit_bytes);
+/* Chooses the mode (and CACHING's max_split_size, 0: none); only before the
+ * first allocation. */
+zt_status zt_mem_set_mode(zt_mem *m, zt_alloc_mode mode, size_t max_split_bytes, zt_error *err);
+/* The free memory inside the reserved bytes (a walk of the free list). */
+zt_free_stats zt_mem_free_stats(const zt_mem *m);
+/* CACHING: every segment tiled exactly by its blocks, in address order,
+ * no two free neighbours, the free list exactly the free blocks, and the
+ * counters their sums. Returns 0 when consistent, else writes why. */
+int zt_mem_check(const zt_mem *m, char *why, size_t cap);
 /* Frees every block, live or cached; live ones are a leak the caller made. */
 void zt_mem_destroy(zt_mem *m);
 

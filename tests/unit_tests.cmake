@@ -3,7 +3,7 @@
 # closed form, 8-bit AdamW and Adafactor's kernels against double precision
 # (test_optim_kernels), the tracked allocator, and the vector math against
 # libm. Each is a standalone executable that returns non-zero on failure.
-foreach(zt_unit_test test_ops_gradcheck test_ops_dtype test_adamw test_optim_kernels test_mem test_streams test_vmath)
+foreach(zt_unit_test test_ops_gradcheck test_ops_dtype test_adamw test_optim_kernels test_mem test_mem_caching test_streams test_vmath)
   add_executable(${zt_unit_test} ${CMAKE_CURRENT_SOURCE_DIR}/${zt_unit_test}.c)
   target_link_libraries(${zt_unit_test} PRIVATE zt_runtime)
   add_test(NAME ${zt_unit_test} COMMAND ${zt_unit_test})

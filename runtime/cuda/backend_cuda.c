@@ -365,8 +365,8 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
     be->name = "cuda";
     be->ops = zt_cuda_ops();
     for (int d = 0; d < ZT_NDTYPES; d++) be->ops_for[d] = zt_cuda_ops_for((zt_dtype)d);
-    be->raw_device = (zt_raw_allocator){cuda_raw_alloc, cuda_raw_free, im};
-    be->raw_host = (zt_raw_allocator){cuda_host_alloc, cuda_host_free, im};
+    be->raw_device = (zt_raw_allocator){cuda_raw_alloc, cuda_raw_free, im, NULL, NULL, NULL, NULL};
+    be->raw_host = (zt_raw_allocator){cuda_host_alloc, cuda_host_free, im, NULL, NULL, NULL, NULL};
     be->nthreads = nthreads;
     be->default_stream = im->stream;
     be->memcpy_async = cuda_memcpy;

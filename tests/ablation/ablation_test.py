@@ -16,9 +16,16 @@ Runs the 16-configuration sweep at np 2 on a small model twice:
    each ending at exactly run 1's loss for the same stage and offload
    (recomputation does not change the arithmetic; the memory ordering of the
    policies is tested on a 4-layer model in mpi_recompute_cuts_activations).
+5. with --allocator simple,caching (offload and recompute none, 2 steps): the
+   dry run passes --allocator to zt-train; the 8 runs are named `...-caching`
+   for the caching allocator, each rank's JSONL names the allocator it ran
+   with, the CSV and Markdown carry the allocator, the reserved peak and the
+   fragmentation at peak, and the two allocators agree on the allocated peak
+   and the loss.
 Also checks that a missing zt-train is a tooling error (exit 2).
 """
 import csv
+import json
 import math
 import os
 import shutil
@@ -46,8 +53,8 @@ def fail(msg):
     sys.exit("FAIL: " + msg)
 
 
-def sweep(ctx, out, extra, own=()):
-    cmd = ([sys.executable, ctx["ablate"], "--np", "2", "--steps", str(STEPS), "--out", out,
+def sweep(ctx, out, extra, own=(), steps=STEPS):
+    cmd = ([sys.executable, ctx["ablate"], "--np", "2", "--steps", str(steps), "--out", out,
             "--zt-train", ctx["zt"], "--zt-run", ctx["zt_run"]] + list(own) + ["--"] + MODEL + extra)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
@@ -222,6 +229,52 @@ def case_recompute_axis(ctx, base):
     print(f"ok: --recompute selective sweep: 8 configurations, each at the loss of no recompute ({out})")
 
 
+def case_allocator_axis(ctx):
+    own = ["--allocator", "simple,caching", "--offload", "none", "--recompute", "none"]
+    out = os.path.join(ctx["work"], "allocator")
+    p = subprocess.run([sys.executable, ctx["ablate"], "--np", "2", "--steps", "2", "--out", out, "--zt-train",
+                        ctx["zt"], "--zt-run", ctx["zt_run"], "--dry-run"] + own + ["--"] + MODEL,
+                       capture_output=True, text=True, timeout=60)
+    cmds = dict(line.split(": ", 1) for line in p.stdout.splitlines() if ": " in line)
+    want = {f"s{s}{a}" for s in range(4) for a in ("", "-caching")}
+    if p.returncode != 0 or set(cmds) != want:
+        fail(f"--allocator simple,caching --dry-run: exit {p.returncode}, configurations {sorted(cmds)}\n{p.stderr}")
+    for name, cmd in cmds.items():
+        if f"--allocator {'caching' if name.endswith('-caching') else 'simple'} " not in cmd:
+            fail(f"{name}: the dry run's command does not pass its allocator: {cmd}")
+    sweep(ctx, out, [], own=own, steps=2)
+    with open(os.path.join(out, "ablation.csv"), newline="") as f:
+        rows = {r["name"]: r for r in csv.DictReader(f)}
+    if set(rows) != want:
+        fail(f"allocator sweep rows: {sorted(rows)}")
+    md = check_files(out, rows)
+    if "| allocator |" not in md or "| reserved peak | frag at peak |" not in md:
+        fail("ablation.md's table has no allocator, reserved peak and fragmentation at peak columns")
+    for name, r in rows.items():
+        allocator = "caching" if name.endswith("-caching") else "simple"
+        if r["status"] != "ok" or r["allocator"] != allocator:
+            fail(f"{name}: {r['status']}, allocator {r['allocator']!r}, expected ok with {allocator}")
+        check_ok_row(r)
+        frag = num(r, "fragmentation_at_peak_last_step_max")
+        if not 0 <= frag < 1 or num(r, "largest_free_block_last_step_min_bytes") < 0:
+            fail(f"{name}: fragmentation at peak {frag}, largest free block "
+                 f"{r['largest_free_block_last_step_min_bytes']}")
+        if f"| {name} | ok | adamw | none | {allocator} |" not in md:
+            fail(f"ablation.md has no row for {name} with its allocator")
+        for rank in range(2):
+            with open(os.path.join(out, "runs", name, f"rank{rank}.jsonl")) as f:
+                used = {json.loads(line)["memory"]["allocator"] for line in f if line.strip()}
+            if used != {allocator}:
+                fail(f"{name}: rank {rank}'s steps ran with the allocator(s) {used}, expected {allocator}")
+        if allocator == "caching":
+            simple = rows[name[:-len("-caching")]]
+            for col in ("peak_max_bytes", "final_loss"):
+                if r[col] != simple[col]:
+                    fail(f"{name}: {col} {r[col]} differs from the simple allocator's {simple[col]}")
+    print(f"ok: --allocator simple,caching sweep: 8 configurations ok, allocator, reserved peak and "
+          f"fragmentation at peak in the CSV and Markdown ({out})")
+
+
 def case_tool_error(ctx):
     cmd = [sys.executable, ctx["ablate"], "--out", os.path.join(ctx["work"], "none"),
            "--zt-train", os.path.join(ctx["work"], "no-such-zt-train"), "--zt-run", ctx["zt_run"]]
@@ -236,6 +289,10 @@ def case_tool_error(ctx):
                        capture_output=True, text=True, timeout=60)
     if p.returncode != 2 or "use ablate.py --dtype" not in p.stderr:
         fail(f"--dtype after `--`: exit {p.returncode}, expected 2 with a message\n{p.stderr}")
+    p = subprocess.run(cmd[:4] + ["--zt-train", ctx["zt"], "--zt-run", ctx["zt_run"], "--", "--allocator", "caching"],
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode != 2 or "use ablate.py --allocator" not in p.stderr:
+        fail(f"--allocator after `--`: exit {p.returncode}, expected 2 with a message\n{p.stderr}")
     print("ok: a missing zt-train and a flag the sweep owns are refused with exit 2")
 
 
@@ -254,6 +311,7 @@ if __name__ == "__main__":
         case_capped(ctx, base)
         case_dtype_axis(ctx, base)
         case_recompute_axis(ctx, base)
+        case_allocator_axis(ctx)
         ok = True
     finally:
         if ok:

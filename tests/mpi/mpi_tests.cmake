@@ -103,3 +103,13 @@ if(ZT_CUDA_EMU)
                    $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
   set_tests_properties(optimizer_state_cuda_emu PROPERTIES LABELS "mpi;cuda" TIMEOUT 900 RUN_SERIAL TRUE)
 endif()
+
+# The device allocator's modes (tests/mpi/zt_allocator_test.py): caching
+# and expandable against simple, bitwise and per category; the free-block figures;
+# caching's fragmentation OOM under --seq-len-jitter and a cap; --metrics-file.
+foreach(zt_alloc_case modes fragmentation metrics)
+  add_test(NAME allocator_${zt_alloc_case}
+           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_allocator_test.py ${zt_alloc_case}
+                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+  set_tests_properties(allocator_${zt_alloc_case} PROPERTIES LABELS "mpi" TIMEOUT 600 RUN_SERIAL TRUE)
+endforeach()

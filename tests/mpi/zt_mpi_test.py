@@ -389,7 +389,8 @@ def case_imbalance_jitter(ctx):
 
 def case_trace(ctx):
     """DIR/trace.json is valid JSON in the Chrome trace format, with a counter
-    track for every category that allocated, on every rank, and spans."""
+    track for every category that allocated, on every rank, the allocator's
+    allocated, reserved and largest free block, and spans."""
     d = os.path.join(ctx["work"], "trace")
     launch(ctx["zt_run"], ctx["zt"], 2, MODEL + ["--steps", "3", "--stage", "3", "--offload", "cpu", "--log-dir", d])
     t = json.load(open(os.path.join(d, "trace.json")))
@@ -404,6 +405,7 @@ def case_trace(ctx):
         for cat, peak in rank["host_peak_by_category"].items():
             if peak > 0:
                 assert f"host/{cat}" in counters, (r, cat)
+        assert {"device allocated", "device reserved", "device largest free block"} <= counters, (r, counters)
         spans = {e["name"] for e in events if e["ph"] == "X" and e["pid"] == r}
         assert {"forward", "backward", "optimizer", "all_gather", "reduce_scatter"} <= spans, spans
         assert any(n.startswith("h2d params") for n in spans) and any(n.startswith("d2h grads") for n in spans)

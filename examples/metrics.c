@@ -1,0 +1,59 @@
+#include "metrics.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+void zt_metrics_path(const char *path, int rank, char *out, size_t cap) {
+    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+    if (!dot || (slash && dot < slash)) dot = path + strlen(path); /* no extension */
+    snprintf(out, cap, "%.*s.rank%d%s", (int)(dot - path), path, rank, dot);
+}
+
+/* One gauge or counter with its HELP and TYPE lines. */
+static void metric(FILE *f, const char *name, const char *type, const char *help, int rank, double value) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s{rank=\"%d\"} %.17g\n", name, help, name, type, name, rank, value);
+}
+
+static void write_all(FILE *f, int rank, const zt_mem *dev, const zt_mem *host, const zt_metrics_values *v) {
+    zt_free_stats fs = zt_mem_free_stats(dev);
+    double reserved = (double)dev->reserved.current, allocated = (double)dev->allocated.current;
+    metric(f, "zt_device_allocated_bytes", "gauge", "Bytes the device allocator's callers hold.", rank, allocated);
+    metric(f, "zt_device_reserved_bytes", "gauge", "Bytes the device allocator holds from the system.", rank,
+           reserved);
+    metric(f, "zt_device_largest_free_block_bytes", "gauge",
+           "The largest request the device allocator can serve from what it holds.", rank, (double)fs.largest_free);
+    metric(f, "zt_device_fragmentation_ratio", "gauge", "(reserved - allocated) / reserved on the device.", rank,
+           reserved > 0 ? (reserved - allocated) / reserved : 0.0);
+    fprintf(f, "# HELP zt_device_category_bytes Device bytes held per category.\n"
+               "# TYPE zt_device_category_bytes gauge\n");
+    for (int c = 0; c < ZT_NUM_CATEGORIES; c++)
+        fprintf(f, "zt_device_category_bytes{rank=\"%d\",category=\"%s\"} %zu\n", rank,
+                zt_category_name((zt_category)c), dev->by_category[c].current);
+    metric(f, "zt_host_pool_bytes", "gauge", "Bytes held in the host (offload) pool.", rank,
+           (double)host->allocated.current);
+    fprintf(f, "# HELP zt_transfer_bytes_total Offload bytes copied between host and device.\n"
+               "# TYPE zt_transfer_bytes_total counter\n"
+               "zt_transfer_bytes_total{rank=\"%d\",direction=\"h2d\"} %.17g\n"
+               "zt_transfer_bytes_total{rank=\"%d\",direction=\"d2h\"} %.17g\n",
+            rank, v->h2d_bytes, rank, v->d2h_bytes);
+    metric(f, "zt_oom_events_total", "counter", "Out-of-memory stops of this rank.", rank, v->oom_events);
+    metric(f, "zt_tokens_per_second", "gauge", "Tokens per second of the last step, over all ranks.", rank,
+           v->tokens_per_s);
+    if (v->step >= 0) metric(f, "zt_step", "gauge", "Optimizer steps done.", rank, v->step);
+}
+
+zt_status zt_metrics_write(const char *path, int rank, const zt_mem *device, const zt_mem *host,
+                           const zt_metrics_values *v, zt_error *err) {
+    char file[1100], tmp[1110];
+    zt_metrics_path(path, rank, file, sizeof file);
+    snprintf(tmp, sizeof tmp, "%s.tmp", file);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return ZT_FAIL(err, ZT_ERR_IO, "--metrics-file: cannot write %s: %s", tmp, strerror(errno));
+    write_all(f, rank, device, host, v);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) return ZT_FAIL(err, ZT_ERR_IO, "--metrics-file: cannot write %s", tmp);
+    /* A scraper reads the whole previous file or the whole new one. */
+    if (rename(tmp, file) != 0) return ZT_FAIL(err, ZT_ERR_IO, "--metrics-file: rename %s: %s", tmp, strerror(errno));
+    return ZT_OK;
+}
