@@ -78,8 +78,7 @@ def optimizer_bytes(opt, np, stage, rank):
 
 def case_stages(ctx):
     """np 3, fp32: for each optimizer, losses and params_digest bitwise equal
-    at stages 0-3 and with offload at stages 0 and 3; bf16 stages 0 and 3
-    equal at np 2; 8-bit Adam's delayed update equal at stages 1 and 3."""
+    at stages 0-3 and with offload at stages 0 and 3."""
     digests = set()
     for name, flags in OPTIMIZERS.items():
         args = MODEL + flags + ["--steps", "4"]
@@ -90,10 +89,19 @@ def case_stages(ctx):
         if name != "adafactor+m":  # its first moment starts at zero, without bias correction: slow at first
             assert losses(runs[0])[-1] < losses(runs[0])[0], (name, losses(runs[0]))
         digests.add(runs[0]["params_digest"])
+        print(f"ok: {name}: stages 0-3, offload at 0 and 3 bitwise equal ({runs[0]['params_digest']})")
+    assert len(digests) == len(OPTIMIZERS), digests
+
+
+def case_stages_more(ctx):
+    """bf16 stages 0 and 3 equal at np 2 for each optimizer; 8-bit Adam's
+    delayed update equal at stages 1 and 3; adafactor refuses the delayed
+    update by name."""
+    for name, flags in OPTIMIZERS.items():
+        args = MODEL + flags + ["--steps", "4"]
         half = [train(ctx, 2, args + ["--stage", str(s), "--dtype", "bf16"], f"{name}-b{s}") for s in (0, 3)]
         assert half[0]["params_digest"] == half[1]["params_digest"], name
-        print(f"ok: {name}: stages 0-3, offload at 0 and 3 bitwise equal ({runs[0]['params_digest']}); bf16 too")
-    assert len(digests) == len(OPTIMIZERS), digests
+    print("ok: bf16 stages 0 and 3 bitwise equal for every optimizer")
     delayed = [train(ctx, 3, MODEL + OPTIMIZERS["adam8bit"] + ["--steps", "4", "--stage", str(s), "--offload", "cpu",
                                                                 "--offload-delay", "1"], f"d{s}") for s in (1, 3)]
     assert delayed[0]["params_digest"] == delayed[1]["params_digest"]
@@ -226,7 +234,7 @@ def case_cuda_emu(ctx):
               f"within 1e-4 of the CPU")
 
 
-CASES = {"stages": case_stages, "bytes": case_bytes, "resume": case_resume, "reshard": case_reshard,
+CASES = {"stages": case_stages, "stages_more": case_stages_more, "bytes": case_bytes, "resume": case_resume, "reshard": case_reshard,
          "convergence": case_convergence, "cuda_emu": case_cuda_emu}
 
 if __name__ == "__main__":
