@@ -29,9 +29,10 @@ run_suite build "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-# The sanitizer pass skips the two longest scenarios (label "slow": the
-# planner's 64 runs and the 400-step convergence), which the first pass ran,
-# and the CUDA backend, which the first pass compiled and no GPU here can run.
+# The sanitizer pass skips the tests labelled "slow" (the longest scenarios,
+# and those whose C paths other tests run too; each cmake file says why),
+# which the first pass ran, and the CUDA backend, which the first pass
+# compiled and no GPU here can run.
 run_suite build-asan "-LE slow" -DCMAKE_BUILD_TYPE=Debug -DZT_SANITIZE=ON -DZT_CUDA=OFF
 unset LSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS
 # The GPU code paths without a GPU: kernels against the CPU, and training
