@@ -301,8 +301,7 @@ zt_status zt_engine_adafactor_host(zt_engine *e, int u, float *g, float clip, fl
     size_t owned = t.hi - t.lo;
     t.chunk = e->cfg.sub_group_size ? e->cfg.sub_group_size : ZT_OPTIMIZER_CHUNK;
     if (t.chunk > owned) t.chunk = owned > 0 ? owned : 1; /* as zt_engine_optimizer_chunk caps the device's */
-    if (clip != 1.0f)
-        for (size_t i = 0; i < owned; i++) g[i] *= clip;
+    scale_host_grads(g, owned, clip);
     const zt_unit_spec *us = &e->spec->units[u];
     size_t npieces = zt_adafactor_pieces(us, t.lo, t.hi, t.chunk);
     float *scratch = calloc(zt_adafactor_scratch_numel(us, t.lo, t.hi, t.chunk) + 1, sizeof(float));

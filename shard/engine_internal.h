@@ -86,6 +86,13 @@ size_t zt_adafactor_scratch_numel(const zt_unit_spec *us, size_t lo, size_t hi, 
 /* Update pieces of at most `chunk` elements over the segments of [lo, hi). */
 size_t zt_adafactor_pieces(const zt_unit_spec *us, size_t lo, size_t hi, size_t chunk);
 
+/* Offload's host optimizers: g[n] *= clip (the unscale-and-clip
+ * multiplier), in place, before their update. */
+static inline void scale_host_grads(float *g, size_t n, float clip) {
+    if (clip != 1.0f)
+        for (size_t i = 0; i < n; i++) g[i] *= clip;
+}
+
 /* Allocates a zeroed 1-d tensor labelled "<unit> <what>", on the device or
  * (zt_engine_alloc_host) in the host pool. */
 zt_status zt_engine_alloc(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,

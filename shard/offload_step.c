@@ -96,8 +96,7 @@ static zt_status retire_h2d_slot(zt_engine *e, int k) {
  * before its update. */
 static void host_sgd(const zt_engine *e, float *p, float *g, float *m, size_t n, float clip, float lr, float wd) {
     zt_stream host = {.nthreads = e->cfg.host_threads > 0 ? e->cfg.host_threads : 1};
-    if (clip != 1.0f)
-        for (size_t i = 0; i < n; i++) g[i] *= clip;
+    scale_host_grads(g, n, clip);
     zt_cpu_sgd(&host, p, g, m, n, lr, e->cfg.momentum, e->cfg.nesterov, wd);
 }
 
@@ -110,8 +109,7 @@ static void host_adam8bit(const zt_engine *e, int u, float *g, float clip, float
     size_t lo = owned_lo(e, u), hi = lo + owned_numel(e, u);
     float *p = zt_f32(&st->host_master), *ms = zt_f32(&st->host_scales), *vs = ms + zt_owned_qblocks(us, lo, hi);
     uint8_t *m8 = st->host_m.data, *v8 = st->host_v.data;
-    if (clip != 1.0f)
-        for (size_t i = 0; i < hi - lo; i++) g[i] *= clip;
+    scale_host_grads(g, hi - lo, clip);
     zt_segment_iter it = zt_segments(us, lo, hi);
     zt_segment seg;
     while (zt_next_segment(&it, &seg)) {

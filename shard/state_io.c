@@ -46,17 +46,23 @@ static zt_status fetch_state(zt_engine *e, const zt_tensor *t, void *dst) {
     return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
 }
 
-/* Copies host src over optimizer-state tensor t (which it fills). */
-static zt_status store_state(zt_engine *e, zt_tensor *t, const void *src) {
+/* Copies n floats to dst (the host pool under offload, else the device). */
+static zt_status put_f32(zt_engine *e, void *dst, const void *src, size_t bytes) {
     zt_ctx *ctx = e->ctx;
-    size_t bytes = zt_tensor_bytes(t);
-    if (bytes == 0) return ZT_OK;
     if (e->cfg.offload) {
-        memcpy(t->data, src, bytes);
+        memcpy(dst, src, bytes);
         return ZT_OK;
     }
-    ZT_TRY(ctx->be->memcpy_async(ctx->be, t->data, src, bytes, ZT_COPY_H2D, &ctx->compute, &ctx->err));
-    return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+    return ctx->be->memcpy_async(ctx->be, dst, src, bytes, ZT_COPY_H2D, &ctx->compute, &ctx->err);
+}
+
+/* Copies host src over optimizer-state tensor t (which it fills), waiting
+ * for the copy: the caller frees src. */
+static zt_status store_state(zt_engine *e, zt_tensor *t, const void *src) {
+    size_t bytes = zt_tensor_bytes(t);
+    if (bytes == 0) return ZT_OK;
+    ZT_TRY(put_f32(e, t->data, src, bytes));
+    return e->cfg.offload ? ZT_OK : e->ctx->be->stream_sync(e->ctx->be, &e->ctx->compute, &e->ctx->err);
 }
 
 static zt_tensor *state_tensor(zt_engine *e, zt_tensor *dev, zt_tensor *host) { return e->cfg.offload ? host : dev; }
@@ -148,16 +154,6 @@ zt_status zt_engine_get_params_slice(zt_engine *e, int u, void *dst) {
     const char *src = (const char *)e->units[u].params.data + local_index(full_params(e, u), lo, lo) * d;
     ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, src, S * d, ZT_COPY_D2H, &ctx->compute, &ctx->err));
     return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
-}
-
-/* Copies n floats to dst (the host pool under offload, else the device). */
-static zt_status put_f32(zt_engine *e, void *dst, const void *src, size_t bytes) {
-    zt_ctx *ctx = e->ctx;
-    if (e->cfg.offload) {
-        memcpy(dst, src, bytes);
-        return ZT_OK;
-    }
-    return ctx->be->memcpy_async(ctx->be, dst, src, bytes, ZT_COPY_H2D, &ctx->compute, &ctx->err);
 }
 
 zt_status zt_engine_owned_range(const zt_engine *e, int u, size_t *lo, size_t *n) {
