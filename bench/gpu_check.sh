@@ -206,6 +206,27 @@ print(f"| offload stages 2, 3 vs no offload (np=1, {len(base)} steps) | {status}
 sys.exit(0 if status == "PASS" else 1)
 PY
 
+stamp "3b'. --allocator expandable through the driver's VMM calls (runtime/cuda/vmm.c)"
+for a in caching expandable; do
+  timeout 120 $zt --device cuda --stage 3 --steps $steps_stages --seq-len-jitter 0.5 --allocator $a --quiet \
+    --log-dir "$out/alloc-$a" 2>>"$out/stages.log"
+done
+python3 - "$out" <<'PY' >> "$out/results.md" || fail=1
+import json, sys
+out = sys.argv[1]
+try:
+    c, e = (json.load(open(f"{out}/alloc-{a}/summary.json")) for a in ("caching", "expandable"))
+    res = [max(json.loads(l)["memory"]["reserved_peak_bytes"] for l in open(f"{out}/alloc-{a}/rank0.jsonl"))
+           for a in ("caching", "expandable")]
+except Exception as ex:
+    print(f"| expandable segments (VMM) vs caching | FAIL | {ex} |"); sys.exit(1)
+same = c["losses"] == e["losses"] and c["params_digest"] == e["params_digest"]
+ok = same and res[1] % (2 << 20) == 0 and res[1] <= res[0]
+print(f"| expandable segments (VMM) vs caching, stage 3, jitter | {'PASS' if ok else 'FAIL'} | bitwise {same}; "
+      f"reserved peak {res[1] / 2**20:.1f} MiB vs caching {res[0] / 2**20:.1f} MiB |")
+sys.exit(0 if ok else 1)
+PY
+
 stamp "3c. per-kernel times at GPT-2-small block shapes"
 if timeout 120 $bdir/bench/bench_kernels $kernel_shape > "$out/kernels_time.md" 2>&1; then
   result "per-kernel times ($(head -1 "$out/kernels_time.md"))" INFO "table in kernels_time.md"

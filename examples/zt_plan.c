@@ -274,6 +274,12 @@ static int largest_fitting(plan_job j, const zt_train_config *c, const plan_flag
     return lo;
 }
 
+static zt_alloc_mode allocator_of(const zt_train_config *c) {
+    zt_alloc_mode mode = ZT_ALLOC_SIMPLE;
+    (void)zt_alloc_mode_parse(c->allocator, &mode); /* the options table allows no other */
+    return mode;
+}
+
 /* largest[2]: the largest micro-batch and sequence length that fit (-1: not asked). */
 static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
                        const int *minw, int fits, const int *largest) {
@@ -292,6 +298,13 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     /* Each category at its own peak (as zt-train's summary reports it). */
     json_object_set_new(o, "peak_by_category", cat_peaks);
     json_object_set_new(o, "host_bytes", json_integer((json_int_t)p->host_bytes));
+    zt_alloc_mode mode = allocator_of(c);
+    zt_plan_band band = zt_plan_reserved_band(mode);
+    json_t *reserved = json_object();
+    json_object_set_new(reserved, "allocator", json_string(zt_alloc_mode_name(mode)));
+    json_object_set_new(reserved, "bytes", json_integer((json_int_t)zt_plan_expected_reserved(p->peak_bytes, mode)));
+    json_object_set_new(reserved, "band", json_pack("[f, f]", band.lo, band.hi));
+    json_object_set_new(o, "expected_reserved", reserved);
     json_object_set_new(o, "fits", json_boolean(fits));
     json_object_set_new(o, "peak_moment", json_string(p->peak_moment));
     json_object_set_new(o, "params", json_integer((json_int_t)j->spec->total_numel));
@@ -359,6 +372,11 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
     }
     gb(a, sizeof a, (double)p->peak_bytes);
     printf("    %-16s %s\n", "peak", a);
+    zt_alloc_mode mode = allocator_of(c);
+    zt_plan_band band = zt_plan_reserved_band(mode);
+    gb(a, sizeof a, (double)zt_plan_expected_reserved(p->peak_bytes, mode));
+    printf("  expected reserved (%s allocator, uncapped): %s; measured runs fell within %+.0f%% .. %+.0f%% of "
+           "this figure (docs/memory.md)\n", zt_alloc_mode_name(mode), a, 100 * band.lo, 100 * band.hi);
     gb(a, sizeof a, (double)p->host_bytes);
     printf("  host pool (offload): %s\n", a);
     if (pf->device_mem) print_verdict(p, pf, &j->model.cfg.recompute, j->model.cfg.attention_fused, minw, fits);

@@ -46,7 +46,8 @@ static void cpu_unreserve(void *ctx, void *ptr, size_t bytes) {
 }
 
 zt_raw_allocator zt_raw_allocator_cpu(void) {
-    zt_raw_allocator r = {cpu_raw_alloc, cpu_raw_free, NULL, cpu_reserve, cpu_commit, cpu_decommit, cpu_unreserve};
+    zt_raw_allocator r = {.alloc = cpu_raw_alloc, .free = cpu_raw_free, .reserve = cpu_reserve, .commit = cpu_commit,
+                          .decommit = cpu_decommit, .unreserve = cpu_unreserve};
     return r;
 }
 
@@ -86,7 +87,7 @@ static void locked_free(void *ctx, void *ptr) {
 }
 
 zt_raw_allocator zt_raw_allocator_host_locked(zt_host_lock_stats *stats) {
-    zt_raw_allocator r = {locked_alloc, locked_free, stats, NULL, NULL, NULL, NULL}; /* no address reservation */
+    zt_raw_allocator r = {.alloc = locked_alloc, .free = locked_free, .ctx = stats}; /* no address reservation */
     return r;
 }
 
@@ -114,7 +115,8 @@ zt_status zt_mem_set_mode(zt_mem *m, zt_alloc_mode mode, size_t max_split_bytes,
                        m->space_name);
     if (mode == ZT_ALLOC_EXPANDABLE && !m->raw.reserve)
         return ZT_FAIL(err, ZT_ERR_INVALID, "%s memory: this backend cannot reserve addresses and map memory into "
-                       "them, which --allocator expandable needs (use caching)", m->space_name);
+                       "them, which --allocator expandable needs (use caching)%s%s", m->space_name,
+                       m->raw.no_reserve_why ? ": " : "", m->raw.no_reserve_why ? m->raw.no_reserve_why : "");
     m->mode = mode;
     m->max_split_bytes = max_split_bytes;
     return ZT_OK;

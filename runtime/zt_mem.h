@@ -54,6 +54,7 @@ typedef struct {
     int (*commit)(void *ctx, void *ptr, size_t bytes);
     void (*decommit)(void *ctx, void *ptr, size_t bytes);
     void (*unreserve)(void *ctx, void *ptr, size_t bytes);
+    const char *no_reserve_why; /* where reserve is NULL on a backend that may have it: why (or NULL) */
 } zt_raw_allocator;
 
 /* EXPANDABLE: memory is mapped into a segment's addresses in granules of

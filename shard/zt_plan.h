@@ -125,4 +125,15 @@ zt_dtype zt_plan_compute_dtype(const zt_plan_sim *S);
 /* What the model keeps between its forward and its backward (reported). */
 void zt_plan_set_kept(zt_plan_sim *S, size_t bytes);
 
+/* The bytes an allocator in `mode` is expected to reserve when its
+ * allocated peak is peak_bytes, uncapped (as nvidia-smi would show them),
+ * and the band its measured reserved peak fell in around that figure, as
+ * fractions of it (measured = expected * (1 + x), lo <= x <= hi) over the
+ * configurations in docs/memory.md. */
+typedef struct {
+    double lo, hi;
+} zt_plan_band;
+size_t zt_plan_expected_reserved(size_t peak_bytes, zt_alloc_mode mode);
+zt_plan_band zt_plan_reserved_band(zt_alloc_mode mode);
+
 #endif

@@ -78,7 +78,7 @@ static void counting_free(void *ctx, void *ptr) {
     g_failures++;
 }
 static zt_raw_allocator counting_allocator(counting_raw *c) {
-    zt_raw_allocator r = {counting_alloc, counting_free, c, NULL, NULL, NULL, NULL};
+    zt_raw_allocator r = {.alloc = counting_alloc, .free = counting_free, .ctx = c};
     return r;
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "cuda_ops.h"
+#include "vmm.h"
 
 
 /* ---- errors -------------------------------------------------------------- */
@@ -121,6 +122,18 @@ static void *cuda_host_alloc(void *ctx, size_t bytes) {
 static void cuda_host_free(void *ctx, void *ptr) {
     (void)ctx;
     if (ptr) cudaFreeHost(ptr);
+}
+
+/* EXPANDABLE's segments (vmm.h). */
+static void *cuda_reserve(void *ctx, size_t bytes) { return zt_cuda_vmm_reserve(((zt_cuda_impl *)ctx)->vmm, bytes); }
+static int cuda_commit(void *ctx, void *ptr, size_t bytes) {
+    return zt_cuda_vmm_commit(((zt_cuda_impl *)ctx)->vmm, ptr, bytes);
+}
+static void cuda_decommit(void *ctx, void *ptr, size_t bytes) {
+    zt_cuda_vmm_decommit(((zt_cuda_impl *)ctx)->vmm, ptr, bytes);
+}
+static void cuda_unreserve(void *ctx, void *ptr, size_t bytes) {
+    zt_cuda_vmm_unreserve(((zt_cuda_impl *)ctx)->vmm, ptr, bytes);
 }
 
 static void cuda_raw_free(void *ctx, void *ptr) {
@@ -269,6 +282,7 @@ static void cuda_destroy(zt_backend *be) {
         if (im->lt_ws_event) (void)cudaEventDestroy(im->lt_ws_event);
         if (im->sumsq_scratch) (void)cudaFree(im->sumsq_scratch);
         if (im->stream) (void)cudaStreamDestroy(im->stream);
+        zt_cuda_vmm_destroy(im->vmm);
         (void)cudaGetLastError();
         pthread_mutex_destroy(&im->lock);
         free(im);
@@ -365,8 +379,17 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
     be->name = "cuda";
     be->ops = zt_cuda_ops();
     for (int d = 0; d < ZT_NDTYPES; d++) be->ops_for[d] = zt_cuda_ops_for((zt_dtype)d);
-    be->raw_device = (zt_raw_allocator){cuda_raw_alloc, cuda_raw_free, im, NULL, NULL, NULL, NULL};
-    be->raw_host = (zt_raw_allocator){cuda_host_alloc, cuda_host_free, im, NULL, NULL, NULL, NULL};
+    be->raw_device = (zt_raw_allocator){.alloc = cuda_raw_alloc, .free = cuda_raw_free, .ctx = im};
+    im->vmm = zt_cuda_vmm_create(im->device, im->vmm_why, sizeof im->vmm_why);
+    if (im->vmm) {
+        be->raw_device.reserve = cuda_reserve;
+        be->raw_device.commit = cuda_commit;
+        be->raw_device.decommit = cuda_decommit;
+        be->raw_device.unreserve = cuda_unreserve;
+    } else {
+        be->raw_device.no_reserve_why = im->vmm_why;
+    }
+    be->raw_host = (zt_raw_allocator){.alloc = cuda_host_alloc, .free = cuda_host_free, .ctx = im};
     be->nthreads = nthreads;
     be->default_stream = im->stream;
     be->memcpy_async = cuda_memcpy;

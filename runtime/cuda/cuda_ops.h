@@ -100,6 +100,10 @@ typedef struct {
      * through the cuBLAS handle instead, or, with a bias, the bias added by a
      * separate kernel (a diagnostic: the tests expect 0 for aligned shapes). */
     uint64_t lt_fallback_calls;
+    /* Address reservation and granule mapping for --allocator expandable;
+     * NULL where the driver or device has none (vmm_why says why). */
+    struct zt_cuda_vmm *vmm;
+    char vmm_why[160];
     pthread_mutex_t lock;    /* guards `sticky`, the cuBLAS handle and the cuBLASLt state */
     zt_error sticky;         /* first asynchronous failure, reported by stream_sync */
 } zt_cuda_impl;

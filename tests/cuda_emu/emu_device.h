@@ -37,6 +37,13 @@ void zt_emu_device_fault(const char *what);
 /* Whether [p, p + bytes) lies inside one device allocation. */
 bool zt_emu_is_device_range(const void *p, size_t bytes);
 
+/* Device memory for the driver's VMM calls (emu_vmm.cpp): bytes taken
+ * against the emulated capacity (false: it is full) and given back; a
+ * granule's mapping at p registered as device memory, or removed. */
+bool zt_emu_take_device_bytes(size_t bytes);
+void zt_emu_give_device_bytes(size_t bytes);
+void zt_emu_note_mapping(void *p, size_t bytes, bool mapped);
+
 /* The kernel's cudaFuncAttributeMaxDynamicSharedMemorySize, 0 if it was
  * never set (the default limits apply). */
 size_t zt_emu_dynamic_smem_optin(const void *func);

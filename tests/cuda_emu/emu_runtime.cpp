@@ -57,6 +57,7 @@ namespace {
 struct allocation {
     size_t bytes;
     bool device; /* false: pinned host memory */
+    bool mapped; /* a granule cuMemMap put there (emu_vmm.cpp): adjacent ones form one range */
 };
 
 struct emulator {
@@ -188,8 +189,14 @@ const allocation *find_allocation(const void *p, size_t bytes, uintptr_t *base) 
     auto it = e.allocations.upper_bound(a);
     if (it == e.allocations.begin()) return nullptr;
     --it;
-    if (a < it->first || a + bytes > it->first + it->second.bytes) return nullptr;
+    if (a < it->first || a >= it->first + it->second.bytes + (bytes == 0)) return nullptr;
     if (base) *base = it->first;
+    /* Mapped granules side by side are one range, as one virtual range on a GPU. */
+    for (auto next = it; a + bytes > next->first + next->second.bytes;) {
+        uintptr_t end = next->first + next->second.bytes;
+        if (!next->second.mapped || ++next == e.allocations.end() || next->first != end || !next->second.mapped)
+            return nullptr;
+    }
     return &it->second;
 }
 
@@ -242,6 +249,26 @@ bool zt_emu_check_kernel_pointer(const void *p, int index, const char *kernel) {
 }
 
 /* ---- the emulator's internal interface ------------------------------------ */
+
+bool zt_emu_take_device_bytes(size_t bytes) {
+    emulator &e = emu();
+    std::lock_guard<std::mutex> lk(e.mu);
+    if (e.device_used + bytes > e.device_capacity) return false;
+    e.device_used += bytes;
+    return true;
+}
+
+void zt_emu_give_device_bytes(size_t bytes) {
+    std::lock_guard<std::mutex> lk(emu().mu);
+    emu().device_used -= bytes;
+}
+
+void zt_emu_note_mapping(void *p, size_t bytes, bool mapped) {
+    emulator &e = emu();
+    std::lock_guard<std::mutex> lk(e.mu);
+    if (mapped) e.allocations[(uintptr_t)p] = allocation{bytes, true, true};
+    else e.allocations.erase((uintptr_t)p);
+}
 
 void zt_emu_enqueue(cudaStream_t stream, std::function<void()> op) {
     CUstream_st *s = resolve(stream);
@@ -407,7 +434,7 @@ static cudaError_t allocate(void **p, size_t bytes, bool device) {
      * that reads what nobody wrote gives NaN rather than a lucky zero. */
     if (device) memset(mem, 0xff, bytes);
     std::lock_guard<std::mutex> lk(e.mu);
-    e.allocations[(uintptr_t)mem] = allocation{bytes, device};
+    e.allocations[(uintptr_t)mem] = allocation{bytes, device, false};
     if (device) e.device_used += rounded;
     *p = mem;
     return cudaSuccess;

@@ -112,8 +112,9 @@ endif()
 
 # The device allocator's modes (tests/mpi/zt_allocator_test.py): caching
 # and expandable against simple, bitwise and per category; the free-block figures;
-# caching's fragmentation OOM under --seq-len-jitter and a cap; --metrics-file.
-foreach(zt_alloc_case modes fragmentation metrics)
+# caching's fragmentation OOM under --seq-len-jitter and a cap; --metrics-file;
+# zt-plan's peak and expected reserved bytes under each mode.
+foreach(zt_alloc_case modes fragmentation metrics planner)
   add_test(NAME allocator_${zt_alloc_case}
            COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_allocator_test.py ${zt_alloc_case}
                    $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
@@ -121,4 +122,10 @@ foreach(zt_alloc_case modes fragmentation metrics)
 endforeach()
 # The sanitizer pass runs the modes and the metrics file; the jittered
 # model's searches for a cap are the first pass's.
-set_tests_properties(allocator_fragmentation PROPERTIES LABELS "mpi;slow")
+set_tests_properties(allocator_fragmentation allocator_planner PROPERTIES LABELS "mpi;slow")
+if(ZT_CUDA_EMU) # expandable segments through the driver's VMM calls, on the emulator
+  add_test(NAME allocator_cuda_emu
+           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_allocator_test.py cuda_emu
+                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+  set_tests_properties(allocator_cuda_emu PROPERTIES LABELS "mpi;cuda" TIMEOUT 600 RUN_SERIAL TRUE)
+endif()

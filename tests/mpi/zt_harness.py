@@ -9,21 +9,22 @@ import sys
 import tempfile
 
 
-def launch(ctx, np, args, expect_rc=0):
-    """Runs zt-train on np ranks; exits the test with its output unless it ends with expect_rc (None: any)."""
+def launch(ctx, np, args, expect_rc=0, env=None):
+    """Runs zt-train on np ranks (env: extra environment variables); exits the
+    test with its output unless it ends with expect_rc (None: any)."""
     cmd = [ctx["zt_run"], "-np", str(np), ctx["zt"]] + args
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, **(env or {})))
     if expect_rc is not None and p.returncode != expect_rc:
         sys.exit(f"FAIL: {' '.join(cmd)}: exit {p.returncode}, expected {expect_rc}\n"
                  f"stdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}")
     return p
 
 
-def train(ctx, np, args, name):
+def train(ctx, np, args, name, env=None):
     """A successful run in WORK/name: its summary.json, with every rank's
     per-step JSONL lines under "steps" (steps[r] is rank r's)."""
     d = os.path.join(ctx["work"], name)
-    launch(ctx, np, args + ["--log-dir", d])
+    launch(ctx, np, args + ["--log-dir", d], env=env)
     with open(os.path.join(d, "summary.json")) as f:
         s = json.load(f)
     s["steps"] = []
