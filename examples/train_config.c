@@ -84,6 +84,14 @@ static const opt_spec options[] = {
     {"grad-clip", OPT_FLOAT, F(grad_clip), 0, 0, 1e30, NULL, "global gradient-norm clipping (0: off)"},
     {"stage", OPT_INT, F(stage), 0, 0, 3, NULL, "ZeRO stage 0..3"},
     {"offload", OPT_CHOICE, S(offload), 0, 0, "none|cpu", "optimizer state offload"},
+    {"link", OPT_CHOICE, S(link), 0, 0, "none|pcie4|pcie5",
+     "CPU backend: model a host-device link: pcie4 (26 GB/s each way, PCIe 4.0 x16 in practice), pcie5 (52 GB/s)"},
+    {"link-gbs", OPT_STRING, S(link_gbs), 0, 0, NULL,
+     "CPU backend: model a host-device link of H2D,D2H GB/s (e.g. 25,25): copies take bytes / bandwidth, "
+     "overlapped on the copy streams"},
+    {"offload-params", OPT_CHOICE, S(offload_params), 0, 0, "none|cpu",
+     "stage 3 with --offload cpu: each gathered unit's parameter shard lives in the host pool, copied in before "
+     "its all-gather and updated there by the CPU optimizer (DeepSpeed's offload_param)"},
     {"offload-delay", OPT_INT, F(offload_delay), 0, 0, 1, NULL,
      "1: delayed parameter update (experimental; with --offload cpu): the CPU Adam of a step overlaps the next "
      "step's forward and backward, which use the parameters from before it"},
@@ -169,6 +177,8 @@ void zt_train_config_defaults(zt_train_config *c) {
     snprintf(c->optimizer, sizeof c->optimizer, "adamw");
     c->momentum = 0.9;
     snprintf(c->allocator, sizeof c->allocator, "simple");
+    snprintf(c->link, sizeof c->link, "none");
+    snprintf(c->offload_params, sizeof c->offload_params, "none");
     c->adafactor_decay = -0.8;
     c->adafactor_clip = 1.0;
     c->adafactor_eps = 1e-30;
@@ -475,6 +485,12 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
     if (c->offload_delay && strcmp(c->offload, "cpu") != 0)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-delay 1 needs --offload cpu (got --offload %s): the delayed "
                        "update overlaps the CPU Adam with the next step", c->offload);
+    double gbs[2];
+    ZT_TRY(zt_train_config_link(c, gbs, err));
+    if (strcmp(c->offload_params, "cpu") == 0 && (c->stage != 3 || strcmp(c->offload, "cpu") != 0 || c->offload_delay))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-params cpu needs --stage 3 and --offload cpu, without "
+                       "--offload-delay (got --stage %d --offload %s --offload-delay %d): the CPU optimizer updates "
+                       "the offloaded shards in place", c->stage, c->offload, c->offload_delay);
     if (c->save_every > 0 && !c->save_dir[0])
         return ZT_FAIL(err, ZT_ERR_INVALID, "--save-every %d needs --save-dir", c->save_every);
     if (c->d_model % c->heads != 0)
@@ -484,6 +500,32 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
         return ZT_FAIL(err, ZT_ERR_INVALID, "--markov-branch %d exceeds --vocab %d", c->markov_branch, c->vocab);
     if (strcmp(c->data, "markov") != 0 && zt_train_config_given(c, "vocab") && c->vocab != 256)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--data FILE reads bytes, so --vocab must be 256 (got %d)", c->vocab);
+    return ZT_OK;
+}
+
+/* PCIe 4.0 x16 moves 24-28 GB/s in practice (32 in theory): the middle; 5.0 doubles it. */
+#define ZT_LINK_PCIE4_GBS 26.0
+#define ZT_LINK_PCIE5_GBS 52.0
+
+zt_status zt_train_config_link(const zt_train_config *c, double gbs[2], zt_error *err) {
+    gbs[0] = gbs[1] = 0;
+    int preset = strcmp(c->link, "none") != 0;
+    if (preset && c->link_gbs[0])
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--link %s and --link-gbs %s both set the link: give one", c->link,
+                       c->link_gbs);
+    if (preset) {
+        gbs[0] = gbs[1] = strcmp(c->link, "pcie5") == 0 ? ZT_LINK_PCIE5_GBS : ZT_LINK_PCIE4_GBS;
+        return ZT_OK;
+    }
+    if (!c->link_gbs[0]) return ZT_OK;
+    char *end = NULL;
+    double h = strtod(c->link_gbs, &end), d = h;
+    if (end != c->link_gbs && *end == ',') d = strtod(end + 1, &end);
+    if (*end || !(h > 0) || !(d > 0) || h > 1e6 || d > 1e6)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--link-gbs '%s': expected H2D,D2H bandwidths in GB/s, each in (0, 1e6] "
+                       "(e.g. 25,25)", c->link_gbs);
+    gbs[0] = h;
+    gbs[1] = d;
     return ZT_OK;
 }
 

@@ -41,12 +41,15 @@ typedef struct {
     double seq_len_jitter; /* each rank's T per step drawn in [(1 - F) seq_len, seq_len] */
     int64_t trace_max_events;
     int64_t prefetch_bucket_size; /* DeepSpeed's stage3_prefetch_bucket_size (parameters); 0: use prefetch */
+    char offload_params[8]; /* none or cpu: stage 3's parameter shards in the host pool */
     char offload[16], recompute[16], dtype[16], reduce_dtype[16], device[16], attention[16];
     /* fp16 loss scaling (DeepSpeed's fp16 block) and the non-finite guard */
     double loss_scale, min_loss_scale;
     int initial_scale_power, loss_scale_window, hysteresis, max_skipped_steps;
     size_t bucket_size, mem_limit;
     char allocator[12];    /* the device allocator's mode: simple, caching or expandable (zt_mem.h) */
+    char link[8];          /* a modelled host-device link preset: none, pcie4, pcie5 */
+    char link_gbs[64];     /* "H2D,D2H" in GB/s ("": none) */
     char metrics_file[1024]; /* Prometheus text per rank per step ("": none) */
     size_t max_split_size; /* caching: free blocks this large are not split for smaller requests (0: none) */
     char log_dir[512];
@@ -92,6 +95,9 @@ zt_status zt_train_config_parse_json(zt_train_config *cfg, const char *text, siz
 /* Rejects options that are named but not available yet, and cross-field
  * errors; resolves DeepSpeed's "auto" values from the model. */
 zt_status zt_train_config_validate(zt_train_config *cfg, zt_error *err);
+/* The modelled link's bandwidths, gbs[ZT_LINK_H2D], gbs[ZT_LINK_D2H] in
+ * 1e9 bytes/s, from --link-gbs or --link; both 0 when neither is given. */
+zt_status zt_train_config_link(const zt_train_config *cfg, double gbs[2], zt_error *err);
 int zt_train_config_given(const zt_train_config *cfg, const char *name);
 void zt_train_config_print_help(FILE *f, const char *prog);
 /* The settings every rank must share (zt_agree_settings), resolved: every

@@ -91,14 +91,25 @@ static void each_key(reader *r, json_t *obj, const char *prefix, key_fn each) {
     }
 }
 
-static void offload_key(reader *r, const char *key, json_t *val, const char *path) {
+/* A key of offload_optimizer or offload_param: its device sets `option`. */
+static void offload_device_key(reader *r, const char *key, json_t *val, const char *path, const char *option) {
     const char *dev = json_string_value(val);
     if (strcmp(key, "pin_memory") == 0) return require_true(r, val, path, "the host pool is always page-locked");
     if (strcmp(key, "device") != 0) return refuse(r, path, "not supported by zerotrain");
     if (!dev || (strcmp(dev, "cpu") != 0 && strcmp(dev, "none") != 0))
         return refuse(r, path, "not \"cpu\" or \"none\" (NVMe offload is not in zerotrain yet)");
-    set(r, "offload", val, path);
+    set(r, option, val, path);
 }
+
+static void offload_key(reader *r, const char *key, json_t *val, const char *path) {
+    offload_device_key(r, key, val, path, "offload");
+}
+
+/* offload_param: the parameter shards (stage 3) in the host pool. */
+static void offload_param_key(reader *r, const char *key, json_t *val, const char *path) {
+    offload_device_key(r, key, val, path, "offload-params");
+}
+
 
 static void zero_key(reader *r, const char *key, json_t *val, const char *path) {
     if (strcmp(key, "stage") == 0) set(r, "stage", val, path);
@@ -108,6 +119,7 @@ static void zero_key(reader *r, const char *key, json_t *val, const char *path) 
         set_count(r, "prefetch-bucket-size", val, path, 1.0, ZT_DS_AUTO_PREFETCH_BUCKET);
     else if (strcmp(key, "overlap_comm") == 0) set(r, "overlap-comm", val, path);
     else if (strcmp(key, "offload_optimizer") == 0) each_key(r, val, path, offload_key);
+    else if (strcmp(key, "offload_param") == 0) each_key(r, val, path, offload_param_key);
     else if (strcmp(key, "reduce_scatter") == 0) require_true(r, val, path, "gradients are always reduce-scattered");
     else if (strcmp(key, "contiguous_gradients") == 0)
         require_true(r, val, path, "each unit's gradients are always one flat buffer");

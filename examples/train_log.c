@@ -160,3 +160,20 @@ zt_status zt_labels_write(const char *dir, int rank, const zt_mem *device, const
     free(text);
     return st;
 }
+
+json_t *zt_link_step_json(const zt_link_stats *now, const zt_link_stats *before) {
+    static const char *const dir_name[2] = {"h2d", "d2h"};
+    json_t *o = json_object();
+    for (int d = 0; d < 2; d++) {
+        char key[32];
+        snprintf(key, sizeof key, "%s_gbs", dir_name[d]);
+        json_object_set_new(o, key, json_real(now->gbs[d]));
+        snprintf(key, sizeof key, "%s_bytes", dir_name[d]);
+        json_object_set_new(o, key, json_real(now->bytes[d] - before->bytes[d]));
+        snprintf(key, sizeof key, "%s_transfer_s", dir_name[d]);
+        json_object_set_new(o, key, json_real(now->busy_s[d] - before->busy_s[d]));
+        snprintf(key, sizeof key, "%s_exposed_s", dir_name[d]);
+        json_object_set_new(o, key, json_real(now->exposed_s[d] - before->exposed_s[d]));
+    }
+    return o;
+}

@@ -20,6 +20,11 @@ typedef struct {
  * driver_used/driver_total from zt_backend_driver_mem (0: left out). */
 json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host, size_t driver_used, size_t driver_total);
 
+/* The modelled link's step (zt_backend_set_link): per direction its
+ * bandwidth and, since `before`, the bytes, the link's time on them and
+ * the part of it the host waited for. */
+json_t *zt_link_step_json(const zt_link_stats *now, const zt_link_stats *before);
+
 typedef struct {
     const zt_train_config *cfg;
     int world_size;

@@ -210,6 +210,7 @@ typedef struct {
     zt_coll_stats comm_before[ZT_COLL_KINDS];
     unsigned long long staging_allocs_before;
     zt_transfer_stats xfer_before;
+    zt_link_stats link_before; /* the modelled link's counters (zeros: none) */
     size_t driver_used, driver_total;
 } step_record;
 
@@ -259,6 +260,7 @@ static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, cons
                           .prefetch = prefetch,
                           .overlap_comm = c->overlap_comm,
                           .offload = strcmp(c->offload, "cpu") == 0,
+                          .offload_params = strcmp(c->offload_params, "cpu") == 0,
                           .offload_delay = c->offload_delay,
                           .persist_threshold = (size_t)c->persist_threshold,
                           .max_live_params = (size_t)c->max_live_params,
@@ -393,6 +395,7 @@ static zt_status train_step(run_state *r, step_record *s) {
     memcpy(s->comm_before, r->comm->stats, sizeof s->comm_before);
     s->staging_allocs_before = r->comm->staging.pinned_allocs;
     s->xfer_before = zt_engine_transfers(&t->eng);
+    if (r->ctx->be->link) s->link_before = *r->ctx->be->link;
     s->T = seq_len_at(c, r->ctx->rank, s->step);
     s->lr = lr_at(c, s->step);
     gpt_step g = {r, s->T};
@@ -455,6 +458,7 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
     if (staging) json_object_set_new(o, "host_staging", staging);
     json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)zt_engine_gathered_peak(eng)));
     if (strcmp(r->c->offload, "cpu") == 0) json_object_set_new(o, "offload", offload_json(ctx, eng, &s->xfer_before));
+    if (ctx->be->link) json_object_set_new(o, "link", zt_link_step_json(ctx->be->link, &s->link_before));
     char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
     json_decref(o);
     if (line) {

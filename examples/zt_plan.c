@@ -107,6 +107,7 @@ typedef struct {
 static int fullest_rank(const plan_job *j) {
     if (j->in.optimizer != ZT_OPT_ADAFACTOR && j->in.optimizer != ZT_OPT_ADAM8BIT) return 0;
     zt_engine_config c = {.stage = j->in.stage, .dtype = j->in.dtype, .offload = j->in.offload,
+                          .offload_params = j->in.offload_params,
                           .persist_threshold = j->in.persist_threshold, .optimizer = j->in.optimizer,
                           .adafactor_beta1 = j->in.adafactor_beta1};
     int W = j->in.world, step = W > 1024 ? W / 1024 : 1, best = 0;
@@ -219,6 +220,7 @@ static zt_status model_units(plan_job *j, zt_train_config *c, const plan_flags *
 static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_model_spec *spec) {
     memset(in, 0, sizeof *in);
     in->offload = strcmp(c->offload, "cpu") == 0;
+    in->offload_params = strcmp(c->offload_params, "cpu") == 0;
     in->offload_delay = c->offload_delay;
     (void)zt_optimizer_parse(c->optimizer, &in->optimizer); /* the options table allows no other */
     in->adafactor_beta1 = (float)c->adafactor_beta1;
@@ -280,6 +282,40 @@ static zt_alloc_mode allocator_of(const zt_train_config *c) {
     return mode;
 }
 
+/* Host-device bytes per step, [ZT_LINK_H2D], [ZT_LINK_D2H]: the engine's
+ * (offload) and the model's, per micro-batch its tokens and targets in
+ * (int32) and its per-token losses out (fp32), and the gradient norm's
+ * partial sums out (a double per unit, the usual count of pieces). */
+typedef struct {
+    double bytes[2], gbs[2], seconds[2];
+    int link_given; /* --link or --link-gbs; else PCIe 4.0's figure is assumed */
+} plan_transfers;
+
+static plan_transfers transfers_of(const plan_job *j, const zt_plan *p, const zt_train_config *c) {
+    plan_transfers t;
+    memset(&t, 0, sizeof t);
+    double BT = (double)c->micro_batch * c->seq_len, accum = c->grad_accum;
+    t.bytes[ZT_LINK_H2D] = (double)p->transfer_bytes[ZT_LINK_H2D] + accum * 2 * BT * 4;
+    t.bytes[ZT_LINK_D2H] = (double)p->transfer_bytes[ZT_LINK_D2H] + accum * BT * 4 + 8.0 * j->spec->nunits;
+    zt_error err = {0};
+    if (zt_train_config_link(c, t.gbs, &err) == ZT_OK && t.gbs[0] > 0) t.link_given = 1;
+    else t.gbs[0] = t.gbs[1] = 26.0; /* --link pcie4 */
+    for (int d = 0; d < 2; d++) t.seconds[d] = t.bytes[d] / (t.gbs[d] * 1e9);
+    return t;
+}
+
+static json_t *transfers_json(const plan_transfers *t) {
+    json_t *x = json_object();
+    json_object_set_new(x, "h2d_bytes", json_real(t->bytes[ZT_LINK_H2D]));
+    json_object_set_new(x, "d2h_bytes", json_real(t->bytes[ZT_LINK_D2H]));
+    json_object_set_new(x, "h2d_gbs", json_real(t->gbs[ZT_LINK_H2D]));
+    json_object_set_new(x, "d2h_gbs", json_real(t->gbs[ZT_LINK_D2H]));
+    json_object_set_new(x, "h2d_s", json_real(t->seconds[ZT_LINK_H2D]));
+    json_object_set_new(x, "d2h_s", json_real(t->seconds[ZT_LINK_D2H]));
+    json_object_set_new(x, "link_given", json_boolean(t->link_given));
+    return x;
+}
+
 /* largest[2]: the largest micro-batch and sequence length that fit (-1: not asked). */
 static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
                        const int *minw, int fits, const int *largest) {
@@ -305,6 +341,8 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     json_object_set_new(reserved, "bytes", json_integer((json_int_t)zt_plan_expected_reserved(p->peak_bytes, mode)));
     json_object_set_new(reserved, "band", json_pack("[f, f]", band.lo, band.hi));
     json_object_set_new(o, "expected_reserved", reserved);
+    plan_transfers t = transfers_of(j, p, c);
+    json_object_set_new(o, "transfers_per_step", transfers_json(&t));
     json_object_set_new(o, "fits", json_boolean(fits));
     json_object_set_new(o, "peak_moment", json_string(p->peak_moment));
     json_object_set_new(o, "params", json_integer((json_int_t)j->spec->total_numel));
@@ -379,6 +417,12 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
            "this figure (docs/memory.md)\n", zt_alloc_mode_name(mode), a, 100 * band.lo, 100 * band.hi);
     gb(a, sizeof a, (double)p->host_bytes);
     printf("  host pool (offload): %s\n", a);
+    plan_transfers t = transfers_of(j, p, c);
+    gb(a, sizeof a, t.bytes[ZT_LINK_H2D]);
+    gb(b2, sizeof b2, t.bytes[ZT_LINK_D2H]);
+    printf("  host<->device per step: %s in, %s out; at %g,%g GB/s (%s): %.3f ms in, %.3f ms out\n", a, b2,
+           t.gbs[ZT_LINK_H2D], t.gbs[ZT_LINK_D2H], t.link_given ? "the given link" : "PCIe 4.0, --link pcie4",
+           1e3 * t.seconds[ZT_LINK_H2D], 1e3 * t.seconds[ZT_LINK_D2H]);
     if (pf->device_mem) print_verdict(p, pf, &j->model.cfg.recompute, j->model.cfg.attention_fused, minw, fits);
     if (largest[0] >= 0) printf("  the largest micro-batch that fits: %d\n", largest[0]);
     if (largest[1] >= 0) printf("  the longest sequence that fits: %d\n", largest[1]);

@@ -300,6 +300,9 @@ static int start(const job *j, const zt_train_config *cfg, zt_comm *comm, zt_ctx
     zt_alloc_mode mode = ZT_ALLOC_SIMPLE;
     (void)zt_alloc_mode_parse(cfg->allocator, &mode); /* the options table allows no other */
     if (st == ZT_OK) st = zt_mem_set_mode(&ctx->device_mem, mode, cfg->max_split_size, &ctx->err);
+    double link[2];
+    if (st == ZT_OK) st = zt_train_config_link(cfg, link, &ctx->err);
+    if (st == ZT_OK && link[0] > 0) st = zt_ctx_set_link(ctx, link[0], link[1]);
     /* bf16 on a backend without bf16 kernels (CUDA, for now): its fp32
      * GEMMs round their operands to bf16 (tensor cores). */
     zt_dtype dt = ZT_FP32;

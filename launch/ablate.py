@@ -3,14 +3,15 @@
 (x optimizer x frozen units x allocator x dtype).
 
     python3 launch/ablate.py [--preset zero] [--np 2] [--steps 30] [--out out/ablation]
-                             [--offload none,cpu] [--recompute none,full[,selective,every-K]]
+                             [--offload none,cpu[,params]] [--recompute none,full[,selective,every-K]]
                              [--optimizer adamw[,sgd,...]] [--freeze LIST [--freeze LIST ...]]
                              [--allocator simple[,caching,expandable]]
                              [--dtype fp32[,bf16,fp16]] [--dry-run]
                              [--build build | --zt-train PATH] [--zt-run PATH]
                              [-- EXTRA ZT-TRAIN FLAGS ...]
 
-Runs the configurations stage {0,1,2,3} x each --offload (default none,cpu)
+Runs the configurations stage {0,1,2,3} x each --offload (default none,cpu;
+params, the parameter shards offloaded too, runs at stage 3 only)
 x each policy of --recompute (default none,full: 16 configurations) for
 each frozen-unit list of --freeze, each optimizer of --optimizer, each
 device allocator of --allocator and each dtype of --dtype (defaults: none,
@@ -92,10 +93,13 @@ CATEGORIES = ["params", "grads", "master_params", "optimizer", "activations",
 MODEL_STATE = ["params", "grads", "master_params", "optimizer"]
 STAGES = [0, 1, 2, 3]
 OFFLOADS = ["none", "cpu"]     # the default --offload
+# Offload tiers the axis accepts: params is --offload cpu --offload-params cpu
+# (the parameter shards too), which only stage 3 has, so it runs there only.
+OFFLOAD_TIERS = OFFLOADS + ["params"]
 RECOMPUTES = ["none", "full"]  # the default --recompute
 # Flags whose value the sweep decides; passing them after `--` would silently
 # turn the ablation into 16 runs of one configuration (or mix their logs).
-AXIS_FLAGS = ["--stage", "--offload", "--recompute", "--dtype", "--optimizer", "--freeze", "--allocator",
+AXIS_FLAGS = ["--stage", "--offload", "--offload-params", "--recompute", "--dtype", "--optimizer", "--freeze", "--allocator",
               "--steps"]
 OWNED_FLAGS = AXIS_FLAGS + ["--log-dir"]
 DTYPES = ["fp32", "bf16", "fp16"]
@@ -144,7 +148,7 @@ def config_name(stage, offload, recompute, dtype="fp32", optimizer="adamw", free
     frozen, the simple allocator, fp32) are left out."""
     name = f"s{stage}"
     if offload != "none":
-        name += "-offload"
+        name += "-offload" + ("-params" if offload == "params" else "")
     if recompute == "full":
         name += "-recompute"
     elif recompute != "none":
@@ -225,7 +229,8 @@ def build_parser(here):
     p.add_argument("--zt-run", default=os.path.join(here, "zt-run"),
                    help="path of the mpirun wrapper [default: zt-run beside this script]")
     p.add_argument("--offload", default=",".join(OFFLOADS),
-                   help="comma-separated offload settings to sweep (none, cpu) [default: none,cpu]")
+                   help="comma-separated offload tiers to sweep: none, cpu (optimizer state), params (and stage 3's "
+                        "parameter shards: stage 3 only) [default: none,cpu]")
     p.add_argument("--recompute", default=",".join(RECOMPUTES),
                    help="comma-separated recompute policies to sweep (none, full, selective, every-K) "
                         "[default: none,full]")
@@ -277,7 +282,8 @@ def parse_args(argv):
         p.error("--steps must be at least 1")
     if args.timeout <= 0:
         p.error("--timeout must be positive")
-    args.offloads = distinct_list(p, "--offload", comma_list(args.offload), "none, cpu", lambda o: o in OFFLOADS)
+    args.offloads = distinct_list(p, "--offload", comma_list(args.offload), "none, cpu, params",
+                                  lambda o: o in OFFLOAD_TIERS)
     args.recomputes = distinct_list(
         p, "--recompute", comma_list(args.recompute), "none, full, selective, every-K",
         lambda r: r in ("none", "full", "selective") or re.fullmatch(r"every-[1-9][0-9]*", r))
@@ -295,7 +301,8 @@ def parse_args(argv):
     args.user_extra = extra
     args.extra = preset.get("model", []) + extra
     args.configs = [(s, o, r, d, opt, fr, al) for d in args.dtypes for al in args.allocators for opt in args.optimizers
-                    for fr in args.freezes for s in STAGES for o in args.offloads for r in args.recomputes]
+                    for fr in args.freezes for s in STAGES for o in args.offloads for r in args.recomputes
+                    if o != "params" or s == 3]
     names = [config_name(*c) for c in args.configs]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:
@@ -413,7 +420,9 @@ def config_command(args, out, config):
     name = config_name(stage, offload, recompute, dtype, optimizer, freeze, allocator)
     run_dir = os.path.join(out, "runs", name)
     cmd = ([args.zt_run, "-np", str(args.np), args.zt_train,
-            "--stage", str(stage), "--offload", offload, "--recompute", recompute, "--dtype", dtype,
+            "--stage", str(stage), "--offload", "cpu" if offload == "params" else offload]
+           + (["--offload-params", "cpu"] if offload == "params" else [])
+           + ["--recompute", recompute, "--dtype", dtype,
             "--optimizer", optimizer, "--freeze", freeze, "--allocator", allocator, "--steps", str(args.steps)]
            + args.extra + ["--log-dir", run_dir, "--quiet"])
     return name, run_dir, cmd

@@ -48,6 +48,18 @@ int zt_cuda_devices_visible(void) {
 #endif
 }
 
+zt_status zt_backend_set_link(zt_backend *be, double h2d_gbs, double d2h_gbs, zt_error *err) {
+    if (be->device != ZT_DEVICE_CPU)
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--link-gbs / --link model a host-device link on the CPU backend; "
+                       "on %s the real link is used (drop the flag)", be->name);
+    if (!(h2d_gbs > 0) || !(d2h_gbs > 0))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "a modelled link needs bandwidths > 0 (got %g,%g GB/s)", h2d_gbs, d2h_gbs);
+    if (be->event_record || be->link)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "a modelled link replaces the copy streams' schedule, which "
+                       "ZT_CPU_DEFER_COPIES (or an earlier link) has set already");
+    return zt_cpu_install_link(be, h2d_gbs, d2h_gbs, err);
+}
+
 void zt_backend_destroy(zt_backend *be) {
     if (be && be->destroy) be->destroy(be);
 }

@@ -25,6 +25,17 @@ zt_status zt_ctx_init_on(zt_ctx *ctx, zt_device device, int cuda_device, int nth
     return ZT_OK;
 }
 
+zt_status zt_ctx_set_link(zt_ctx *ctx, double h2d_gbs, double d2h_gbs) {
+    zt_stream_destroy(ctx->be, &ctx->h2d);
+    zt_stream_destroy(ctx->be, &ctx->d2h);
+    memset(&ctx->h2d, 0, sizeof ctx->h2d);
+    memset(&ctx->d2h, 0, sizeof ctx->d2h);
+    zt_status st = zt_backend_set_link(ctx->be, h2d_gbs, d2h_gbs, &ctx->err);
+    if (st == ZT_OK) st = zt_stream_create(ctx->be, &ctx->h2d, &ctx->err);
+    if (st == ZT_OK) st = zt_stream_create(ctx->be, &ctx->d2h, &ctx->err);
+    return st;
+}
+
 void zt_ctx_capture_oom_report(zt_ctx *ctx) {
     free(ctx->oom_report);
     ctx->oom_report = NULL;

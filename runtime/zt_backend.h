@@ -23,7 +23,8 @@ typedef struct {
     int nthreads;  /* CPU: threads the kernels on this stream may use */
 } zt_stream;
 
-typedef enum { ZT_COPY_H2D, ZT_COPY_D2H, ZT_COPY_D2D } zt_copy_kind;
+/* H2H: between host buffers the device reads (the host pool), off the link. */
+typedef enum { ZT_COPY_H2D, ZT_COPY_D2H, ZT_COPY_D2D, ZT_COPY_H2H } zt_copy_kind;
 
 /* Kernel table of one compute dtype (`dtype`). The model's tensors, its
  * activations, their gradients and the gathered parameters, are `void *` in
@@ -149,6 +150,18 @@ typedef struct {
     void (*sum_squares)(zt_stream *s, double *out, const float *x, size_t n);
 } zt_ops;
 
+/* A modelled host-device link (zt_backend_set_link; the CPU backend only):
+ * per direction its bandwidth and, since it was set, the bytes copied, the
+ * time the link spent on them (bytes / bandwidth) and the time the host
+ * waited for them (the exposed part). */
+enum { ZT_LINK_H2D = 0, ZT_LINK_D2H = 1 };
+typedef struct {
+    double gbs[2]; /* 1e9 bytes/s, [ZT_LINK_H2D], [ZT_LINK_D2H] */
+    double bytes[2];
+    double busy_s[2];
+    double exposed_s[2];
+} zt_link_stats;
+
 typedef struct zt_backend {
     zt_device device;
     const char *name;
@@ -186,6 +199,7 @@ typedef struct zt_backend {
     /* Free and total bytes of the device (cudaMemGetInfo); zeros on CPU. */
     zt_status (*mem_info)(struct zt_backend *be, size_t *free_bytes, size_t *total_bytes, zt_error *err);
     void (*destroy)(struct zt_backend *be);
+    zt_link_stats *link;  /* the modelled link's figures; NULL: none (the real link, or memory speed) */
     void *default_stream; /* zt_stream.handle of zt_backend_stream: cudaStream_t on CUDA, NULL on CPU */
     void *impl;
 } zt_backend;
@@ -226,8 +240,17 @@ void zt_event_destroy(zt_backend *be, void *event);
 zt_status zt_stream_create(zt_backend *be, zt_stream *out, zt_error *err);
 void zt_stream_destroy(zt_backend *be, zt_stream *s);
 
+/* Models a host-device link of h2d_gbs and d2h_gbs (1e9 bytes/s, > 0) on
+ * the CPU backend (runtime/cpu/link.c): H2D and D2H copies take bytes /
+ * bandwidth, copy streams run ahead of the host and waits on them sleep.
+ * Call before creating any stream. ZT_ERR_UNSUPPORTED on CUDA, where the
+ * real link is used; ZT_ERR_INVALID under ZT_CPU_DEFER_COPIES (another
+ * schedule of the copy streams). */
+zt_status zt_backend_set_link(zt_backend *be, double h2d_gbs, double d2h_gbs, zt_error *err);
+
 /* Implementation entry points (one per backend). */
 zt_status zt_backend_cpu_create(int nthreads, zt_backend **out, zt_error *err);
+zt_status zt_cpu_install_link(zt_backend *be, double h2d_gbs, double d2h_gbs, zt_error *err); /* cpu/link.c */
 /* CUDA (built with ZT_HAVE_CUDA): runs on CUDA device `device` modulo the
  * visible count; ZT_ERR_UNSUPPORTED when no device is visible. */
 zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_error *err);

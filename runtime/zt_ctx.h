@@ -41,6 +41,9 @@ zt_status zt_ctx_init(zt_ctx *ctx, zt_device device, int nthreads, size_t device
  * launcher's local-rank variable, see zt_backend_create). */
 zt_status zt_ctx_init_on(zt_ctx *ctx, zt_device device, int cuda_device, int nthreads, size_t device_limit,
                          int rank, int world_size, int quiet);
+/* A modelled host-device link under ctx's copy streams (zt_backend_set_link),
+ * which are made anew: call before anything else creates a stream. */
+zt_status zt_ctx_set_link(zt_ctx *ctx, double h2d_gbs, double d2h_gbs);
 void zt_ctx_destroy(zt_ctx *ctx);
 
 #endif

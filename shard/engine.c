@@ -65,7 +65,8 @@ zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_
         size_t P = us->padded_numel, S = us->shard_numel, owned = stage < 1 ? P : S;
         size_t lo = stage < 1 ? 0 : (size_t)rank * S;
         int full = stage < 3 || us->numel < cfg->persist_threshold; /* engine_internal.h: persistent */
-        b.params += (full ? P : S) * d;
+        if (!full && cfg->offload_params) b.host_params += S * d;
+        else b.params += (full ? P : S) * d;
         if (us->frozen) continue; /* params only */
         b.grads += (stage < 2 ? P : S) * d;
         size_t opt = optimizer_state_bytes(us, cfg, lo, lo + owned);
@@ -89,8 +90,8 @@ static zt_status check_agreement(zt_engine *e) {
     XXH64_state_t *h = XXH64_createState();
     if (!h) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate hash state");
     XXH64_reset(h, 0);
-    int head[7] = {e->spec->nunits, e->cfg.stage, (int)e->cfg.dtype, (int)e->cfg.reduce_dtype, e->cfg.offload,
-                   e->cfg.offload_delay, (int)e->cfg.optimizer};
+    int head[8] = {e->spec->nunits, e->cfg.stage, (int)e->cfg.dtype, (int)e->cfg.reduce_dtype, e->cfg.offload,
+                   e->cfg.offload_delay, (int)e->cfg.optimizer, e->cfg.offload_params};
     XXH64_update(h, head, sizeof head);
     /* The stage-3 knobs decide which collectives run and in what order. */
     size_t knobs[3] = {e->cfg.persist_threshold, e->cfg.max_live_params, e->cfg.max_reuse_distance};
@@ -168,7 +169,8 @@ static zt_status alloc_unit_state(zt_engine *e, int u) {
     size_t P = us->padded_numel, S = us->shard_numel, owned = owned_numel(e, u);
     zt_dtype dt = e->cfg.dtype;
     st->phase = full_params(e, u) ? ZT_UNIT_GATHERED : ZT_UNIT_SHARDED;
-    ZT_TRY(zt_engine_alloc(e, &st->params, dt, full_params(e, u) ? P : S, ZT_CAT_PARAMS, "params", u));
+    if (params_on_host(e, u)) ZT_TRY(zt_engine_alloc_host(e, &st->params, dt, S, ZT_CAT_PARAMS, "params", u));
+    else ZT_TRY(zt_engine_alloc(e, &st->params, dt, full_params(e, u) ? P : S, ZT_CAT_PARAMS, "params", u));
     if (frozen(e, u)) return ZT_OK;
     ZT_TRY(zt_engine_alloc(e, &st->grads, dt, full_grads(e) ? P : S, ZT_CAT_GRADS, "grads", u));
     if (e->cfg.offload)
@@ -203,6 +205,10 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
     if (cfg->offload_delay && !cfg->offload)
         return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "--offload-delay 1 needs --offload cpu (the delayed update is the "
                        "CPU Adam's)");
+    if (cfg->offload_params && (cfg->stage != 3 || !cfg->offload || cfg->offload_delay))
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "--offload-params cpu needs --stage 3 and --offload cpu, without "
+                       "--offload-delay (got stage %d, offload %s, offload-delay %d): the CPU optimizer updates the "
+                       "offloaded shards in place", cfg->stage, cfg->offload ? "cpu" : "none", cfg->offload_delay);
     if (cfg->offload_delay && cfg->optimizer == ZT_OPT_ADAFACTOR)
         return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "--offload-delay 1 cannot run --optimizer adafactor: its update "
                        "sums each matrix's statistics over the ranks, a collective the delayed update's thread "
@@ -243,8 +249,9 @@ void zt_engine_destroy(zt_engine *e) {
     for (int u = 0; u < e->spec->nunits; u++) {
         zt_unit_state *st = &e->units[u];
         if (st->gather_handle.active) zt_comm_wait(e->comm, &st->gather_handle, &ignore);
-        zt_tensor *all[] = {&st->params,   &st->grads,    &st->master, &st->adam_m,     &st->adam_v,
-                            &st->opt_scales, &st->gathered, &st->view32, &st->grad32};
+        zt_tensor_free(&st->params, params_on_host(e, u) ? &e->ctx->host_mem : mem);
+        zt_tensor *all[] = {&st->grads, &st->master, &st->adam_m, &st->adam_v, &st->opt_scales,
+                            &st->gathered, &st->view32, &st->grad32};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zt_tensor_free(all[i], mem);
         zt_tensor *host[] = {&st->host_master, &st->host_m, &st->host_v, &st->host_scales};
         for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) zt_tensor_free(host[i], &e->ctx->host_mem);

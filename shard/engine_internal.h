@@ -18,6 +18,12 @@ static inline int full_params(const zt_engine *e, int u) { return e->cfg.stage <
 /* Is unit u all-gathered just in time (stage 3, not persistent)? */
 static inline int gathered_on_demand(const zt_engine *e, int u) { return !full_params(e, u); }
 static inline int full_grads(const zt_engine *e) { return e->cfg.stage < 2; }
+/* Is unit u's parameter shard in the host pool (offload_params)? */
+static inline int params_on_host(const zt_engine *e, int u) { return e->cfg.offload_params && gathered_on_demand(e, u); }
+/* A copy into or out of unit u's params: `device_kind` where they are on the device. */
+static inline zt_copy_kind params_copy_kind(const zt_engine *e, int u, zt_copy_kind device_kind) {
+    return params_on_host(e, u) ? ZT_COPY_H2H : device_kind;
+}
 static inline int full_optim(const zt_engine *e) { return e->cfg.stage < 1; }
 
 /* This rank's slice [lo, hi) of unit u in unit coordinates. */

@@ -197,10 +197,11 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
     const zt_unit_spec *us = &e->spec->units[u];
     size_t n = owned_numel(e, u), lo = owned_lo(e, u);
     if (!grads_in_flight(e, st)->data) ZT_TRY(zt_engine_offload_grads(e, u)); /* no bucket carried it */
-    ZT_TRY(retire_next_slot(e));
+    int in_place = params_on_host(e, u); /* the shard is the output: nothing to copy to the device */
+    if (!in_place) ZT_TRY(retire_next_slot(e));
     ZT_TRY(host_grads_ready(e, u, n));
-    zt_tensor *out;
-    ZT_TRY(take_next_slot(e, u, &out));
+    zt_tensor *out = &st->params;
+    if (!in_place) ZT_TRY(take_next_slot(e, u, &out));
     /* The fused Adam writes fp32 and bf16 copies; fp16, and SGD's, are rounded below. */
     int written = 0;
     if (e->cfg.optimizer == ZT_OPT_ADAFACTOR) /* collective: never on the delayed update's thread */
@@ -213,17 +214,20 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
     for (size_t j = 0; j < n; j++)
         if (lo + j >= us->numel || !written) zt_dtype_store(out->data, e->cfg.dtype, j, p[j]);
     zt_tensor_free(&st->host_grads, &e->ctx->host_mem);
-    return send_slot(e, u);
+    return in_place ? ZT_OK : send_slot(e, u);
 }
 
 zt_status zt_engine_offload_apply_unit(zt_engine *e, int u) {
-    ZT_TRY(retire_next_slot(e));
-    zt_tensor *out;
-    ZT_TRY(take_next_slot(e, u, &out));
+    int in_place = params_on_host(e, u);
+    zt_tensor *out = &e->units[u].params;
+    if (!in_place) {
+        ZT_TRY(retire_next_slot(e));
+        ZT_TRY(take_next_slot(e, u, &out));
+    }
     const float *p = zt_f32(&e->units[u].host_master);
     size_t n = owned_numel(e, u);
     for (size_t j = 0; j < n; j++) zt_dtype_store(out->data, e->cfg.dtype, j, p[j]);
-    return send_slot(e, u);
+    return in_place ? ZT_OK : send_slot(e, u);
 }
 
 zt_status zt_engine_offload_begin(zt_engine *e) {

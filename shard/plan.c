@@ -35,6 +35,7 @@ static zt_engine_config state_settings(const zt_plan_input *in) {
     c.stage = in->stage;
     c.dtype = in->dtype;
     c.offload = in->offload;
+    c.offload_params = in->offload_params;
     c.persist_threshold = in->persist_threshold;
     c.optimizer = in->optimizer;
     c.adafactor_beta1 = in->adafactor_beta1;
@@ -79,6 +80,7 @@ void zt_plan_begin_pass(zt_plan_sim *S, const int *order, int n, const int *next
 static void gather(zt_plan_sim *S, int u) {
     S->phase[u] = ZT_UNIT_GATHERED;
     S->live += padded(S, u);
+    if (S->in.offload_params) S->shard_copies_in += S->in.spec->units[u].shard_numel * zt_dtype_size(S->in.dtype);
 }
 
 /* As shard/gather.c prefetch_next: the next `prefetch` uses in order,
@@ -224,15 +226,21 @@ static size_t host_bytes(const zt_plan_sim *S) {
     for (int u = 0; u < spec->nunits; u++) {
         size_t o = owned(S, u);
         if (o == 0) continue; /* frozen: the engine skips it, its slots stay as they were */
+        /* u's output slot; none where its shard is updated in place (offload_params) */
+        size_t slot = S->in.offload_params && on_demand(S, u) ? 0 : o;
         /* delayed: the copies of the master out to the device, before this
          * step's gradients go to the CPU Adam */
-        size_t at_u = S->in.offload_delay ? all * g + (prev + o) * d : (waiting - o) * g + 4 * o + (prev + o) * d;
+        size_t at_u = S->in.offload_delay ? all * g + (prev + slot) * d : (waiting - o) * g + 4 * o + (prev + slot) * d;
         if (at_u > transfer) transfer = at_u;
+        /* 16-bit: u's gradients widened while they still wait as sent (the
+         * peak where no output slot is taken after it) */
+        if (!S->in.offload_delay && g != 4 && waiting * g + 4 * o + prev * d > transfer)
+            transfer = waiting * g + 4 * o + prev * d;
         waiting -= o;
-        prev = o;
+        if (slot) prev = slot;
     }
     if (S->in.offload_delay && all * (4 + g) > transfer) transfer = all * (4 + g);
-    return sb.host_master_params + sb.host_optimizer + transfer;
+    return sb.host_master_params + sb.host_optimizer + sb.host_params + transfer;
 }
 
 void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_arg, zt_plan *out) {
@@ -261,5 +269,17 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_a
     out->peak_moment = S.best;
     for (int c = ZT_CAT_PARAMS; c <= ZT_CAT_OPTIMIZER; c++) out->persistent_bytes += base.c[c];
     out->activations_kept_bytes = S.activations_kept;
-    if (in->offload) out->host_bytes = host_bytes(&S);
+    if (in->offload) {
+        out->host_bytes = host_bytes(&S);
+        /* shard/offload_step.c: each owned range out as sent, back in the
+         * params' dtype unless it is updated in place (offload_params); such
+         * shards come in at every gather instead (shard/gather.c). */
+        size_t all = 0, back = 0, d = zt_dtype_size(in->dtype);
+        for (int u = 0; u < in->spec->nunits; u++) {
+            all += owned(&S, u);
+            if (!(in->offload_params && on_demand(&S, u))) back += owned(&S, u);
+        }
+        out->transfer_bytes[ZT_LINK_D2H] = all * d;
+        out->transfer_bytes[ZT_LINK_H2D] = back * d + S.shard_copies_in;
+    }
 }

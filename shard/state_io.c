@@ -152,7 +152,8 @@ zt_status zt_engine_get_params_slice(zt_engine *e, int u, void *dst) {
     size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u), d = zt_dtype_size(e->cfg.dtype);
     zt_ctx *ctx = e->ctx;
     const char *src = (const char *)e->units[u].params.data + local_index(full_params(e, u), lo, lo) * d;
-    ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, src, S * d, ZT_COPY_D2H, &ctx->compute, &ctx->err));
+    ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, src, S * d, params_copy_kind(e, u, ZT_COPY_D2H), &ctx->compute,
+                                 &ctx->err));
     return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
 }
 
@@ -267,14 +268,14 @@ zt_status zt_engine_set_owned(zt_engine *e, int u, const float *master, const fl
         if (!half) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate a staging buffer");
         for (size_t k = 0; k < on; k++) zt_dtype_store(half, e->cfg.dtype, k, master[k]);
         zt_status s = ctx->be->memcpy_async(ctx->be, (uint16_t *)st->params.data + pat, half, on * sizeof(uint16_t),
-                                            ZT_COPY_H2D, &ctx->compute, &ctx->err);
+                                            params_copy_kind(e, u, ZT_COPY_H2D), &ctx->compute, &ctx->err);
         if (s == ZT_OK) s = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
         free(half);
         return s;
     }
     if (e->cfg.offload)
-        ZT_TRY(ctx->be->memcpy_async(ctx->be, zt_f32(&st->params) + pat, master, on * sizeof(float), ZT_COPY_H2D,
-                                     &ctx->compute, &ctx->err));
+        ZT_TRY(ctx->be->memcpy_async(ctx->be, zt_f32(&st->params) + pat, master, on * sizeof(float),
+                                     params_copy_kind(e, u, ZT_COPY_H2D), &ctx->compute, &ctx->err));
     return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
 }
 
@@ -294,7 +295,7 @@ zt_status zt_engine_set_owned_params(zt_engine *e, int u, const void *vals) {
     size_t d = zt_dtype_size(e->cfg.dtype), olo = owned_lo(e, u);
     size_t pat = local_index(full_params(e, u), olo, shard_lo(e, u));
     ZT_TRY(ctx->be->memcpy_async(ctx->be, (char *)e->units[u].params.data + pat * d, vals, owned_numel(e, u) * d,
-                                 ZT_COPY_H2D, &ctx->compute, &ctx->err));
+                                 params_copy_kind(e, u, ZT_COPY_H2D), &ctx->compute, &ctx->err));
     return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
 }
 

@@ -78,6 +78,10 @@ typedef struct {
     int prefetch;        /* stage 3: units gathered ahead of the one in use */
     int overlap_comm;    /* 0: wait for every collective right after starting it */
     int offload;         /* 1: fp32 master and Adam m, v of the owned part live in the host pool */
+    /* 1 (stage 3 with offload): each gathered-on-demand unit's parameter
+     * shard lives in the host pool too; its all-gather starts from there
+     * and the CPU optimizer writes it in place (DeepSpeed's offload_param). */
+    int offload_params;
     int host_threads;    /* threads of the CPU Adam under offload */
     /* 1: ZeRO-Offload's delayed parameter update (offload only): the CPU
      * Adam of step t runs on its own thread during the forward and backward
@@ -281,6 +285,7 @@ size_t zt_engine_gathered_peak(const zt_engine *eng);
 typedef struct {
     size_t params, grads, master_params, optimizer; /* on the device */
     size_t host_master_params, host_optimizer;      /* in the host pool (offload) */
+    size_t host_params;                             /* the parameter shards in the host pool (offload_params) */
 } zt_state_bytes;
 zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_config *cfg, int rank);
 

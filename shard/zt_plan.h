@@ -21,6 +21,7 @@
 
 typedef struct {
     int world, stage, offload, offload_delay, prefetch;
+    int offload_params; /* stage 3: the on-demand units' parameter shards in the host pool */
     int rank; /* whose memory: Adafactor's and 8-bit Adam's state depend on the parameters its slices touch */
     zt_optimizer_kind optimizer; /* what the optimizer keeps per parameter */
     float adafactor_beta1;       /* > 0: Adafactor keeps a first moment */
@@ -46,6 +47,9 @@ typedef struct {
     size_t persistent_bytes; /* params + grads + master + optimizer on the device */
     size_t activations_kept_bytes; /* the model's, between its forward and backward */
     size_t host_bytes;       /* the host pool (offload) */
+    /* The engine's host-device copies per step (offload: the owned
+     * gradients out, the updated parameters back), [ZT_LINK_H2D], [ZT_LINK_D2H]. */
+    size_t transfer_bytes[2];
 } zt_plan;
 
 /* Bytes per category at one moment of a pass. */
@@ -75,6 +79,7 @@ typedef struct {
     unsigned char phase[ZT_MAX_UNITS];
     unsigned char seen[ZT_MAX_UNITS]; /* the reuse look-ahead's scratch */
     size_t live;
+    size_t shard_copies_in; /* offload_params: bytes of shards copied in for the gathers replayed */
 } zt_plan_sim;
 
 /* The model's half: walks its forward and backward passes on S. */

@@ -35,7 +35,10 @@ static zt_status cpu_mem_info(zt_backend *be, size_t *free_bytes, size_t *total_
     return ZT_OK;
 }
 
-static void cpu_destroy(zt_backend *be) { free(be); }
+static void cpu_destroy(zt_backend *be) {
+    zt_cpu_link_destroy(be);
+    free(be);
+}
 
 zt_status zt_backend_cpu_create(int nthreads, zt_backend **out, zt_error *err) {
     if (nthreads < 1) return ZT_FAIL(err, ZT_ERR_INVALID, "threads must be >= 1 (got %d)", nthreads);

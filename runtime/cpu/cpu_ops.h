@@ -32,5 +32,7 @@ void zt_cpu_sum_squares(zt_stream *s, double *out, const float *x, size_t n);
 /* Test mode (ZT_CPU_DEFER_COPIES=1, copy_queue.c): copies on streams other
  * than the default one are queued and happen only when waited for. */
 void zt_cpu_install_copy_queues(zt_backend *be);
+/* The modelled link's state (link.c) is be->impl: freed here (NULL: none). */
+void zt_cpu_link_destroy(zt_backend *be);
 
 #endif

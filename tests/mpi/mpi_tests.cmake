@@ -129,3 +129,27 @@ if(ZT_CUDA_EMU) # expandable segments through the driver's VMM calls, on the emu
                    $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
   set_tests_properties(allocator_cuda_emu PROPERTIES LABELS "mpi;cuda" TIMEOUT 600 RUN_SERIAL TRUE)
 endif()
+
+# One CTest test per case of a multi-rank test script, named PREFIX_CASE:
+# run as SCRIPT CASE ZT_TRAIN ZT_RUN (tests/mpi/zt_harness.py), serially.
+function(zt_script_cases script prefix labels timeout)
+  foreach(zt_case ${ARGN})
+    add_test(NAME ${prefix}_${zt_case}
+             COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/${script} ${zt_case}
+                     $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
+    set_tests_properties(${prefix}_${zt_case} PROPERTIES LABELS "${labels}" TIMEOUT ${timeout} RUN_SERIAL TRUE)
+  endforeach()
+endfunction()
+
+# The CPU backend's modelled host-device link (tests/mpi/zt_link_test.py):
+# bandwidth per direction, overlap on the copy streams, zt-plan's transfer
+# bytes and times, refusals; on the emulator, CUDA's refusal.
+zt_script_cases(zt_link_test.py link "mpi" 600 bandwidth overlap planner refused)
+# Parameter offload at stage 3 (tests/mpi/zt_offload_params_test.py):
+# bitwise, bytes on device, host and link against zt-plan, checkpoints,
+# refusals; on the emulator, bitwise with pinned shards.
+zt_script_cases(zt_offload_params_test.py offload_params "mpi" 600 bitwise resume refused)
+if(ZT_CUDA_EMU)
+  zt_script_cases(zt_link_test.py link "mpi;cuda" 300 cuda_emu)
+  zt_script_cases(zt_offload_params_test.py offload_params "mpi;cuda" 600 cuda_emu)
+endif()
