@@ -283,7 +283,8 @@ static zt_alloc_mode allocator_of(const zt_train_config *c) {
 }
 
 /* Host-device bytes per step, [ZT_LINK_H2D], [ZT_LINK_D2H]: the engine's
- * (offload) and the model's, per micro-batch its tokens and targets in
+ * (offload; offload_params' shards at every micro-batch's gathers) and the
+ * model's, per micro-batch its tokens and targets in
  * (int32) and its per-token losses out (fp32), and the gradient norm's
  * partial sums out (a double per unit, the usual count of pieces). */
 typedef struct {
@@ -295,7 +296,7 @@ static plan_transfers transfers_of(const plan_job *j, const zt_plan *p, const zt
     plan_transfers t;
     memset(&t, 0, sizeof t);
     double BT = (double)c->micro_batch * c->seq_len, accum = c->grad_accum;
-    t.bytes[ZT_LINK_H2D] = (double)p->transfer_bytes[ZT_LINK_H2D] + accum * 2 * BT * 4;
+    t.bytes[ZT_LINK_H2D] = (double)p->transfer_bytes[ZT_LINK_H2D] + accum * ((double)p->shard_bytes_per_micro + 2 * BT * 4);
     t.bytes[ZT_LINK_D2H] = (double)p->transfer_bytes[ZT_LINK_D2H] + accum * BT * 4 + 8.0 * j->spec->nunits;
     zt_error err = {0};
     if (zt_train_config_link(c, t.gbs, &err) == ZT_OK && t.gbs[0] > 0) t.link_given = 1;

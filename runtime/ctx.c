@@ -26,14 +26,12 @@ zt_status zt_ctx_init_on(zt_ctx *ctx, zt_device device, int cuda_device, int nth
 }
 
 zt_status zt_ctx_set_link(zt_ctx *ctx, double h2d_gbs, double d2h_gbs) {
-    zt_stream_destroy(ctx->be, &ctx->h2d);
-    zt_stream_destroy(ctx->be, &ctx->d2h);
-    memset(&ctx->h2d, 0, sizeof ctx->h2d);
-    memset(&ctx->d2h, 0, sizeof ctx->d2h);
-    zt_status st = zt_backend_set_link(ctx->be, h2d_gbs, d2h_gbs, &ctx->err);
-    if (st == ZT_OK) st = zt_stream_create(ctx->be, &ctx->h2d, &ctx->err);
-    if (st == ZT_OK) st = zt_stream_create(ctx->be, &ctx->d2h, &ctx->err);
-    return st;
+    /* The CPU's copy streams are the compute stream until the link gives
+     * them their own state: nothing to destroy, and on a refusal (CUDA, a
+     * bad bandwidth) the context stays as it was. */
+    ZT_TRY(zt_backend_set_link(ctx->be, h2d_gbs, d2h_gbs, &ctx->err));
+    ZT_TRY(zt_stream_create(ctx->be, &ctx->h2d, &ctx->err));
+    return zt_stream_create(ctx->be, &ctx->d2h, &ctx->err);
 }
 
 void zt_ctx_capture_oom_report(zt_ctx *ctx) {

@@ -35,10 +35,10 @@ static int cpu_commit(void *ctx, void *ptr, size_t bytes) {
     (void)ctx;
     return mprotect(ptr, bytes, PROT_READ | PROT_WRITE);
 }
-static void cpu_decommit(void *ctx, void *ptr, size_t bytes) {
+static int cpu_decommit(void *ctx, void *ptr, size_t bytes) {
     (void)ctx;
     (void)madvise(ptr, bytes, MADV_DONTNEED); /* the pages go back to the system */
-    (void)mprotect(ptr, bytes, PROT_NONE);
+    return mprotect(ptr, bytes, PROT_NONE);
 }
 static void cpu_unreserve(void *ctx, void *ptr, size_t bytes) {
     (void)ctx;

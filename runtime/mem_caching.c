@@ -246,8 +246,8 @@ static void drop_segment(zt_mem *m, zt_mem_segment *s) {
     segment_unlink(m, s);
     if (s->mapped) { /* EXPANDABLE: its mapped granules, then its addresses */
         for (size_t g = 0; g < s->va_bytes / ZT_MEM_GRANULE; g++)
-            if (s->mapped[g]) {
-                m->raw.decommit(m->raw.ctx, (char *)s->base + g * ZT_MEM_GRANULE, ZT_MEM_GRANULE);
+            if (s->mapped[g]) { /* the segment goes whatever a failed unmap left: its addresses are given up */
+                (void)m->raw.decommit(m->raw.ctx, (char *)s->base + g * ZT_MEM_GRANULE, ZT_MEM_GRANULE);
                 m->reserved.current -= ZT_MEM_GRANULE;
             }
         m->raw.unreserve(m->raw.ctx, s->base, s->va_bytes);
@@ -267,9 +267,8 @@ static void unmap_free(zt_mem *m, zt_block *b) {
     if (!b->seg_next) end = (end + ZT_MEM_GRANULE - 1) / ZT_MEM_GRANULE * ZT_MEM_GRANULE; /* nothing lives after it */
     size_t g0 = (at + ZT_MEM_GRANULE - 1) / ZT_MEM_GRANULE, g1 = end / ZT_MEM_GRANULE;
     for (size_t g = g0; g < g1; g++)
-        if (s->mapped[g]) {
-            m->raw.decommit(m->raw.ctx, (char *)s->base + g * ZT_MEM_GRANULE, ZT_MEM_GRANULE);
-            s->mapped[g] = 0;
+        if (s->mapped[g] && m->raw.decommit(m->raw.ctx, (char *)s->base + g * ZT_MEM_GRANULE, ZT_MEM_GRANULE) == 0) {
+            s->mapped[g] = 0; /* a granule that failed to unmap stays mapped and counted */
             m->reserved.current -= ZT_MEM_GRANULE;
         }
 }

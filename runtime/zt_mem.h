@@ -48,11 +48,11 @@ typedef struct {
     void *ctx;
     /* Address space without memory, and memory mapped into it, for the
      * EXPANDABLE mode (NULL where the backend has none): reserve `bytes` of
-     * addresses (NULL: refused); commit (0: done) and decommit ranges of
+     * addresses (NULL: refused); commit and decommit (0: done) ranges of
      * ZT_MEM_GRANULE-aligned granules in it; give the addresses back. */
     void *(*reserve)(void *ctx, size_t bytes);
     int (*commit)(void *ctx, void *ptr, size_t bytes);
-    void (*decommit)(void *ctx, void *ptr, size_t bytes);
+    int (*decommit)(void *ctx, void *ptr, size_t bytes); /* nonzero: still mapped */
     void (*unreserve)(void *ctx, void *ptr, size_t bytes);
     const char *no_reserve_why; /* where reserve is NULL on a backend that may have it: why (or NULL) */
 } zt_raw_allocator;

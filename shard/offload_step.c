@@ -217,17 +217,15 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
     return in_place ? ZT_OK : send_slot(e, u);
 }
 
+/* The delayed update's (never with offload_params: zt_engine_init refuses it). */
 zt_status zt_engine_offload_apply_unit(zt_engine *e, int u) {
-    int in_place = params_on_host(e, u);
-    zt_tensor *out = &e->units[u].params;
-    if (!in_place) {
-        ZT_TRY(retire_next_slot(e));
-        ZT_TRY(take_next_slot(e, u, &out));
-    }
+    ZT_TRY(retire_next_slot(e));
+    zt_tensor *out;
+    ZT_TRY(take_next_slot(e, u, &out));
     const float *p = zt_f32(&e->units[u].host_master);
     size_t n = owned_numel(e, u);
     for (size_t j = 0; j < n; j++) zt_dtype_store(out->data, e->cfg.dtype, j, p[j]);
-    return in_place ? ZT_OK : send_slot(e, u);
+    return send_slot(e, u);
 }
 
 zt_status zt_engine_offload_begin(zt_engine *e) {
@@ -235,6 +233,10 @@ zt_status zt_engine_offload_begin(zt_engine *e) {
      * this step's kernels, all enqueued by now; waiting again per unit would
      * chain each copy behind the all-gathers compute has since waited for. */
     zt_ctx *ctx = e->ctx;
+    /* offload_params: the CPU Adam rewrites the host shards in place, which
+     * the gathers' copies on compute read: those must be done, not only
+     * ordered (compute is idle by now: the gradients have landed). */
+    if (e->cfg.offload_params) ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err));
     return zt_stream_after(ctx->be, &ctx->h2d, &ctx->compute, &ctx->err);
 }
 

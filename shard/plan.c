@@ -280,6 +280,7 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_a
             if (!(in->offload_params && on_demand(&S, u))) back += owned(&S, u);
         }
         out->transfer_bytes[ZT_LINK_D2H] = all * d;
-        out->transfer_bytes[ZT_LINK_H2D] = back * d + S.shard_copies_in;
+        out->transfer_bytes[ZT_LINK_H2D] = back * d;
+        out->shard_bytes_per_micro = S.shard_copies_in;
     }
 }

@@ -35,7 +35,7 @@ size_t zt_plan_expected_reserved(size_t peak_bytes, zt_alloc_mode mode) {
 zt_plan_band zt_plan_reserved_band(zt_alloc_mode mode) {
     switch (mode) {
     case ZT_ALLOC_CACHING: return (zt_plan_band){-0.25, 0.30};
-    case ZT_ALLOC_EXPANDABLE: return (zt_plan_band){-0.15, 0.25};
+    case ZT_ALLOC_EXPANDABLE: return (zt_plan_band){-0.15, 0.30};
     case ZT_ALLOC_SIMPLE:
     default: return (zt_plan_band){-0.25, 0.30};
     }

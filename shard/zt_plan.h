@@ -48,8 +48,10 @@ typedef struct {
     size_t activations_kept_bytes; /* the model's, between its forward and backward */
     size_t host_bytes;       /* the host pool (offload) */
     /* The engine's host-device copies per step (offload: the owned
-     * gradients out, the updated parameters back), [ZT_LINK_H2D], [ZT_LINK_D2H]. */
+     * gradients out, the updated parameters back), [ZT_LINK_H2D], [ZT_LINK_D2H];
+     * and per micro-batch, offload_params' shards in at every gather. */
     size_t transfer_bytes[2];
+    size_t shard_bytes_per_micro;
 } zt_plan;
 
 /* Bytes per category at one moment of a pass. */

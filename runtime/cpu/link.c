@@ -18,7 +18,7 @@
 #include "zt_time.h"
 
 typedef struct {
-    pthread_mutex_t lock;   /* copies may be issued from the delayed update's thread */
+    pthread_mutex_t lock;   /* guards the link's state: any thread may wait on an event (each stream is one thread's) */
     double busy_until[2];   /* [ZT_LINK_H2D], [ZT_LINK_D2H]: when the direction is free */
     zt_link_stats stats;
 } link_state;
@@ -46,6 +46,7 @@ static void wait_until(link_state *L, double at, int dir) {
     double now = zt_now_s();
     if (dir < 0 || at <= now) return;
     struct timespec ts = {(time_t)at, (long)((at - (double)(time_t)at) * 1e9)};
+    if (ts.tv_nsec > 999999999L) ts.tv_nsec = 999999999L; /* rounding must not make it invalid */
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
     }
     pthread_mutex_lock(&L->lock);

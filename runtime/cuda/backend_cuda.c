@@ -129,8 +129,8 @@ static void *cuda_reserve(void *ctx, size_t bytes) { return zt_cuda_vmm_reserve(
 static int cuda_commit(void *ctx, void *ptr, size_t bytes) {
     return zt_cuda_vmm_commit(((zt_cuda_impl *)ctx)->vmm, ptr, bytes);
 }
-static void cuda_decommit(void *ctx, void *ptr, size_t bytes) {
-    zt_cuda_vmm_decommit(((zt_cuda_impl *)ctx)->vmm, ptr, bytes);
+static int cuda_decommit(void *ctx, void *ptr, size_t bytes) {
+    return zt_cuda_vmm_decommit(((zt_cuda_impl *)ctx)->vmm, ptr, bytes);
 }
 static void cuda_unreserve(void *ctx, void *ptr, size_t bytes) {
     zt_cuda_vmm_unreserve(((zt_cuda_impl *)ctx)->vmm, ptr, bytes);

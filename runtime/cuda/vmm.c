@@ -10,6 +10,7 @@
 #include "vmm.h"
 #include "zt_mem.h"
 
+typedef CUresult (*fn_device_get)(CUdevice *, int);
 typedef CUresult (*fn_device_get_attribute)(int *, CUdevice_attribute, CUdevice);
 typedef CUresult (*fn_get_granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
 typedef CUresult (*fn_address_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
@@ -34,12 +35,19 @@ struct zt_cuda_vmm {
     fn_set_access set_access;
 };
 
-/* The driver's `name` at the 12.0 ABI into *fn; 0 when found. */
+/* The driver's `name` at the 12.0 ABI into *fn; 0 when found. The lookup
+ * by version came with CUDA 12.5; older toolkits build without VMM. */
 static int entry(const char *name, void **fn) {
+#if CUDART_VERSION >= 12050
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     cudaError_t rc = cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &q);
     if (rc != cudaSuccess) (void)cudaGetLastError();
     return rc == cudaSuccess && q == cudaDriverEntryPointSuccess && *fn ? 0 : -1;
+#else
+    (void)name;
+    *fn = NULL;
+    return -1;
+#endif
 }
 
 #define ENTRY(name, field)                                                                             \
@@ -54,16 +62,22 @@ static int entry(const char *name, void **fn) {
 
 /* 0 when the device supports VMM and its granularity divides ZT_MEM_GRANULE. */
 static int check_device(zt_cuda_vmm *v, char *why, size_t cap) {
+    fn_device_get device_get = NULL;
     fn_device_get_attribute get_attribute = NULL;
     fn_get_granularity get_granularity = NULL;
     void *fn = NULL;
+    if (entry("cuDeviceGet", &fn) != 0)
+        return snprintf(why, cap, "no driver entry points (a CUDA driver or toolkit before 12.5)"), -1;
+    device_get = (fn_device_get)fn;
     if (entry("cuDeviceGetAttribute", &fn) != 0) return snprintf(why, cap, "the CUDA driver has no cuDeviceGetAttribute"), -1;
     get_attribute = (fn_device_get_attribute)fn;
     if (entry("cuMemGetAllocationGranularity", &fn) != 0)
         return snprintf(why, cap, "the CUDA driver has no cuMemGetAllocationGranularity"), -1;
     get_granularity = (fn_get_granularity)fn;
     int supported = 0;
-    if (get_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, v->device) != CUDA_SUCCESS ||
+    CUdevice dev;
+    if (device_get(&dev, v->device) != CUDA_SUCCESS ||
+        get_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) != CUDA_SUCCESS ||
         !supported)
         return snprintf(why, cap, "CUDA device %d does not support virtual memory management", v->device), -1;
     size_t granularity = 0;
@@ -101,6 +115,7 @@ void zt_cuda_vmm_destroy(zt_cuda_vmm *v) { free(v); }
 
 void *zt_cuda_vmm_reserve(zt_cuda_vmm *v, size_t bytes) {
     CUdeviceptr p = 0;
+    if (cudaSetDevice(v->device) != cudaSuccess) return (void)cudaGetLastError(), NULL;
     if (v->address_reserve(&p, bytes, ZT_MEM_GRANULE, 0, 0) != CUDA_SUCCESS) return NULL;
     return (void *)(uintptr_t)p;
 }
@@ -122,6 +137,7 @@ static int map_granule(zt_cuda_vmm *v, CUdeviceptr p) {
 
 int zt_cuda_vmm_commit(zt_cuda_vmm *v, void *ptr, size_t bytes) {
     CUdeviceptr base = (CUdeviceptr)(uintptr_t)ptr;
+    if (cudaSetDevice(v->device) != cudaSuccess) return (void)cudaGetLastError(), -1;
     for (size_t at = 0; at < bytes; at += ZT_MEM_GRANULE)
         if (map_granule(v, base + at) != 0) {
             for (size_t back = 0; back < at; back += ZT_MEM_GRANULE) (void)v->unmap(base + back, ZT_MEM_GRANULE);
@@ -130,10 +146,15 @@ int zt_cuda_vmm_commit(zt_cuda_vmm *v, void *ptr, size_t bytes) {
     return 0;
 }
 
-void zt_cuda_vmm_decommit(zt_cuda_vmm *v, void *ptr, size_t bytes) {
-    if (cudaSetDevice(v->device) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
+int zt_cuda_vmm_decommit(zt_cuda_vmm *v, void *ptr, size_t bytes) {
+    /* Not knowing the device idle, the memory stays mapped: unmapping it
+     * under a kernel would fault, keeping it only costs the bytes. The
+     * error stays the runtime's last one, for the next launch check. */
+    if (cudaSetDevice(v->device) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) return -1;
     CUdeviceptr base = (CUdeviceptr)(uintptr_t)ptr;
-    for (size_t at = 0; at < bytes; at += ZT_MEM_GRANULE) (void)v->unmap(base + at, ZT_MEM_GRANULE);
+    int failed = 0;
+    for (size_t at = 0; at < bytes; at += ZT_MEM_GRANULE) failed |= v->unmap(base + at, ZT_MEM_GRANULE) != CUDA_SUCCESS;
+    return failed ? -1 : 0;
 }
 
 void zt_cuda_vmm_unreserve(zt_cuda_vmm *v, void *ptr, size_t bytes) {

@@ -23,7 +23,7 @@ void zt_cuda_vmm_destroy(zt_cuda_vmm *v);
  * device first, because unmapping is not ordered with the streams. */
 void *zt_cuda_vmm_reserve(zt_cuda_vmm *v, size_t bytes);
 int zt_cuda_vmm_commit(zt_cuda_vmm *v, void *ptr, size_t bytes);
-void zt_cuda_vmm_decommit(zt_cuda_vmm *v, void *ptr, size_t bytes);
+int zt_cuda_vmm_decommit(zt_cuda_vmm *v, void *ptr, size_t bytes); /* nonzero: not unmapped */
 void zt_cuda_vmm_unreserve(zt_cuda_vmm *v, void *ptr, size_t bytes);
 
 #endif

@@ -60,6 +60,12 @@ bool vmm_off() {
     return off && *off && strcmp(off, "0") != 0;
 }
 
+CUresult device_get(CUdevice *dev, int ordinal) {
+    if (!dev || ordinal < 0) return CUDA_ERROR_INVALID_VALUE;
+    *dev = ordinal;
+    return CUDA_SUCCESS;
+}
+
 CUresult device_get_attribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
     (void)dev;
     if (!pi) return CUDA_ERROR_INVALID_VALUE;
@@ -181,6 +187,7 @@ struct entry_point {
 };
 
 const entry_point entry_points[] = {
+    {"cuDeviceGet", (void *)device_get},
     {"cuDeviceGetAttribute", (void *)device_get_attribute},
     {"cuMemGetAllocationGranularity", (void *)get_granularity},
     {"cuMemAddressReserve", (void *)address_reserve},

@@ -23,17 +23,20 @@ def plan(ctx, np_, flags):
 
 
 def case_bitwise(ctx):
-    """np 1-3 (3: uneven shards), fp32 and bf16: losses and parameters
+    """np 1-3 (3: uneven shards), fp32 and bf16 (and gradient accumulation
+    2 at np 2): losses and parameters
     bitwise those of optimizer offload alone; every rank's device params
     peak 0 and its host-pool params equal to the device params of the run
     without it (the shard of every unit); zt-plan's device peak and host
     pool equal the measured ones; and the shards come in over the link at
     every gather (--link pcie4: the planner's bytes per step exactly)."""
     for np_ in (1, 2, 3):
-        for dtype in ("fp32", "bf16") if np_ != 2 else ("fp32",):
-            flags = BASE + ["--dtype", dtype, "--link", "pcie4"]
-            a = train(ctx, np_, flags + ["--steps", "4"], f"plain-{np_}-{dtype}")
-            b = train(ctx, np_, flags + ["--steps", "4", "--offload-params", "cpu"], f"params-{np_}-{dtype}")
+        for dtype in ("fp32", "bf16") if np_ != 2 else ("fp32", "fp32+accum"):
+            accum = ["--grad-accum", "2"] if dtype.endswith("+accum") else []
+            dtype = dtype.split("+")[0]
+            flags = BASE + ["--dtype", dtype, "--link", "pcie4"] + accum
+            a = train(ctx, np_, flags + ["--steps", "4"], f"plain-{np_}-{dtype}-{len(accum)}")
+            b = train(ctx, np_, flags + ["--steps", "4", "--offload-params", "cpu"], f"params-{np_}-{dtype}-{len(accum)}")
             assert losses(a) == losses(b) and a["params_digest"] == b["params_digest"], (np_, dtype)
             p = plan(ctx, np_, flags + ["--offload-params", "cpu"])
             for ra, rb in zip(a["ranks"], b["ranks"]):
