@@ -110,26 +110,6 @@ if(ZT_CUDA_EMU)
   set_tests_properties(optimizer_state_cuda_emu PROPERTIES LABELS "mpi;cuda" TIMEOUT 900 RUN_SERIAL TRUE)
 endif()
 
-# The device allocator's modes (tests/mpi/zt_allocator_test.py): caching
-# and expandable against simple, bitwise and per category; the free-block figures;
-# caching's fragmentation OOM under --seq-len-jitter and a cap; --metrics-file;
-# zt-plan's peak and expected reserved bytes under each mode.
-foreach(zt_alloc_case modes fragmentation metrics planner)
-  add_test(NAME allocator_${zt_alloc_case}
-           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_allocator_test.py ${zt_alloc_case}
-                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
-  set_tests_properties(allocator_${zt_alloc_case} PROPERTIES LABELS "mpi" TIMEOUT 600 RUN_SERIAL TRUE)
-endforeach()
-# The sanitizer pass runs the modes and the metrics file; the jittered
-# model's searches for a cap are the first pass's.
-set_tests_properties(allocator_fragmentation allocator_planner PROPERTIES LABELS "mpi;slow")
-if(ZT_CUDA_EMU) # expandable segments through the driver's VMM calls, on the emulator
-  add_test(NAME allocator_cuda_emu
-           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_allocator_test.py cuda_emu
-                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
-  set_tests_properties(allocator_cuda_emu PROPERTIES LABELS "mpi;cuda" TIMEOUT 600 RUN_SERIAL TRUE)
-endif()
-
 # One CTest test per case of a multi-rank test script, named PREFIX_CASE:
 # run as SCRIPT CASE ZT_TRAIN ZT_RUN (tests/mpi/zt_harness.py), serially.
 function(zt_script_cases script prefix labels timeout)
@@ -140,6 +120,18 @@ function(zt_script_cases script prefix labels timeout)
     set_tests_properties(${prefix}_${zt_case} PROPERTIES LABELS "${labels}" TIMEOUT ${timeout} RUN_SERIAL TRUE)
   endforeach()
 endfunction()
+
+# The device allocator's modes (tests/mpi/zt_allocator_test.py): caching
+# and expandable against simple, bitwise and per category; the free-block figures;
+# caching's fragmentation OOM under --seq-len-jitter and a cap; --metrics-file;
+# zt-plan's peak and expected reserved bytes under each mode.
+zt_script_cases(zt_allocator_test.py allocator "mpi" 600 modes fragmentation metrics planner)
+# The sanitizer pass runs the modes and the metrics file; the jittered
+# model's searches for a cap are the first pass's.
+set_tests_properties(allocator_fragmentation allocator_planner PROPERTIES LABELS "mpi;slow")
+if(ZT_CUDA_EMU) # expandable segments through the driver's VMM calls, on the emulator
+  zt_script_cases(zt_allocator_test.py allocator "mpi;cuda" 600 cuda_emu)
+endif()
 
 # The CPU backend's modelled host-device link (tests/mpi/zt_link_test.py):
 # bandwidth per direction, overlap on the copy streams, zt-plan's transfer
