@@ -25,7 +25,13 @@ zt_status zt_gpt_create(zt_gpt *g, const zt_gpt_config *cfg, zt_error *err) {
     g->spec = calloc(1, sizeof *g->spec);
     g->block_acts = calloc((size_t)(L > 0 ? L : 1), sizeof *g->block_acts);
     g->block_out = calloc((size_t)(L > 0 ? L : 1), sizeof *g->block_out);
-    if (!g->spec || !g->block_acts || !g->block_out) return ZT_FAIL(err, ZT_ERR_OOM, "gpt: cannot allocate tables");
+    g->input_host = calloc((size_t)(L > 0 ? L : 1), sizeof *g->input_host);
+    g->input_copy = calloc((size_t)(L > 0 ? L : 1), sizeof *g->input_copy);
+    if (!g->spec || !g->block_acts || !g->block_out || !g->input_host || !g->input_copy)
+        return ZT_FAIL(err, ZT_ERR_OOM, "gpt: cannot allocate tables");
+    if (cfg->offload_activations && cfg->recompute.kind != ZT_RECOMPUTE_FULL)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "activation offload needs full recomputation: only full keeps one input "
+                       "per block, the tensor it moves to the host");
 
     ZT_TRY(zt_spec_add_unit(g->spec, "embedding", &g->unit_embed, err));
     ZT_TRY(add_param(g, g->unit_embed, "wte", 2, V, C, 1, &g->p_wte, err));
@@ -96,9 +102,13 @@ void zt_gpt_destroy(zt_gpt *g) {
     free(g->spec);
     free(g->block_acts);
     free(g->block_out);
+    free(g->input_host);
+    free(g->input_copy);
     g->spec = NULL;
     g->block_acts = NULL;
     g->block_out = NULL;
+    g->input_host = NULL;
+    g->input_copy = NULL;
 }
 
 void zt_gpt_init_param(void *arg, int unit, int param, float *dst) {
@@ -190,10 +200,20 @@ size_t zt_gpt_block_kept_bytes(const zt_gpt_config *cfg, int B, int T, zt_dtype 
     return zt_gpt_block_layout_for(cfg, B, T, act).total;
 }
 
+size_t zt_gpt_input_bytes(const zt_gpt_config *cfg, int B, int T, zt_dtype act) {
+    return zt_gpt_block_kept_bytes(cfg, B, T, act, ZT_KEEP_INPUT);
+}
+
 /* An activation buffer of `bytes` (element type: the layout's business). */
 static zt_status alloc_bytes(zt_ctx *ctx, zt_tensor *t, size_t bytes, zt_category cat, const char *label) {
     int64_t shape[1] = {(int64_t)((bytes + 3) / 4)};
     return zt_tensor_alloc(t, &ctx->device_mem, ctx->be->device, ZT_FP32, 1, shape, cat, label, &ctx->err);
+}
+
+/* The same in the host pool (page-locked where the backend pins it). */
+static zt_status alloc_host_bytes(zt_ctx *ctx, zt_tensor *t, size_t bytes, zt_category cat, const char *label) {
+    int64_t shape[1] = {(int64_t)((bytes + 3) / 4)};
+    return zt_tensor_alloc(t, &ctx->host_mem, ZT_DEVICE_CPU, ZT_FP32, 1, shape, cat, label, &ctx->err);
 }
 
 /* Byte offset `off` into tensor t. */
@@ -213,6 +233,96 @@ static const void *block_output(const zt_gpt *g, int l, const zt_gpt_block_layou
 /* Input [B,T,C] act of block l. */
 static const void *block_input(const zt_gpt *g, int l, const zt_gpt_block_layout *lay) {
     return l > 0 ? block_output(g, l - 1, lay) : g->encoded.data;
+}
+
+/* Activation offload (--offload-activations cpu; docs/memory.md, "Kept
+ * inputs in the host pool"). Under full recomputation block l's kept input
+ * (the embedding's output for block 0, block l-1's output after it) goes
+ * to the host pool on the d2h stream as soon as it exists; its device copy
+ * is freed once block l's forward is queued and the copy out is done.
+ * Backward brings it back on the h2d stream one block ahead (block l-1's
+ * while block l's backward runs), and compute waits on the copy's event
+ * before the replay reads it. So the device holds at most two kept inputs
+ * (one in use, one coming back) instead of all of them; the last block's
+ * output stays on the device, since the head reads it at once. */
+
+/* Where block l's kept input lives on the device while it is there. */
+static zt_tensor *input_slot(zt_gpt *g, int l) { return l > 0 ? &g->block_out[l - 1] : &g->encoded; }
+
+static int offloads_inputs(const zt_gpt *g) { return g->cfg.offload_activations; }
+
+/* Records the copy just queued on s as block l's event; without an event
+ * to wait on later, waits now (the buffers must not go before the copy). */
+static zt_status record_copy(zt_gpt *g, zt_ctx *ctx, zt_stream *s, int l) {
+    zt_status st = zt_event_record(ctx->be, s, &g->input_copy[l], &ctx->err);
+    if (st != ZT_OK) {
+        zt_error ignore = {0};
+        (void)ctx->be->stream_sync(ctx->be, s, &ignore);
+    }
+    return st;
+}
+
+/* Waits on the host for block l's copy in flight and forgets its event. */
+static zt_status await_copy(zt_gpt *g, zt_ctx *ctx, int l) {
+    zt_status st = zt_event_sync(ctx->be, g->input_copy[l], &ctx->err);
+    zt_event_destroy(ctx->be, g->input_copy[l]);
+    g->input_copy[l] = NULL;
+    return st;
+}
+
+/* Block l's kept input across the link on its copy stream: out to a new
+ * host-pool buffer (d2h) just after compute produced it, or back to a new
+ * device buffer (h2d) ahead of its backward. Either copy follows what is
+ * queued on compute: the kernels that wrote the input, or those that last
+ * read the block the new device buffer reuses. */
+static zt_status copy_input(zt_gpt *g, zt_ctx *ctx, int l, zt_copy_kind kind) {
+    if (!offloads_inputs(g)) return ZT_OK;
+    int out = kind == ZT_COPY_D2H;
+    double t0 = zt_now_s();
+    size_t n = zt_gpt_input_bytes(&g->cfg, g->B, g->T, g->act); /* [B,T,C] act */
+    zt_stream *s = out ? &ctx->d2h : &ctx->h2d;
+    zt_tensor *host = &g->input_host[l], *dev = input_slot(g, l);
+    char label[32];
+    if (out) snprintf(label, sizeof label, "block%d input", l);
+    else if (l > 0) snprintf(label, sizeof label, "block%d out", l - 1);
+    else snprintf(label, sizeof label, "embedding out");
+    ZT_TRY(out ? alloc_host_bytes(ctx, host, n, ZT_CAT_ACTIVATIONS, label)
+               : alloc_bytes(ctx, dev, n, ZT_CAT_ACTIVATIONS, label));
+    ZT_TRY(zt_stream_after(ctx->be, s, &ctx->compute, &ctx->err));
+    ZT_TRY(ctx->be->memcpy_async(ctx->be, out ? host->data : dev->data, out ? dev->data : host->data, n, kind, s,
+                                 &ctx->err));
+    ZT_TRY(record_copy(g, ctx, s, l));
+    double *bytes = out ? &g->moved.d2h_bytes : &g->moved.h2d_bytes, *secs = out ? &g->moved.d2h_s : &g->moved.h2d_s;
+    *bytes += (double)n;
+    *secs += zt_now_s() - t0;
+    snprintf(label, sizeof label, "%s block%d input", out ? "d2h" : "h2d", l);
+    zt_trace_span(ctx->trace, label, "offload", 2, t0);
+    return ZT_OK;
+}
+
+/* After block l's forward is queued (its last reader on compute): once the
+ * copy out has read it, the device copy of its input goes. */
+static zt_status input_retire(zt_gpt *g, zt_ctx *ctx, int l) {
+    if (!offloads_inputs(g)) return ZT_OK;
+    double t0 = zt_now_s();
+    zt_status st = await_copy(g, ctx, l);
+    g->moved.d2h_s += zt_now_s() - t0;
+    ZT_TRY(st);
+    zt_tensor_free(input_slot(g, l), &ctx->device_mem);
+    return ZT_OK;
+}
+
+/* Before block l's replay reads its input: compute waits for the copy
+ * back, and the host copy goes once the copy has read it. */
+static zt_status input_land(zt_gpt *g, zt_ctx *ctx, int l) {
+    if (!offloads_inputs(g)) return ZT_OK;
+    double t0 = zt_now_s();
+    zt_status st = zt_stream_wait_event(ctx->be, &ctx->compute, g->input_copy[l], &ctx->err);
+    if (st == ZT_OK) st = await_copy(g, ctx, l);
+    g->moved.h2d_s += zt_now_s() - t0;
+    ZT_TRY(st);
+    zt_tensor_free(&g->input_host[l], &ctx->host_mem);
+    return ZT_OK;
 }
 
 /* Parameter `param` of `unit` in a gathered unit (compute dtype). */
@@ -263,7 +373,17 @@ zt_status zt_gpt_take_losses(zt_gpt *g, zt_ctx *ctx, double *sum_of_means) {
 }
 
 void zt_gpt_free_activations(zt_gpt *g, zt_engine *eng) {
-    zt_mem *mem = &zt_engine_context(eng)->device_mem;
+    zt_ctx *ctx = zt_engine_context(eng);
+    zt_mem *mem = &ctx->device_mem;
+    /* After an error a kept input's copy may still be in flight: its buffers
+     * go only once it is done. */
+    for (int l = 0; g->input_copy && l < g->cfg.layers; l++) {
+        zt_error ignore = {0};
+        (void)zt_event_sync(ctx->be, g->input_copy[l], &ignore);
+        zt_event_destroy(ctx->be, g->input_copy[l]);
+        g->input_copy[l] = NULL;
+    }
+    for (int l = 0; g->input_host && l < g->cfg.layers; l++) zt_tensor_free(&g->input_host[l], &ctx->host_mem);
     zt_tensor_free(&g->tokens, mem);
     zt_tensor_free(&g->targets, mem);
     zt_tensor_free(&g->encoded, mem);
@@ -400,6 +520,7 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
     ops->embedding_fwd(s, g->encoded.data, dtok, param_ptr(g, w, g->unit_embed, g->p_wte),
                        param_ptr(g, w, g->unit_embed, g->p_wpe), B, T, C);
     ZT_TRY(zt_engine_release(eng, g->unit_embed));
+    if (L > 0) ZT_TRY(copy_input(g, ctx, 0, ZT_COPY_D2H));
 
     zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, B, T, g->act);
     for (int l = 0; l < L; l++) {
@@ -410,7 +531,9 @@ zt_status zt_gpt_forward(zt_gpt *g, zt_engine *eng, const int32_t *tokens, const
         ZT_TRY(zt_engine_gather(eng, u, &w));
         block_forward(g, s, ops, g->block_acts[l].data, &lay, block_input(g, l, &lay), w, u);
         ZT_TRY(zt_engine_release(eng, u));
+        ZT_TRY(input_retire(g, ctx, l));
         ZT_TRY(keep_block(g, ctx, l, &lay));
+        if (l + 1 < L) ZT_TRY(copy_input(g, ctx, l + 1, ZT_COPY_D2H));
     }
     const void *x = L > 0 ? block_output(g, L - 1, &lay) : g->encoded.data;
 
@@ -568,6 +691,8 @@ static zt_status block_unit_backward(zt_gpt *g, zt_engine *eng, int l, const zt_
     zt_ctx *ctx = zt_engine_context(eng);
     const zt_ops *ops = zt_engine_kernels(eng);
     int u = g->first_block + l;
+    if (l > 0) ZT_TRY(copy_input(g, ctx, l - 1, ZT_COPY_H2D)); /* comes back while this block's backward runs */
+    ZT_TRY(input_land(g, ctx, l));
     const void *x = block_input(g, l, lay); /* [N,C] act */
     const void *w;
     float *dw;
@@ -612,6 +737,7 @@ zt_status zt_gpt_backward(zt_gpt *g, zt_engine *eng, float dloss) {
     const void *xL = L > 0 ? block_output(g, L - 1, &lay) : g->encoded.data; /* [N,C] act */
 
     ZT_TRY(zt_engine_begin_pass(eng, ZT_PASS_BACKWARD));
+    if (L > 0) ZT_TRY(copy_input(g, ctx, L - 1, ZT_COPY_H2D)); /* comes back while the head's backward runs */
     ZT_TRY(head_backward(g, eng, xL, dloss, &ws));
     /* Blocks, last to first. */
     for (int l = L - 1; l >= 0; l--) ZT_TRY(block_unit_backward(g, eng, l, &lay, &ws));

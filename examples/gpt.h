@@ -22,6 +22,11 @@ typedef struct {
      * recomputes the probabilities in backward, instead of keeping them
      * ([B,NH,T,T]): --attention fused */
     int attention_fused;
+    /* 1: under full recomputation each block's kept input lives in the host
+     * pool between its forward and its backward (--offload-activations cpu,
+     * DeepSpeed's cpu_checkpointing); zt_gpt_create refuses it with any
+     * other policy, since only full keeps one input per block */
+    int offload_activations;
 } zt_gpt_config;
 
 /* Parameter indices inside each block unit (declared in this order). */
@@ -51,6 +56,12 @@ typedef struct {
     zt_raw_allocator alloc;
 } zt_host_staging;
 
+/* Bytes and host seconds (issuing the copies and waiting for them) of the
+ * kept inputs' copies under --offload-activations cpu, per direction. */
+typedef struct {
+    double d2h_bytes, h2d_bytes, d2h_s, h2d_s;
+} zt_gpt_transfers;
+
 typedef struct {
     zt_gpt_config cfg;
     zt_model_spec *spec; /* heap: the unit table is large */
@@ -67,6 +78,12 @@ typedef struct {
     zt_tensor *block_out;      /* [layers] what a recomputed block keeps: its output [B,T,C]
                                 * (full) or its GEMM outputs (selective, zt_gpt_kept_layout) */
     double recompute_time_s;   /* forward replays since the last reset */
+    /* --offload-activations cpu (zt_gpt_offload_*, docs/memory.md): block
+     * l's kept input while it is in the host pool, and the event of its
+     * copy out (forward) or back (backward) that its next step waits on. */
+    zt_tensor *input_host;     /* [layers] [B,T,C] act, host pool, category activations */
+    void **input_copy;         /* [layers] backend events; NULL: none in flight */
+    zt_gpt_transfers moved;    /* the kept inputs' copies since creation */
     zt_tensor head_acts;       /* zt_gpt_head_layout: lnf, lnf_mean, lnf_rstd, probs, losses */
 
     /* Per-position losses of the micro-batches forwarded since the last
@@ -131,6 +148,12 @@ zt_status zt_gpt_backward(zt_gpt *gpt, zt_engine *eng, float dloss);
  * embedding freezes them. Refuses names it does not know and a list that
  * leaves nothing to train. */
 zt_status zt_gpt_freeze(zt_gpt *gpt, const char *list, zt_error *err);
+
+/* Bytes of one block's kept input [B,T,C] in the compute dtype (4-byte
+ * words): what --offload-activations cpu copies out and back per block per
+ * micro-batch, and holds in the host pool (all L blocks' at the end of
+ * forward). */
+size_t zt_gpt_input_bytes(const zt_gpt_config *cfg, int B, int T, zt_dtype act);
 
 /* Frees any activations still held (after an error, or forward without backward). */
 void zt_gpt_free_activations(zt_gpt *gpt, zt_engine *eng);

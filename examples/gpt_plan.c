@@ -7,6 +7,8 @@
 typedef struct {
     const zt_gpt_plan_model *g;
     size_t enc;       /* the embedding's output [B,T,C] */
+    size_t in;        /* a block's kept input [B,T,C] (offload: one moved to the host and back) */
+    int offload;      /* --offload-activations cpu: at most two kept inputs on the device */
     size_t blk_full;  /* one block's activations, everything kept */
     size_t head;      /* the head's activations */
     size_t tokens;    /* tokens and targets [B,T] int32 (other) */
@@ -20,6 +22,8 @@ static gpt_bytes bytes_of(const zt_gpt_plan_model *g, zt_dtype act) {
     gpt_bytes b = {.g = g};
     size_t BT = (size_t)B * T;
     b.enc = (BT * (size_t)gc->d_model * zt_dtype_size(act) + 3) / 4 * 4;
+    b.in = zt_gpt_input_bytes(gc, B, T, act);
+    b.offload = gc->offload_activations;
     b.blk_full = zt_gpt_block_layout_for(gc, B, T, act).total;
     b.head = zt_gpt_head_layout_for(gc, B, T, act).total;
     b.tokens = 2 * BT * 4;
@@ -29,6 +33,25 @@ static gpt_bytes bytes_of(const zt_gpt_plan_model *g, zt_dtype act) {
         b.kept_before[k + 1] =
             b.kept_before[k] + zt_gpt_block_kept_bytes(gc, B, T, act, zt_recompute_keep(&gc->recompute, k));
     return b;
+}
+
+/* The kept inputs on the device during block k's forward: blocks 0..k's
+ * (the embedding's output and what blocks 0..k-1 keep), or under offload
+ * only block k's (gpt.c frees each once its copy out is done and the
+ * block's forward queued). */
+static size_t inputs_forward(const gpt_bytes *b, int k) {
+    return b->offload ? b->in : b->enc + b->kept_before[k];
+}
+
+/* During block k's backward: blocks 0..k's, or under offload block k's
+ * and block k-1's, fetched while k's runs. */
+static size_t inputs_backward(const gpt_bytes *b, int k) {
+    return b->offload ? b->in + (k > 0 ? b->in : 0) : b->enc + b->kept_before[k];
+}
+
+size_t zt_gpt_plan_offloaded_bytes(const zt_gpt_plan_model *g, zt_dtype act) {
+    const zt_gpt_config *gc = &g->cfg;
+    return gc->offload_activations ? (size_t)gc->layers * zt_gpt_input_bytes(gc, gc->micro_batch, gc->seq_len, act) : 0;
 }
 
 /* The order in which the model gathers its units in a pass, as the engine
@@ -71,12 +94,12 @@ static void forward_moments(zt_plan_sim *S, const gpt_bytes *b) {
         F.name = "forward";
         F.c[ZT_CAT_OTHER] = b->tokens;
         if (u == g->unit_head || i == L + 2) { /* the head (and the tied embedding it gathers) */
-            F.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[L] + b->head;
+            F.c[ZT_CAT_ACTIVATIONS] = (b->offload ? b->in : b->enc + b->kept_before[L]) + b->head;
             lo = L + 1;
         } else if (u == g->unit_embed) {
             F.c[ZT_CAT_ACTIVATIONS] = b->enc;
         } else { /* block k = i - 1: its buffer, after what blocks 0..k-1 keep */
-            F.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[i - 1] + b->blk_full;
+            F.c[ZT_CAT_ACTIVATIONS] = inputs_forward(b, i - 1) + b->blk_full;
         }
         for (int j = lo; j <= i; j++) F.c[ZT_CAT_WORKSPACE] += zt_plan_view_bytes(S, order[j]);
         F.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
@@ -87,7 +110,8 @@ static void forward_moments(zt_plan_sim *S, const gpt_bytes *b) {
         zt_plan_moment K = zt_plan_base(S); /* block k released, its kept part taken beside its activations */
         K.name = "forward (a block's kept part)";
         K.c[ZT_CAT_OTHER] = b->tokens;
-        K.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[k + 1] + b->blk_full;
+        /* under offload block k's input is gone by then (gpt.c input_retire) */
+        K.c[ZT_CAT_ACTIVATIONS] = (b->offload ? b->in : b->enc + b->kept_before[k + 1]) + b->blk_full;
         K.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
         zt_plan_consider(S, &K);
     }
@@ -107,7 +131,8 @@ static void head_backward(zt_plan_sim *S, const gpt_bytes *b) {
     zt_plan_moment H = zt_plan_base(S);
     H.name = "start of backward (head)";
     H.c[ZT_CAT_OTHER] = b->tokens;
-    H.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[L] + b->head;
+    /* under offload: the last block's output and its input, on its way back */
+    H.c[ZT_CAT_ACTIVATIONS] = (b->offload ? b->in + (L > 0 ? b->in : 0) : b->enc + b->kept_before[L]) + b->head;
     H.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, uh) + tied_view;
     zt_plan_open_grads(S, &H, uh);
     if (g->cfg.tied) zt_plan_open_grads(S, &H, ue);
@@ -147,7 +172,7 @@ static void block_backward(zt_plan_sim *S, const gpt_bytes *b, int k) {
         zt_plan_moment R = zt_plan_base(S);
         R.name = "a block's replay";
         R.c[ZT_CAT_OTHER] = b->tokens;
-        R.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[k] + (keep == ZT_KEEP_GEMM_OUTPUTS ? own : 0) + b->blk_full;
+        R.c[ZT_CAT_ACTIVATIONS] = inputs_backward(b, k) + (keep == ZT_KEEP_GEMM_OUTPUTS ? own : 0) + b->blk_full;
         R.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, u);
         R.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S);
         zt_plan_add_waiting(S, &R, zt_plan_waiting(S));
@@ -158,7 +183,7 @@ static void block_backward(zt_plan_sim *S, const gpt_bytes *b, int k) {
     zt_plan_moment M = zt_plan_base(S);
     M.name = block_moment_name(k, L);
     M.c[ZT_CAT_OTHER] = b->tokens;
-    M.c[ZT_CAT_ACTIVATIONS] = b->enc + b->kept_before[k] + (keep == ZT_KEEP_ALL ? own : b->blk_full);
+    M.c[ZT_CAT_ACTIVATIONS] = inputs_backward(b, k) + (keep == ZT_KEEP_ALL ? own : b->blk_full);
     M.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, u);
     M.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S);
     zt_plan_add_waiting(S, &M, zt_plan_waiting(S));
@@ -209,7 +234,8 @@ static void embedding_backward(zt_plan_sim *S, const gpt_bytes *b) {
 void zt_gpt_plan_walk(void *arg, zt_plan_sim *S) {
     const zt_gpt_plan_model *g = arg;
     gpt_bytes b = bytes_of(g, zt_plan_compute_dtype(S));
-    zt_plan_set_kept(S, b.enc + b.kept_before[g->cfg.layers] + b.head);
+    /* on the device: under offload only the last block's output beside the head's */
+    zt_plan_set_kept(S, (b.offload ? b.in : b.enc + b.kept_before[g->cfg.layers]) + b.head);
     forward_moments(S, &b);
     int order[2 * ZT_MAX_UNITS + 2], n = use_order(g, 1, order);
     zt_plan_begin_pass(S, order, n, NULL, 0); /* the optimizer step follows */

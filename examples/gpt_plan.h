@@ -12,6 +12,11 @@ typedef struct {
     int unit_embed, first_block, unit_head; /* indices in the planned spec */
 } zt_gpt_plan_model;
 
+/* --offload-activations cpu: the blocks' kept inputs in the host pool at
+ * the end of forward (L of them, category activations), which is also
+ * what crosses the link each way per micro-batch; 0 without it. */
+size_t zt_gpt_plan_offloaded_bytes(const zt_gpt_plan_model *g, zt_dtype act);
+
 /* The walk zt_plan_compute calls (arg: a zt_gpt_plan_model). */
 void zt_gpt_plan_walk(void *arg, zt_plan_sim *S);
 

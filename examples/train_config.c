@@ -83,21 +83,35 @@ static const opt_spec options[] = {
      "forward, backward and optimizer times in the step line (DeepSpeed's wall_clock_breakdown)"},
     {"grad-clip", OPT_FLOAT, F(grad_clip), 0, 0, 1e30, NULL, "global gradient-norm clipping (0: off)"},
     {"stage", OPT_INT, F(stage), 0, 0, 3, NULL, "ZeRO stage 0..3"},
-    {"offload", OPT_CHOICE, S(offload), 0, 0, "none|cpu", "optimizer state offload"},
+    {"offload", OPT_CHOICE, S(offload), 0, 0, "none|cpu|nvme",
+     "optimizer state offload: the fp32 master and optimizer state in the host pool (cpu) or in a swap file per rank "
+     "under --nvme-path (nvme), stepped by the CPU optimizer"},
+    {"nvme-path", OPT_STRING, S(nvme_path), 0, 0, NULL, "--offload nvme: the folder of the swap files"},
+    {"nvme-buffers", OPT_INT, F(nvme_buffers), 0, 1, 1024, NULL,
+     "--offload nvme: host buffers the state streams through (reads run buffers - 1 chunks ahead)"},
+    {"nvme-block-size", OPT_SIZE, F(nvme_block_size), 0, 8192, 1e12, NULL,
+     "--offload nvme: bytes of each fp32 state array one buffer holds, one I/O request (a multiple of 8KiB)"},
+    {"nvme-queue-depth", OPT_INT, F(nvme_queue_depth), 0, 1, 4096, NULL, "--offload nvme: io_uring's queue depth"},
+    {"nvme-io", OPT_CHOICE, S(nvme_io), 0, 0, "auto|io_uring|pread",
+     "--offload nvme: asynchronous io_uring where the kernel allows it (auto), or plain pread/pwrite"},
     {"link", OPT_CHOICE, S(link), 0, 0, "none|pcie4|pcie5",
      "CPU backend: model a host-device link: pcie4 (26 GB/s each way, PCIe 4.0 x16 in practice), pcie5 (52 GB/s)"},
     {"link-gbs", OPT_STRING, S(link_gbs), 0, 0, NULL,
      "CPU backend: model a host-device link of H2D,D2H GB/s (e.g. 25,25): copies take bytes / bandwidth, "
      "overlapped on the copy streams"},
-    {"offload-params", OPT_CHOICE, S(offload_params), 0, 0, "none|cpu",
-     "stage 3 with --offload cpu: each gathered unit's parameter shard lives in the host pool, copied in before "
-     "its all-gather and updated there by the CPU optimizer (DeepSpeed's offload_param)"},
+    {"offload-params", OPT_CHOICE, S(offload_params), 0, 0, "none|cpu|nvme",
+     "stage 3 with --offload cpu|nvme: each gathered unit's parameter shard lives in the host pool (cpu) or the "
+     "swap file (nvme, with --offload nvme), copied in before its all-gather and updated there by the CPU "
+     "optimizer (DeepSpeed's offload_param)"},
     {"offload-delay", OPT_INT, F(offload_delay), 0, 0, 1, NULL,
      "1: delayed parameter update (experimental; with --offload cpu): the CPU Adam of a step overlaps the next "
      "step's forward and backward, which use the parameters from before it"},
     {"recompute", OPT_STRING, S(recompute), 0, 0, NULL,
      "activation recomputation: none, full (blocks keep their input), selective (their GEMM outputs), every-K "
      "(one block in K replays)"},
+    {"offload-activations", OPT_CHOICE, S(offload_activations), 0, 0, "none|cpu",
+     "with --recompute full: each block's kept input lives in the host pool from its forward to its backward, "
+     "copied out and back on the copy streams (DeepSpeed's cpu_checkpointing)"},
     {"attention", OPT_CHOICE, S(attention), 0, 0, "materialized|fused",
      "keep attention's [B,NH,T,T] probabilities for backward, or only each row's log-sum-exp (fused)"},
     {"dtype", OPT_CHOICE, S(dtype), 0, 0, "fp32|bf16|fp16",
@@ -179,6 +193,10 @@ void zt_train_config_defaults(zt_train_config *c) {
     snprintf(c->allocator, sizeof c->allocator, "simple");
     snprintf(c->link, sizeof c->link, "none");
     snprintf(c->offload_params, sizeof c->offload_params, "none");
+    c->nvme_block_size = (size_t)1 << 20;
+    c->nvme_buffers = 4;
+    c->nvme_queue_depth = 32;
+    snprintf(c->nvme_io, sizeof c->nvme_io, "auto");
     c->adafactor_decay = -0.8;
     c->adafactor_clip = 1.0;
     c->adafactor_eps = 1e-30;
@@ -200,6 +218,7 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->threads = 0;
     snprintf(c->offload, sizeof c->offload, "none");
     snprintf(c->recompute, sizeof c->recompute, "none");
+    snprintf(c->offload_activations, sizeof c->offload_activations, "none");
     snprintf(c->attention, sizeof c->attention, "materialized");
     snprintf(c->dtype, sizeof c->dtype, "fp32");
     snprintf(c->reduce_dtype, sizeof c->reduce_dtype, "fp32");
@@ -467,6 +486,27 @@ int zt_train_config_given(const zt_train_config *c, const char *name) {
     return find_option(name, 0, &idx) ? c->given[idx] : 0;
 }
 
+/* The NVMe tier's options: where they apply and what they need. */
+static zt_status validate_nvme(const zt_train_config *c, zt_error *err) {
+    int nvme = strcmp(c->offload, "nvme") == 0;
+    if (strcmp(c->offload_params, "nvme") == 0 && !nvme)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-params nvme needs --offload nvme (got --offload %s): the CPU "
+                       "optimizer writes the shards in the swap file as it streams the state", c->offload);
+    if (!nvme) return ZT_OK;
+    if (!c->nvme_path[0]) return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme needs --nvme-path DIR (the swap files' folder)");
+    if (c->offload_delay)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme cannot run with --offload-delay 1 (the delayed update's "
+                       "thread does not stream the swap file)");
+    if (strcmp(c->optimizer, "adamw") != 0 && strcmp(c->optimizer, "sgd") != 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme runs --optimizer adamw or sgd, not %s: the state streams "
+                       "in chunks, which 8-bit Adam's blocks and Adafactor's per-matrix statistics do not split into",
+                       c->optimizer);
+    if (c->nvme_block_size % 8192)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--nvme-block-size %zu is not a multiple of 8KiB (O_DIRECT's alignment "
+                       "for the fp32 arrays and the 16-bit params of a chunk)", c->nvme_block_size);
+    return ZT_OK;
+}
+
 zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
     /* As the Hugging Face integration fills them in: from the hidden size. */
     double C = c->d_model;
@@ -487,10 +527,15 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
                        "update overlaps the CPU Adam with the next step", c->offload);
     double gbs[2];
     ZT_TRY(zt_train_config_link(c, gbs, err));
-    if (strcmp(c->offload_params, "cpu") == 0 && (c->stage != 3 || strcmp(c->offload, "cpu") != 0 || c->offload_delay))
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-params cpu needs --stage 3 and --offload cpu, without "
+    if (strcmp(c->offload_params, "none") != 0 && (c->stage != 3 || strcmp(c->offload, "none") == 0 || c->offload_delay))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-params %s needs --stage 3 and --offload cpu|nvme, without "
                        "--offload-delay (got --stage %d --offload %s --offload-delay %d): the CPU optimizer updates "
-                       "the offloaded shards in place", c->stage, c->offload, c->offload_delay);
+                       "the offloaded shards in place", c->offload_params, c->stage, c->offload, c->offload_delay);
+    ZT_TRY(validate_nvme(c, err));
+    if (strcmp(c->offload_activations, "cpu") == 0 && rp.kind != ZT_RECOMPUTE_FULL)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-activations cpu needs --recompute full (got --recompute %s): "
+                       "only full recomputation keeps a single input per block, the tensor that goes to the host",
+                       c->recompute);
     if (c->save_every > 0 && !c->save_dir[0])
         return ZT_FAIL(err, ZT_ERR_INVALID, "--save-every %d needs --save-dir", c->save_every);
     if (c->d_model % c->heads != 0)

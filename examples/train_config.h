@@ -41,7 +41,17 @@ typedef struct {
     double seq_len_jitter; /* each rank's T per step drawn in [(1 - F) seq_len, seq_len] */
     int64_t trace_max_events;
     int64_t prefetch_bucket_size; /* DeepSpeed's stage3_prefetch_bucket_size (parameters); 0: use prefetch */
-    char offload_params[8]; /* none or cpu: stage 3's parameter shards in the host pool */
+    char offload_params[8]; /* none, cpu or nvme: stage 3's parameter shards in the host pool or the swap file */
+    /* The NVMe tier (--offload nvme): the swap files' folder, the buffers'
+     * block size and count, io_uring's queue depth, the I/O path. */
+    char nvme_path[512];
+    size_t nvme_block_size;
+    int nvme_buffers, nvme_queue_depth;
+    char nvme_io[12];
+    /* Tests: ZT_TEST_NVME_FAIL=read|write:N[:RANK] fails that rank's N-th request of that kind (zt_nvme.h). */
+    long test_nvme_fail_read, test_nvme_fail_write;
+    int test_nvme_fail_rank;
+    char offload_activations[8]; /* none or cpu: with --recompute full, the blocks' kept inputs in the host pool */
     char offload[16], recompute[16], dtype[16], reduce_dtype[16], device[16], attention[16];
     /* fp16 loss scaling (DeepSpeed's fp16 block) and the non-finite guard */
     double loss_scale, min_loss_scale;
@@ -75,7 +85,7 @@ typedef struct {
      * step (1-based), as an fp16 overflow on one rank. */
     int test_overflow_step, test_overflow_rank;
     /* which options were given (by flag or config file), by option index */
-    unsigned char given[80];
+    unsigned char given[96];
 } zt_train_config;
 
 #define ZT_DS_AUTO_REDUCE_BUCKET 1   /* reduce_bucket_size "auto": d_model^2 elements */

@@ -91,14 +91,45 @@ static void each_key(reader *r, json_t *obj, const char *prefix, key_fn each) {
     }
 }
 
-/* A key of offload_optimizer or offload_param: its device sets `option`. */
+/* Keys of offload_optimizer and offload_param that tune DeepSpeed's own
+ * swapper (its pipelining, its parameter buffers, what stays in host
+ * memory): zerotrain's stream has no such choices. */
+static const char *const swapper_without_effect[] = {"pipeline_read", "pipeline_write", "fast_init", "ratio",
+                                                     "buffer_size", "max_in_cpu"};
+
+/* A key of offload_optimizer or offload_param: its device sets `option`;
+ * nvme_path (the same folder in both) sets --nvme-path; the optimizer's
+ * buffer_count sets --nvme-buffers. */
 static void offload_device_key(reader *r, const char *key, json_t *val, const char *path, const char *option) {
     const char *dev = json_string_value(val);
+    int params = strcmp(option, "offload-params") == 0;
     if (strcmp(key, "pin_memory") == 0) return require_true(r, val, path, "the host pool is always page-locked");
+    if (strcmp(key, "nvme_path") == 0) {
+        const char *dir = json_string_value(val);
+        if (dir && r->cfg->nvme_path[0] && strcmp(dir, r->cfg->nvme_path) == 0) return; /* named twice, alike */
+        return set(r, "nvme-path", val, path);
+    }
+    if (strcmp(key, "buffer_count") == 0 && !params) return set(r, "nvme-buffers", val, path);
+    for (size_t i = 0; i < sizeof swapper_without_effect / sizeof swapper_without_effect[0]; i++)
+        if (strcmp(key, swapper_without_effect[i]) == 0) return note_without_effect(r, path);
+    if (strcmp(key, "buffer_count") == 0) return note_without_effect(r, path);
     if (strcmp(key, "device") != 0) return refuse(r, path, "not supported by zerotrain");
-    if (!dev || (strcmp(dev, "cpu") != 0 && strcmp(dev, "none") != 0))
-        return refuse(r, path, "not \"cpu\" or \"none\" (NVMe offload is not in zerotrain yet)");
+    if (!dev || (strcmp(dev, "cpu") != 0 && strcmp(dev, "nvme") != 0 && strcmp(dev, "none") != 0))
+        return refuse(r, path, "not \"cpu\", \"nvme\" or \"none\"");
     set(r, option, val, path);
+}
+
+/* aio: DeepSpeed's asynchronous I/O for the NVMe tier. Its request size and
+ * queue depth map to ours; its threads and submission modes are libaio's
+ * and GDS's, which zerotrain's io_uring stream does not have. */
+static void aio_key(reader *r, const char *key, json_t *val, const char *path) {
+    static const char *const no_effect[] = {"thread_count", "single_submit", "overlap_events", "use_gds",
+                                            "intra_op_parallelism"};
+    if (strcmp(key, "block_size") == 0) return set(r, "nvme-block-size", val, path);
+    if (strcmp(key, "queue_depth") == 0) return set(r, "nvme-queue-depth", val, path);
+    for (size_t i = 0; i < sizeof no_effect / sizeof no_effect[0]; i++)
+        if (strcmp(key, no_effect[i]) == 0) return note_without_effect(r, path);
+    refuse(r, path, "not supported by zerotrain");
 }
 
 static void offload_key(reader *r, const char *key, json_t *val, const char *path) {
@@ -110,6 +141,26 @@ static void offload_param_key(reader *r, const char *key, json_t *val, const cha
     offload_device_key(r, key, val, path, "offload-params");
 }
 
+/* activation_checkpointing: cpu_checkpointing keeps the checkpointed inputs
+ * in the host pool (--offload-activations). What is checkpointed is the
+ * model's choice in DeepSpeed, not the file's, so --recompute full is not
+ * implied: validation asks for it. The other keys shape partitioning over
+ * model-parallel ranks, which zerotrain does not have. */
+static void activation_key(reader *r, const char *key, json_t *val, const char *path) {
+    static const char *const no_effect[] = {"partition_activations", "contiguous_memory_optimization",
+                                            "number_checkpoints", "synchronize_checkpoint_boundary", "profile"};
+    if (strcmp(key, "cpu_checkpointing") == 0) {
+        if (is_auto(val)) return;
+        if (!json_is_boolean(val)) return refuse(r, path, "not a boolean");
+        json_t *v = json_string(json_is_true(val) ? "cpu" : "none");
+        set(r, "offload-activations", v, path);
+        json_decref(v);
+        return;
+    }
+    for (size_t i = 0; i < sizeof no_effect / sizeof no_effect[0]; i++)
+        if (strcmp(key, no_effect[i]) == 0) return note_without_effect(r, path);
+    refuse(r, path, "not supported by zerotrain");
+}
 
 static void zero_key(reader *r, const char *key, json_t *val, const char *path) {
     if (strcmp(key, "stage") == 0) set(r, "stage", val, path);
@@ -319,6 +370,8 @@ static const char *const without_effect[] = {"zero_allow_untested_optimizer", "p
 
 static void read_key(reader *r, const char *key, json_t *val) {
     if (strcmp(key, "zero_optimization") == 0) return each_key(r, val, key, zero_key);
+    if (strcmp(key, "activation_checkpointing") == 0) return each_key(r, val, key, activation_key);
+    if (strcmp(key, "aio") == 0) return each_key(r, val, key, aio_key);
     if (strcmp(key, "bf16") == 0) return each_key(r, val, key, bf16_key);
     if (strcmp(key, "fp16") == 0) return each_key(r, val, key, fp16_key);
     if (strcmp(key, "optimizer") == 0 && json_is_string(val)) return set(r, "optimizer", val, key); /* ours: a name */

@@ -85,6 +85,7 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     json_object_set_new(o, "stage", json_integer(c->stage));
     json_object_set_new(o, "offload", json_string(c->offload));
     json_object_set_new(o, "recompute", json_string(c->recompute));
+    json_object_set_new(o, "offload_activations", json_string(c->offload_activations));
     json_object_set_new(o, "attention", json_string(c->attention));
     json_object_set_new(o, "dtype", json_string(c->dtype));
     json_object_set_new(o, "reduce_dtype", json_string(c->reduce_dtype));

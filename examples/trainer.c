@@ -210,6 +210,8 @@ typedef struct {
     zt_coll_stats comm_before[ZT_COLL_KINDS];
     unsigned long long staging_allocs_before;
     zt_transfer_stats xfer_before;
+    zt_gpt_transfers act_before; /* the model's kept inputs (--offload-activations) */
+    zt_nvme_stats nvme_before;   /* the NVMe tier's I/O */
     zt_link_stats link_before; /* the modelled link's counters (zeros: none) */
     size_t driver_used, driver_total;
 } step_record;
@@ -259,8 +261,12 @@ static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, cons
                           .bucket_bytes = c->bucket_size,
                           .prefetch = prefetch,
                           .overlap_comm = c->overlap_comm,
-                          .offload = strcmp(c->offload, "cpu") == 0,
-                          .offload_params = strcmp(c->offload_params, "cpu") == 0,
+                          .offload = strcmp(c->offload, "none") != 0,
+                          .offload_params = strcmp(c->offload_params, "none") != 0,
+                          .nvme_optimizer = strcmp(c->offload, "nvme") == 0,
+                          .nvme_params = strcmp(c->offload_params, "nvme") == 0,
+                          .nvme = {c->nvme_path, c->nvme_block_size, c->nvme_buffers,
+                                   {ZT_NVME_IO_AUTO, (unsigned)c->nvme_queue_depth, 0, 0}},
                           .offload_delay = c->offload_delay,
                           .persist_threshold = (size_t)c->persist_threshold,
                           .max_live_params = (size_t)c->max_live_params,
@@ -269,8 +275,12 @@ static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, cons
                           .host_threads = ctx->be->nthreads,
                           .loss = {c->loss_scale, c->initial_scale_power, c->loss_scale_window, c->hysteresis,
                                    c->min_loss_scale}};
+    if (c->test_nvme_fail_rank < 0 || c->test_nvme_fail_rank == ctx->rank) {
+        e.nvme.io.fail_read_at = c->test_nvme_fail_read;
+        e.nvme.io.fail_write_at = c->test_nvme_fail_write;
+    }
     if (!zt_dtype_parse(c->dtype, &e.dtype) || !zt_dtype_parse(c->reduce_dtype, &e.reduce_dtype) ||
-        !zt_optimizer_parse(c->optimizer, &e.optimizer))
+        !zt_optimizer_parse(c->optimizer, &e.optimizer) || !zt_nvme_io_parse(c->nvme_io, &e.nvme.io.io))
         return ZT_FAIL(err, ZT_ERR_INTERNAL, "trainer: dtype %s / reduce dtype %s / optimizer %s", c->dtype,
                        c->reduce_dtype, c->optimizer);
     *ec = e;
@@ -285,7 +295,8 @@ static zt_status create_model(run_state *r) {
     trainer *t = r->t;
     zt_gpt_config gc = {.layers = c->layers, .d_model = c->d_model, .heads = c->heads, .seq_len = c->seq_len,
                         .vocab = t->data.vocab, .micro_batch = c->micro_batch, .tied = c->tied,
-                        .seed = (uint64_t)c->seed, .attention_fused = strcmp(c->attention, "fused") == 0};
+                        .seed = (uint64_t)c->seed, .attention_fused = strcmp(c->attention, "fused") == 0,
+                        .offload_activations = strcmp(c->offload_activations, "cpu") == 0};
     ZT_TRY(zt_recompute_parse(c->recompute, &gc.recompute, err));
     ZT_TRY(zt_gpt_create(&t->gpt, &gc, err));
     ZT_TRY(zt_gpt_freeze(&t->gpt, c->freeze, err));
@@ -297,6 +308,11 @@ static zt_status create_model(run_state *r) {
     zt_log_rank0(&ctx->log, "model: %zu parameters in %d units (largest %zu padded), dtype %s, ZeRO stage %d on %d "
                  "rank(s)", t->gpt.spec->total_numel, t->gpt.spec->nunits, t->gpt.spec->largest_unit_numel, c->dtype,
                  c->stage, r->comm->world_size);
+    zt_nvme_stats nv = zt_engine_nvme_stats(&t->eng);
+    if (nv.path)
+        zt_log_rank0(&ctx->log, "nvme: %s%s at %s (%zu bytes; %d buffers of %zu bytes per array)", nv.how,
+                     strcmp(c->offload_params, "nvme") == 0 ? ", state and parameter shards" : ", state", nv.path,
+                     nv.file_bytes, c->nvme_buffers, c->nvme_block_size);
     /* What a checkpoint must agree with to be loaded, and what it records. */
     t->run_info = json_pack("{s:{s:i,s:i,s:i,s:i,s:i,s:b},s:I,s:s,s:i}", "model", "layers", c->layers, "d_model",
                             c->d_model, "heads", c->heads, "seq_len", c->seq_len, "vocab", t->data.vocab, "tied",
@@ -395,6 +411,8 @@ static zt_status train_step(run_state *r, step_record *s) {
     memcpy(s->comm_before, r->comm->stats, sizeof s->comm_before);
     s->staging_allocs_before = r->comm->staging.pinned_allocs;
     s->xfer_before = zt_engine_transfers(&t->eng);
+    s->act_before = t->gpt.moved;
+    s->nvme_before = zt_engine_nvme_stats(&t->eng);
     if (r->ctx->be->link) s->link_before = *r->ctx->be->link;
     s->T = seq_len_at(c, r->ctx->rank, s->step);
     s->lr = lr_at(c, s->step);
@@ -412,12 +430,30 @@ static zt_status train_step(run_state *r, step_record *s) {
     return ZT_OK;
 }
 
-/* The offload transfers of the step (bytes and GB/s each way, locked host bytes). */
-static json_t *offload_json(const zt_ctx *ctx, const zt_engine *eng, const zt_transfer_stats *before) {
-    zt_transfer_stats now = zt_engine_transfers(eng);
-    double d2h = now.d2h_bytes - before->d2h_bytes, d2h_s = now.d2h_s - before->d2h_s;
-    double h2d = now.h2d_bytes - before->h2d_bytes, h2d_s = now.h2d_s - before->h2d_s;
+/* The engine's offload transfers since init plus the model's kept inputs'
+ * (--offload-activations): what crosses the link for offload. */
+static zt_transfer_stats all_transfers(const trainer *t) {
+    zt_transfer_stats x = zt_engine_transfers(&t->eng);
+    x.d2h_bytes += t->gpt.moved.d2h_bytes;
+    x.d2h_s += t->gpt.moved.d2h_s;
+    x.h2d_bytes += t->gpt.moved.h2d_bytes;
+    x.h2d_s += t->gpt.moved.h2d_s;
+    return x;
+}
+
+/* The offload transfers of the step (bytes and GB/s each way, the kept
+ * inputs' part of them, locked host bytes). */
+static json_t *offload_json(const zt_ctx *ctx, const trainer *t, const step_record *s) {
+    zt_transfer_stats now = all_transfers(t), before = s->xfer_before;
+    before.d2h_bytes += s->act_before.d2h_bytes;
+    before.d2h_s += s->act_before.d2h_s;
+    before.h2d_bytes += s->act_before.h2d_bytes;
+    before.h2d_s += s->act_before.h2d_s;
+    double d2h = now.d2h_bytes - before.d2h_bytes, d2h_s = now.d2h_s - before.d2h_s;
+    double h2d = now.h2d_bytes - before.h2d_bytes, h2d_s = now.h2d_s - before.h2d_s;
     json_t *x = json_object();
+    json_object_set_new(x, "activations_d2h_bytes", json_real(t->gpt.moved.d2h_bytes - s->act_before.d2h_bytes));
+    json_object_set_new(x, "activations_h2d_bytes", json_real(t->gpt.moved.h2d_bytes - s->act_before.h2d_bytes));
     json_object_set_new(x, "d2h_bytes", json_real(d2h));
     json_object_set_new(x, "d2h_gbs", json_real(d2h_s > 0 ? d2h / d2h_s / 1e9 : 0.0));
     json_object_set_new(x, "h2d_bytes", json_real(h2d));
@@ -425,9 +461,17 @@ static json_t *offload_json(const zt_ctx *ctx, const zt_engine *eng, const zt_tr
     json_object_set_new(x, "host_locked_bytes", json_integer((json_int_t)ctx->host_lock.locked_bytes));
     json_object_set_new(x, "host_unlocked_bytes", json_integer((json_int_t)ctx->host_lock.unlocked_bytes));
     /* --offload-delay 1: the CPU Adam joined this step, and how long the step waited for it */
-    json_object_set_new(x, "delayed_adam_s", json_real(now.delayed_adam_s - before->delayed_adam_s));
-    json_object_set_new(x, "delayed_wait_s", json_real(now.delayed_wait_s - before->delayed_wait_s));
+    json_object_set_new(x, "delayed_adam_s", json_real(now.delayed_adam_s - before.delayed_adam_s));
+    json_object_set_new(x, "delayed_wait_s", json_real(now.delayed_wait_s - before.delayed_wait_s));
     return x;
+}
+
+/* The NVMe tier's I/O of the step: bytes each way and the host's waits. */
+static json_t *nvme_json(const trainer *t, const step_record *s) {
+    zt_nvme_stats now = zt_engine_nvme_stats(&t->eng), before = s->nvme_before;
+    return json_pack("{s:f,s:f,s:f,s:I,s:s}", "read_bytes", now.read_bytes - before.read_bytes, "write_bytes",
+                     now.write_bytes - before.write_bytes, "wait_s", now.wait_s - before.wait_s, "file_bytes",
+                     (json_int_t)now.file_bytes, "io", now.how ? now.how : "");
 }
 
 /* The step's line in DIR/rank<r>.jsonl. */
@@ -457,7 +501,9 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
     json_t *staging = staging_json(r->comm, s->staging_allocs_before);
     if (staging) json_object_set_new(o, "host_staging", staging);
     json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)zt_engine_gathered_peak(eng)));
-    if (strcmp(r->c->offload, "cpu") == 0) json_object_set_new(o, "offload", offload_json(ctx, eng, &s->xfer_before));
+    if (strcmp(r->c->offload, "none") != 0 || strcmp(r->c->offload_activations, "cpu") == 0)
+        json_object_set_new(o, "offload", offload_json(ctx, t, s));
+    if (strcmp(r->c->offload, "nvme") == 0) json_object_set_new(o, "nvme", nvme_json(t, s));
     if (ctx->be->link) json_object_set_new(o, "link", zt_link_step_json(ctx->be->link, &s->link_before));
     char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
     json_decref(o);
@@ -469,7 +515,7 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
 
 /* --metrics-file after a step. */
 static zt_status write_metrics(const run_state *r, const step_record *s, double tps) {
-    zt_transfer_stats x = zt_engine_transfers(&r->t->eng);
+    zt_transfer_stats x = all_transfers(r->t);
     zt_metrics_values v = {s->step + 1, tps, x.h2d_bytes, x.d2h_bytes, 0};
     return zt_metrics_write(r->c->metrics_file, r->ctx->rank, &r->ctx->device_mem, &r->ctx->host_mem, &v,
                             &r->ctx->err);

@@ -120,6 +120,37 @@ static int fullest_rank(const plan_job *j) {
     return best;
 }
 
+/* The host pool with the kept inputs of --offload-activations cpu (all L
+ * blocks' at the end of forward): alone without --offload; with it, beside
+ * the engine's persistent host state (master, Adam, shards) in forward,
+ * against the engine's own peak at the step, when every input is back. The
+ * engine's gradients reach the host during backward as their buckets
+ * complete, when inputs may still be there: zt-plan takes them to arrive
+ * after the blocks' backward (one bucket, as on small models) and, under
+ * the delayed update, whose previous step's gradients live through the
+ * whole step, adds the two. */
+static void add_offloaded_inputs(const plan_job *j, zt_plan *p) {
+    size_t act = zt_gpt_plan_offloaded_bytes(&j->model, j->in.compute_dtype);
+    if (!act) return;
+    if (!j->in.offload) {
+        p->host_bytes = act;
+        return;
+    }
+    if (j->in.offload_delay) {
+        p->host_bytes += act;
+        return;
+    }
+    zt_engine_config ec = {.stage = j->in.stage, .dtype = j->in.dtype, .offload = j->in.offload,
+                           .offload_params = j->in.offload_params, .persist_threshold = j->in.persist_threshold,
+                           .optimizer = j->in.optimizer, .adafactor_beta1 = j->in.adafactor_beta1,
+                           .nvme_optimizer = j->in.nvme_optimizer, .nvme_params = j->in.nvme_params,
+                           .nvme = {.block_bytes = j->in.nvme_block_bytes, .buffers = j->in.nvme_buffers}};
+    zt_state_bytes sb = zt_engine_state_bytes(j->spec, &ec, j->in.rank);
+    size_t stage, nvme = zt_nvme_buffer_bytes(j->spec, &ec, &stage); /* the NVMe tier's buffers, from init on */
+    size_t forward = sb.host_master_params + sb.host_optimizer + sb.host_params + nvme + stage + act;
+    if (forward > p->host_bytes) p->host_bytes = forward;
+}
+
 /* The plan of rank pf->rank (-1: the rank with the most state). */
 static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
     zt_spec_layout(j->spec, world);
@@ -127,6 +158,7 @@ static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
     j->in.stage = stage;
     j->in.rank = j->rank >= 0 && j->rank < world ? j->rank : fullest_rank(j);
     zt_plan_compute(&j->in, zt_gpt_plan_walk, &j->model, out);
+    add_offloaded_inputs(j, out);
 }
 
 /* Smallest world size at which the peak fits (0: none up to 2^20). */
@@ -194,7 +226,8 @@ static zt_status model_units(plan_job *j, zt_train_config *c, const plan_flags *
     zt_gpt_config *gc = &j->model.cfg;
     *gc = (zt_gpt_config){.layers = c->layers, .d_model = c->d_model, .heads = c->heads, .seq_len = c->seq_len,
                           .vocab = strcmp(c->data, "markov") == 0 ? c->vocab : 256, .micro_batch = c->micro_batch,
-                          .tied = c->tied, .attention_fused = strcmp(c->attention, "fused") == 0};
+                          .tied = c->tied, .attention_fused = strcmp(c->attention, "fused") == 0,
+                          .offload_activations = strcmp(c->offload_activations, "cpu") == 0};
     (void)zt_recompute_parse(c->recompute, &gc->recompute, err); /* checked by zt_train_config_validate */
     j->spec = calloc(1, sizeof *j->spec);
     if (!j->spec) return ZT_FAIL(err, ZT_ERR_OOM, "no memory");
@@ -219,8 +252,12 @@ static zt_status model_units(plan_job *j, zt_train_config *c, const plan_flags *
  * as both backends and DeepSpeed's and FSDP's mixed precision keep them. */
 static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_model_spec *spec) {
     memset(in, 0, sizeof *in);
-    in->offload = strcmp(c->offload, "cpu") == 0;
-    in->offload_params = strcmp(c->offload_params, "cpu") == 0;
+    in->offload = strcmp(c->offload, "none") != 0;
+    in->offload_params = strcmp(c->offload_params, "none") != 0;
+    in->nvme_optimizer = strcmp(c->offload, "nvme") == 0;
+    in->nvme_params = strcmp(c->offload_params, "nvme") == 0;
+    in->nvme_block_bytes = c->nvme_block_size;
+    in->nvme_buffers = c->nvme_buffers;
     in->offload_delay = c->offload_delay;
     (void)zt_optimizer_parse(c->optimizer, &in->optimizer); /* the options table allows no other */
     in->adafactor_beta1 = (float)c->adafactor_beta1;
@@ -284,7 +321,8 @@ static zt_alloc_mode allocator_of(const zt_train_config *c) {
 
 /* Host-device bytes per step, [ZT_LINK_H2D], [ZT_LINK_D2H]: the engine's
  * (offload; offload_params' shards at every micro-batch's gathers) and the
- * model's, per micro-batch its tokens and targets in
+ * model's, per micro-batch its kept inputs out and back
+ * (--offload-activations), its tokens and targets in
  * (int32) and its per-token losses out (fp32), and the gradient norm's
  * partial sums out (a double per unit, the usual count of pieces). */
 typedef struct {
@@ -296,13 +334,25 @@ static plan_transfers transfers_of(const plan_job *j, const zt_plan *p, const zt
     plan_transfers t;
     memset(&t, 0, sizeof t);
     double BT = (double)c->micro_batch * c->seq_len, accum = c->grad_accum;
-    t.bytes[ZT_LINK_H2D] = (double)p->transfer_bytes[ZT_LINK_H2D] + accum * ((double)p->shard_bytes_per_micro + 2 * BT * 4);
-    t.bytes[ZT_LINK_D2H] = (double)p->transfer_bytes[ZT_LINK_D2H] + accum * BT * 4 + 8.0 * j->spec->nunits;
+    double inputs = (double)zt_gpt_plan_offloaded_bytes(&j->model, j->in.compute_dtype);
+    t.bytes[ZT_LINK_H2D] = (double)p->transfer_bytes[ZT_LINK_H2D] +
+                           accum * ((double)p->shard_bytes_per_micro + 2 * BT * 4 + inputs);
+    t.bytes[ZT_LINK_D2H] = (double)p->transfer_bytes[ZT_LINK_D2H] + accum * (BT * 4 + inputs) + 8.0 * j->spec->nunits;
     zt_error err = {0};
     if (zt_train_config_link(c, t.gbs, &err) == ZT_OK && t.gbs[0] > 0) t.link_given = 1;
     else t.gbs[0] = t.gbs[1] = 26.0; /* --link pcie4 */
     for (int d = 0; d < 2; d++) t.seconds[d] = t.bytes[d] / (t.gbs[d] * 1e9);
     return t;
+}
+
+/* The NVMe tier per rank: the swap file, its host buffers (in host_bytes),
+ * and per step the optimizer's reads and writes plus the shards read for
+ * every micro-batch's gathers. */
+static json_t *nvme_json(const zt_plan *p, const zt_train_config *c) {
+    double reads = (double)p->nvme_read_bytes + (double)c->grad_accum * (double)p->nvme_shard_read_bytes_per_micro;
+    return json_pack("{s:I,s:I,s:f,s:f}", "file_bytes", (json_int_t)p->nvme_file_bytes, "buffer_bytes",
+                     (json_int_t)p->nvme_buffer_bytes, "read_bytes_per_step", reads, "write_bytes_per_step",
+                     (double)p->nvme_write_bytes);
 }
 
 static json_t *transfers_json(const plan_transfers *t) {
@@ -335,6 +385,9 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     /* Each category at its own peak (as zt-train's summary reports it). */
     json_object_set_new(o, "peak_by_category", cat_peaks);
     json_object_set_new(o, "host_bytes", json_integer((json_int_t)p->host_bytes));
+    /* --offload-activations cpu: the kept inputs' part of the host pool (its activations category) */
+    json_object_set_new(o, "host_activations_bytes",
+                        json_integer((json_int_t)zt_gpt_plan_offloaded_bytes(&j->model, j->in.compute_dtype)));
     zt_alloc_mode mode = allocator_of(c);
     zt_plan_band band = zt_plan_reserved_band(mode);
     json_t *reserved = json_object();
@@ -344,6 +397,7 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     json_object_set_new(o, "expected_reserved", reserved);
     plan_transfers t = transfers_of(j, p, c);
     json_object_set_new(o, "transfers_per_step", transfers_json(&t));
+    if (j->in.nvme_optimizer) json_object_set_new(o, "nvme", nvme_json(p, c));
     json_object_set_new(o, "fits", json_boolean(fits));
     json_object_set_new(o, "peak_moment", json_string(p->peak_moment));
     json_object_set_new(o, "params", json_integer((json_int_t)j->spec->total_numel));
@@ -417,7 +471,20 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
     printf("  expected reserved (%s allocator, uncapped): %s; measured runs fell within %+.0f%% .. %+.0f%% of "
            "this figure (docs/memory.md)\n", zt_alloc_mode_name(mode), a, 100 * band.lo, 100 * band.hi);
     gb(a, sizeof a, (double)p->host_bytes);
-    printf("  host pool (offload): %s\n", a);
+    size_t inputs = zt_gpt_plan_offloaded_bytes(&j->model, j->in.compute_dtype);
+    gb(b2, sizeof b2, (double)inputs);
+    if (inputs) printf("  host pool (offload): %s, of which the blocks' kept inputs %s (--offload-activations cpu)\n", a, b2);
+    else printf("  host pool (offload): %s\n", a);
+    if (j->in.nvme_optimizer) {
+        char f[32];
+        gb(a, sizeof a, (double)p->nvme_file_bytes);
+        gb(b2, sizeof b2, (double)p->nvme_buffer_bytes);
+        gb(f, sizeof f, (double)p->nvme_read_bytes + (double)c->grad_accum * (double)p->nvme_shard_read_bytes_per_micro);
+        printf("  NVMe (--offload nvme): a swap file of %s per rank, through %s of host buffers; per step %s read, ",
+               a, b2, f);
+        gb(a, sizeof a, (double)p->nvme_write_bytes);
+        printf("%s written\n", a);
+    }
     plan_transfers t = transfers_of(j, p, c);
     gb(a, sizeof a, t.bytes[ZT_LINK_H2D]);
     gb(b2, sizeof b2, t.bytes[ZT_LINK_D2H]);

@@ -141,6 +141,15 @@ static void read_test_hooks(zt_train_config *cfg) {
     const char *kill = getenv("ZT_TEST_KILL_SAVE");
     if (kill && sscanf(kill, "%d:%d:%d", &cfg->test_kill_step, &cfg->test_kill_rank, &cfg->test_kill_point) != 3)
         cfg->test_kill_step = -1;
+    /* read|write:N[:RANK]: the N-th request of that kind fails (every rank without RANK) */
+    const char *nvme = getenv("ZT_TEST_NVME_FAIL");
+    char kind[8] = "";
+    long nth = 0;
+    cfg->test_nvme_fail_rank = -1;
+    if (nvme && sscanf(nvme, "%7[a-z]:%ld:%d", kind, &nth, &cfg->test_nvme_fail_rank) >= 2) {
+        if (strcmp(kind, "read") == 0) cfg->test_nvme_fail_read = nth;
+        if (strcmp(kind, "write") == 0) cfg->test_nvme_fail_write = nth;
+    }
     const char *overflow = getenv("ZT_TEST_OVERFLOW");
     if (overflow && sscanf(overflow, "%d:%d", &cfg->test_overflow_step, &cfg->test_overflow_rank) != 2)
         cfg->test_overflow_step = -1;

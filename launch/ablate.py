@@ -3,7 +3,8 @@
 (x optimizer x frozen units x allocator x dtype).
 
     python3 launch/ablate.py [--preset zero] [--np 2] [--steps 30] [--out out/ablation]
-                             [--offload none,cpu[,params]] [--recompute none,full[,selective,every-K]]
+                             [--offload none,cpu[,params,nvme,nvme-params,activations]]
+                             [--recompute none,full[,selective,every-K]]
                              [--optimizer adamw[,sgd,...]] [--freeze LIST [--freeze LIST ...]]
                              [--allocator simple[,caching,expandable]]
                              [--dtype fp32[,bf16,fp16]] [--dry-run]
@@ -11,7 +12,8 @@
                              [-- EXTRA ZT-TRAIN FLAGS ...]
 
 Runs the configurations stage {0,1,2,3} x each --offload (default none,cpu;
-params, the parameter shards offloaded too, runs at stage 3 only)
+params and nvme-params, the parameter shards offloaded too, run at stage 3
+only; activations, the kept block inputs, with --recompute full only)
 x each policy of --recompute (default none,full: 16 configurations) for
 each frozen-unit list of --freeze, each optimizer of --optimizer, each
 device allocator of --allocator and each dtype of --dtype (defaults: none,
@@ -94,12 +96,33 @@ MODEL_STATE = ["params", "grads", "master_params", "optimizer"]
 STAGES = [0, 1, 2, 3]
 OFFLOADS = ["none", "cpu"]     # the default --offload
 # Offload tiers the axis accepts: params is --offload cpu --offload-params cpu
-# (the parameter shards too), which only stage 3 has, so it runs there only.
-OFFLOAD_TIERS = OFFLOADS + ["params"]
+# (stage 3 only); nvme the optimizer state in a swap file (--offload nvme,
+# under OUT/nvme-swap), nvme-params the shards too (stage 3 only);
+# activations the kept block inputs in the host pool (--offload-activations
+# cpu, with --recompute full only).
+OFFLOAD_TIERS = OFFLOADS + ["params", "nvme", "nvme-params", "activations"]
+TIER_SUFFIX = {"cpu": "-offload", "params": "-offload-params", "nvme": "-nvme", "nvme-params": "-nvme-params",
+               "activations": "-offload-acts"}
+
+
+def tier_flags(offload, out):
+    """zt-train's flags for an offload tier."""
+    swap = ["--nvme-path", os.path.join(out, "nvme-swap")]
+    return {"none": ["--offload", "none"], "cpu": ["--offload", "cpu"],
+            "params": ["--offload", "cpu", "--offload-params", "cpu"], "nvme": ["--offload", "nvme"] + swap,
+            "nvme-params": ["--offload", "nvme", "--offload-params", "nvme"] + swap,
+            "activations": ["--offload-activations", "cpu"]}[offload]
+
+
+def tier_applies(offload, stage, recompute):
+    """Stage 3's tiers at stage 3 only; activation offload with full recompute only."""
+    if offload in ("params", "nvme-params"):
+        return stage == 3
+    return offload != "activations" or recompute == "full"
 RECOMPUTES = ["none", "full"]  # the default --recompute
 # Flags whose value the sweep decides; passing them after `--` would silently
 # turn the ablation into 16 runs of one configuration (or mix their logs).
-AXIS_FLAGS = ["--stage", "--offload", "--offload-params", "--recompute", "--dtype", "--optimizer", "--freeze", "--allocator",
+AXIS_FLAGS = ["--stage", "--offload", "--offload-params", "--offload-activations", "--nvme-path", "--recompute", "--dtype", "--optimizer", "--freeze", "--allocator",
               "--steps"]
 OWNED_FLAGS = AXIS_FLAGS + ["--log-dir"]
 DTYPES = ["fp32", "bf16", "fp16"]
@@ -148,7 +171,7 @@ def config_name(stage, offload, recompute, dtype="fp32", optimizer="adamw", free
     frozen, the simple allocator, fp32) are left out."""
     name = f"s{stage}"
     if offload != "none":
-        name += "-offload" + ("-params" if offload == "params" else "")
+        name += TIER_SUFFIX[offload]
     if recompute == "full":
         name += "-recompute"
     elif recompute != "none":
@@ -230,7 +253,9 @@ def build_parser(here):
                    help="path of the mpirun wrapper [default: zt-run beside this script]")
     p.add_argument("--offload", default=",".join(OFFLOADS),
                    help="comma-separated offload tiers to sweep: none, cpu (optimizer state), params (and stage 3's "
-                        "parameter shards: stage 3 only) [default: none,cpu]")
+                        "parameter shards: stage 3 only), nvme (optimizer state in a swap file), nvme-params (the "
+                        "shards too: stage 3 only), activations (kept block inputs: --recompute full only) "
+                        "[default: none,cpu]")
     p.add_argument("--recompute", default=",".join(RECOMPUTES),
                    help="comma-separated recompute policies to sweep (none, full, selective, every-K) "
                         "[default: none,full]")
@@ -282,7 +307,7 @@ def parse_args(argv):
         p.error("--steps must be at least 1")
     if args.timeout <= 0:
         p.error("--timeout must be positive")
-    args.offloads = distinct_list(p, "--offload", comma_list(args.offload), "none, cpu, params",
+    args.offloads = distinct_list(p, "--offload", comma_list(args.offload), ", ".join(OFFLOAD_TIERS),
                                   lambda o: o in OFFLOAD_TIERS)
     args.recomputes = distinct_list(
         p, "--recompute", comma_list(args.recompute), "none, full, selective, every-K",
@@ -302,7 +327,7 @@ def parse_args(argv):
     args.extra = preset.get("model", []) + extra
     args.configs = [(s, o, r, d, opt, fr, al) for d in args.dtypes for al in args.allocators for opt in args.optimizers
                     for fr in args.freezes for s in STAGES for o in args.offloads for r in args.recomputes
-                    if o != "params" or s == 3]
+                    if tier_applies(o, s, r)]
     names = [config_name(*c) for c in args.configs]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:
@@ -420,8 +445,7 @@ def config_command(args, out, config):
     name = config_name(stage, offload, recompute, dtype, optimizer, freeze, allocator)
     run_dir = os.path.join(out, "runs", name)
     cmd = ([args.zt_run, "-np", str(args.np), args.zt_train,
-            "--stage", str(stage), "--offload", "cpu" if offload == "params" else offload]
-           + (["--offload-params", "cpu"] if offload == "params" else [])
+            "--stage", str(stage)] + tier_flags(offload, out)
            + ["--recompute", recompute, "--dtype", dtype,
             "--optimizer", optimizer, "--freeze", freeze, "--allocator", allocator, "--steps", str(args.steps)]
            + args.extra + ["--log-dir", run_dir, "--quiet"])

@@ -3,7 +3,7 @@
 # missing ones; uses sudo when not root). See README.md, "Dependencies".
 set -euo pipefail
 packages=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libopenblas-dev
-          libjansson-dev libxxhash-dev libsleef-dev python3 gnuplot-nox clang libclang-rt-14-dev libomp-dev)
+          libjansson-dev libxxhash-dev liburing-dev libsleef-dev python3 gnuplot-nox clang libclang-rt-14-dev libomp-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -65,14 +65,17 @@ zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_
         size_t P = us->padded_numel, S = us->shard_numel, owned = stage < 1 ? P : S;
         size_t lo = stage < 1 ? 0 : (size_t)rank * S;
         int full = stage < 3 || us->numel < cfg->persist_threshold; /* engine_internal.h: persistent */
-        if (!full && cfg->offload_params) b.host_params += S * d;
+        if (!full && cfg->nvme_params) b.nvme += zt_nvme_round(S * d);
+        else if (!full && cfg->offload_params) b.host_params += S * d;
         else b.params += (full ? P : S) * d;
         if (us->frozen) continue; /* params only */
         b.grads += (stage < 2 ? P : S) * d;
         size_t opt = optimizer_state_bytes(us, cfg, lo, lo + owned);
         /* Offload keeps an fp32 master of the owned part even in fp32, as the
          * host-side optimizer's copy of the parameters. */
-        if (cfg->offload) {
+        if (cfg->nvme_optimizer) { /* master, m (and AdamW's v) regions */
+            b.nvme += (cfg->optimizer == ZT_OPT_ADAMW ? 3 : 2) * zt_nvme_round(owned * 4);
+        } else if (cfg->offload) {
             b.host_master_params += owned * 4;
             b.host_optimizer += opt;
         } else {
@@ -90,8 +93,9 @@ static zt_status check_agreement(zt_engine *e) {
     XXH64_state_t *h = XXH64_createState();
     if (!h) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate hash state");
     XXH64_reset(h, 0);
-    int head[8] = {e->spec->nunits, e->cfg.stage, (int)e->cfg.dtype, (int)e->cfg.reduce_dtype, e->cfg.offload,
-                   e->cfg.offload_delay, (int)e->cfg.optimizer, e->cfg.offload_params};
+    int head[10] = {e->spec->nunits, e->cfg.stage,           (int)e->cfg.dtype,     (int)e->cfg.reduce_dtype,
+                    e->cfg.offload,  e->cfg.offload_delay,   (int)e->cfg.optimizer, e->cfg.offload_params,
+                    e->cfg.nvme_optimizer, e->cfg.nvme_params}; /* NVMe adds the step's agreement */
     XXH64_update(h, head, sizeof head);
     /* The stage-3 knobs decide which collectives run and in what order. */
     size_t knobs[3] = {e->cfg.persist_threshold, e->cfg.max_live_params, e->cfg.max_reuse_distance};
@@ -121,7 +125,7 @@ static zt_status check_agreement(zt_engine *e) {
 /* One optimizer-state tensor of unit u (none when numel is 0), on the
  * device or, under offload, in the host pool. */
 static zt_status alloc_state(zt_engine *e, zt_tensor *dev, zt_tensor *host, size_t numel, const char *what, int u) {
-    if (numel == 0) return ZT_OK;
+    if (numel == 0 || e->cfg.nvme_optimizer) return ZT_OK; /* the NVMe tier keeps it in its file */
     if (e->cfg.offload) return zt_engine_alloc_host(e, host, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
     return zt_engine_alloc(e, dev, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
 }
@@ -169,10 +173,15 @@ static zt_status alloc_unit_state(zt_engine *e, int u) {
     size_t P = us->padded_numel, S = us->shard_numel, owned = owned_numel(e, u);
     zt_dtype dt = e->cfg.dtype;
     st->phase = full_params(e, u) ? ZT_UNIT_GATHERED : ZT_UNIT_SHARDED;
-    if (params_on_host(e, u)) ZT_TRY(zt_engine_alloc_host(e, &st->params, dt, S, ZT_CAT_PARAMS, "params", u));
-    else ZT_TRY(zt_engine_alloc(e, &st->params, dt, full_params(e, u) ? P : S, ZT_CAT_PARAMS, "params", u));
+    if (params_in_file(e, u)) { /* the NVMe tier's file holds the shard */
+    } else if (params_on_host(e, u)) {
+        ZT_TRY(zt_engine_alloc_host(e, &st->params, dt, S, ZT_CAT_PARAMS, "params", u));
+    } else {
+        ZT_TRY(zt_engine_alloc(e, &st->params, dt, full_params(e, u) ? P : S, ZT_CAT_PARAMS, "params", u));
+    }
     if (frozen(e, u)) return ZT_OK;
     ZT_TRY(zt_engine_alloc(e, &st->grads, dt, full_grads(e) ? P : S, ZT_CAT_GRADS, "grads", u));
+    if (e->cfg.nvme_optimizer) return ZT_OK; /* master and optimizer state: the file */
     if (e->cfg.offload)
         ZT_TRY(zt_engine_alloc_host(e, &st->host_master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
     else if (dt != ZT_FP32) /* 16-bit params: an fp32 master copy */
@@ -193,6 +202,30 @@ static zt_status set_initial_values(zt_engine *e, int u, zt_param_init_fn init, 
     return st;
 }
 
+/* What the NVMe tier runs with: the CPU optimizer's elementwise kinds
+ * (their state splits into chunks anywhere), no delayed update (its thread
+ * would need the stream too), parameter shards only beside the state. */
+static zt_status check_nvme(zt_engine *e, const zt_engine_config *cfg) {
+    zt_error *err = &e->ctx->err;
+    if (cfg->nvme_params && !cfg->nvme_optimizer)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-params nvme needs --offload nvme (the CPU optimizer writes the "
+                       "shards in the file as it streams the state)");
+    if (!cfg->nvme_optimizer) return ZT_OK;
+    if (!cfg->offload || (cfg->nvme_params && !cfg->offload_params))
+        return ZT_FAIL(err, ZT_ERR_INTERNAL, "nvme: set without offload (%d) or offload_params (%d)", cfg->offload,
+                       cfg->offload_params);
+    if (cfg->optimizer != ZT_OPT_ADAMW && cfg->optimizer != ZT_OPT_SGD)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme runs --optimizer adamw or sgd, not %s: its state is "
+                       "streamed in chunks, which 8-bit Adam's blocks and Adafactor's per-matrix statistics do not "
+                       "split into", zt_optimizer_name(cfg->optimizer));
+    if (cfg->offload_delay)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme cannot run with --offload-delay 1 (the delayed update's "
+                       "thread does not stream the file)");
+    if (!cfg->nvme.dir || !cfg->nvme.dir[0])
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme needs --nvme-path DIR");
+    return ZT_OK;
+}
+
 zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_model_spec *spec,
                          const zt_engine_config *cfg, zt_param_init_fn init, void *init_arg) {
     memset(e, 0, sizeof *e);
@@ -209,6 +242,7 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
         return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "--offload-params cpu needs --stage 3 and --offload cpu, without "
                        "--offload-delay (got stage %d, offload %s, offload-delay %d): the CPU optimizer updates the "
                        "offloaded shards in place", cfg->stage, cfg->offload ? "cpu" : "none", cfg->offload_delay);
+    ZT_TRY(check_nvme(e, cfg));
     if (cfg->offload_delay && cfg->optimizer == ZT_OPT_ADAFACTOR)
         return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "--offload-delay 1 cannot run --optimizer adafactor: its update "
                        "sums each matrix's statistics over the ranks, a collective the delayed update's thread "
@@ -235,7 +269,12 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
     }
 
     for (int u = 0; u < spec->nunits; u++) ZT_TRY(alloc_unit_state(e, u));
-    for (int u = 0; u < spec->nunits; u++) ZT_TRY(set_initial_values(e, u, init, init_arg));
+    zt_status st = zt_engine_nvme_init(e);
+    for (int u = 0; st == ZT_OK && u < spec->nunits; u++) st = set_initial_values(e, u, init, init_arg);
+    /* A swap file that cannot be made or written on one rank stops every
+     * rank here, before the first collective of the parameters. */
+    if (cfg->nvme_optimizer) st = zt_comm_agree(comm, st, &ctx->err);
+    ZT_TRY(st);
     return zt_engine_gather_params(e);
 }
 
@@ -257,6 +296,7 @@ void zt_engine_destroy(zt_engine *e) {
         for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) zt_tensor_free(host[i], &e->ctx->host_mem);
     }
     zt_engine_offload_release(e);
+    zt_engine_nvme_destroy(e);
     if (e->in_flight.handle.active) zt_comm_wait(e->comm, &e->in_flight.handle, &ignore);
     zt_engine_free_bucket(e, &e->filling);
     zt_engine_free_bucket(e, &e->in_flight);

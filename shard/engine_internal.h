@@ -20,6 +20,8 @@ static inline int gathered_on_demand(const zt_engine *e, int u) { return !full_p
 static inline int full_grads(const zt_engine *e) { return e->cfg.stage < 2; }
 /* Is unit u's parameter shard in the host pool (offload_params)? */
 static inline int params_on_host(const zt_engine *e, int u) { return e->cfg.offload_params && gathered_on_demand(e, u); }
+/* Is it in the NVMe tier's file rather than the host pool (nvme_params)? */
+static inline int params_in_file(const zt_engine *e, int u) { return e->cfg.nvme_params && params_on_host(e, u); }
 /* A copy into or out of unit u's params: `device_kind` where they are on the device. */
 static inline zt_copy_kind params_copy_kind(const zt_engine *e, int u, zt_copy_kind device_kind) {
     return params_on_host(e, u) ? ZT_COPY_H2H : device_kind;
@@ -112,6 +114,12 @@ zt_status zt_engine_offload_grads(zt_engine *e, int u);
 zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr, int t);
 /* Offload: unit u's reduced gradients are on the host, in fp32 (host_grads). */
 zt_status zt_engine_offload_grads_landed(zt_engine *e, int u);
+/* The optimizer on host buffers over unit coordinates [lo, hi) of unit u:
+ * p, g, m, v (v NULL for SGD) and out (the new params in the params dtype,
+ * or NULL) point at element lo. Returns whether out was written (AdamW's
+ * fused pass only). */
+int zt_engine_host_step_range(const zt_engine *e, int u, size_t lo, size_t hi, float *p, float *g, float *m, float *v,
+                              void *out, float clip, float lr, int t);
 /* Offload: the optimizer on unit u's host master and m, v with g[owned]
  * (scaled by clip first; SGD scales g in place). AdamW's fused pass also
  * writes the new values in the params dtype to out[owned] when out is not
@@ -125,6 +133,24 @@ int zt_engine_host_step(const zt_engine *e, int u, float *g, void *out, float cl
 zt_status zt_engine_adafactor_device(zt_engine *e, int u, float mult, float lr, int t, float *p, size_t p_at,
                                      zt_tensor *wg, zt_tensor *wu);
 zt_status zt_engine_adafactor_host(zt_engine *e, int u, float *g, float clip, float lr, int t);
+/* The NVMe tier (shard/nvme_state.c). Arrays of a unit in the file: the
+ * fp32 master, m, v of the owned part; the parameter shard. */
+typedef enum { ZT_NVME_MASTER = 0, ZT_NVME_M, ZT_NVME_V, ZT_NVME_PARAMS, ZT_NVME_NARRAYS } zt_nvme_array;
+/* Lays out the file, creates it and the host buffers (nvme_optimizer only). */
+zt_status zt_engine_nvme_init(zt_engine *e);
+void zt_engine_nvme_destroy(zt_engine *e);
+/* Elements [i, i + n) of array a of unit u, read or written at once. */
+zt_status zt_engine_nvme_get(zt_engine *e, int u, zt_nvme_array a, size_t i, size_t n, void *dst);
+zt_status zt_engine_nvme_put(zt_engine *e, int u, zt_nvme_array a, size_t i, size_t n, const void *src);
+/* The optimizer step through the buffers: begin (the first reads), each
+ * trained unit in order (g: its [owned] fp32 gradients; out: its [owned]
+ * new params, or NULL when they live in the file), end (every write done). */
+zt_status zt_engine_nvme_begin_step(zt_engine *e);
+zt_status zt_engine_nvme_step_unit(zt_engine *e, int u, float *g, void *out, float clip, float lr, int t);
+zt_status zt_engine_nvme_end_step(zt_engine *e);
+/* Unit u's parameter shard from the file into dst (on compute, `kind`). */
+zt_status zt_engine_nvme_copy_shard(zt_engine *e, int u, void *dst, zt_copy_kind kind);
+
 /* Offload: unit u's owned device params := its host master (rounded to the
  * params dtype), through an h2d slot, as the step's copies. */
 zt_status zt_engine_offload_apply_unit(zt_engine *e, int u);

@@ -29,9 +29,11 @@ static zt_status start_gather(zt_engine *e, int u) {
     e->gathered_inflight_now += zt_tensor_bytes(&st->gathered);
     if (e->gathered_inflight_now > e->gathered_inflight_peak) e->gathered_inflight_peak = e->gathered_inflight_now;
     zt_ctx *ctx = e->ctx;
-    ZT_TRY(ctx->be->memcpy_async(ctx->be, (char *)st->gathered.data + shard_lo(e, u) * d, st->params.data,
-                                 us->shard_numel * d, params_on_host(e, u) ? ZT_COPY_H2D : ZT_COPY_D2D, &ctx->compute,
-                                 &ctx->err));
+    char *mine = (char *)st->gathered.data + shard_lo(e, u) * d;
+    if (params_in_file(e, u)) ZT_TRY(zt_engine_nvme_copy_shard(e, u, mine, ZT_COPY_H2D));
+    else
+        ZT_TRY(ctx->be->memcpy_async(ctx->be, mine, st->params.data, us->shard_numel * d,
+                                     params_on_host(e, u) ? ZT_COPY_H2D : ZT_COPY_D2D, &ctx->compute, &ctx->err));
     char name[48];
     snprintf(name, sizeof name, "gather %s", us->name);
     zt_trace_instant(e->ctx->trace, name, "unit", 1);

@@ -120,21 +120,16 @@ static void host_adam8bit(const zt_engine *e, int u, float *g, float clip, float
     }
 }
 
-int zt_engine_host_step(const zt_engine *e, int u, float *g, void *out, float clip, float lr, int t) {
-    zt_unit_state *st = &e->units[u];
+int zt_engine_host_step_range(const zt_engine *e, int u, size_t lo, size_t hi, float *p, float *g, float *m, float *v,
+                              void *out, float clip, float lr, int t) {
     const zt_unit_spec *us = &e->spec->units[u];
-    size_t n = owned_numel(e, u), lo = owned_lo(e, u), d = zt_dtype_size(e->cfg.dtype);
-    float *p = zt_f32(&st->host_master), *m = zt_f32(&st->host_m), *v = zt_f32(&st->host_v);
+    size_t d = zt_dtype_size(e->cfg.dtype);
     int adam = e->cfg.optimizer == ZT_OPT_ADAMW;
-    if (e->cfg.optimizer == ZT_OPT_ADAM8BIT) {
-        host_adam8bit(e, u, g, clip, lr, t);
-        return 0;
-    }
     zt_adam_isa isa = zt_cpu_adam_best_isa();
     for (int i = 0; i < us->nparams; i++) {
         size_t a, b;
         float wd;
-        if (!param_in_range(e, u, i, lo, lo + n, &a, &b, &wd)) continue;
+        if (!param_in_range(e, u, i, lo, hi, &a, &b, &wd)) continue;
         size_t j = a - lo;
         void *o = out ? (char *)out + j * d : NULL;
         if (adam)
@@ -143,6 +138,17 @@ int zt_engine_host_step(const zt_engine *e, int u, float *g, void *out, float cl
         else host_sgd(e, p + j, g + j, m + j, b - a, clip, lr, wd);
     }
     return adam && out != NULL;
+}
+
+int zt_engine_host_step(const zt_engine *e, int u, float *g, void *out, float clip, float lr, int t) {
+    zt_unit_state *st = &e->units[u];
+    if (e->cfg.optimizer == ZT_OPT_ADAM8BIT) {
+        host_adam8bit(e, u, g, clip, lr, t);
+        return 0;
+    }
+    size_t lo = owned_lo(e, u);
+    return zt_engine_host_step_range(e, u, lo, lo + owned_numel(e, u), zt_f32(&st->host_master), g,
+                                     zt_f32(&st->host_m), zt_f32(&st->host_v), out, clip, lr, t);
 }
 
 /* The next h2d slot for unit u's new parameters: the slot's previous copy
@@ -202,6 +208,12 @@ zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr,
     ZT_TRY(host_grads_ready(e, u, n));
     zt_tensor *out = &st->params;
     if (!in_place) ZT_TRY(take_next_slot(e, u, &out));
+    if (e->nvme) { /* the state streams through the NVMe tier's buffers */
+        ZT_TRY(zt_engine_nvme_step_unit(e, u, zt_f32(&st->host_grads), params_in_file(e, u) ? NULL : out->data, clip,
+                                        lr, t));
+        zt_tensor_free(&st->host_grads, &e->ctx->host_mem);
+        return in_place ? ZT_OK : send_slot(e, u);
+    }
     /* The fused Adam writes fp32 and bf16 copies; fp16, and SGD's, are rounded below. */
     int written = 0;
     if (e->cfg.optimizer == ZT_OPT_ADAFACTOR) /* collective: never on the delayed update's thread */
@@ -237,13 +249,18 @@ zt_status zt_engine_offload_begin(zt_engine *e) {
      * the gathers' copies on compute read: those must be done, not only
      * ordered (compute is idle by now: the gradients have landed). */
     if (e->cfg.offload_params) ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err));
-    return zt_stream_after(ctx->be, &ctx->h2d, &ctx->compute, &ctx->err);
+    ZT_TRY(zt_stream_after(ctx->be, &ctx->h2d, &ctx->compute, &ctx->err));
+    return e->nvme ? zt_engine_nvme_begin_step(e) : ZT_OK;
 }
 
 zt_status zt_engine_offload_finish(zt_engine *e) {
     zt_ctx *ctx = e->ctx;
     /* The next forward reads the new parameters on compute. */
     zt_status s = zt_stream_after(ctx->be, &ctx->compute, &ctx->h2d, &ctx->err);
+    if (e->nvme) { /* every write of the step lands before the next one reads */
+        zt_status w = zt_engine_nvme_end_step(e);
+        if (s == ZT_OK) s = w;
+    }
     for (int k = 0; k < 2; k++) {
         zt_status r = retire_h2d_slot(e, k);
         if (s == ZT_OK) s = r;

@@ -229,6 +229,9 @@ static zt_status update_units(zt_engine *e, step_args *a, int skip) {
         if (st == ZT_OK) st = zt_engine_update_each_unit(e, offload_update_unit, a, &e->ctx->h2d);
         zt_status fin = zt_engine_offload_finish(e);
         if (st == ZT_OK) st = fin;
+        /* An I/O error of one rank's NVMe file stops every rank here, not
+         * in the next collective. */
+        if (e->nvme) st = zt_comm_agree(e->comm, st, &e->ctx->err);
     } else {
         st = zt_engine_update_each_unit(e, device_update_unit, a, &e->ctx->compute);
     }

@@ -36,6 +36,10 @@ static zt_engine_config state_settings(const zt_plan_input *in) {
     c.dtype = in->dtype;
     c.offload = in->offload;
     c.offload_params = in->offload_params;
+    c.nvme_optimizer = in->nvme_optimizer;
+    c.nvme_params = in->nvme_params;
+    c.nvme.block_bytes = in->nvme_block_bytes;
+    c.nvme.buffers = in->nvme_buffers;
     c.persist_threshold = in->persist_threshold;
     c.optimizer = in->optimizer;
     c.adafactor_beta1 = in->adafactor_beta1;
@@ -80,7 +84,9 @@ void zt_plan_begin_pass(zt_plan_sim *S, const int *order, int n, const int *next
 static void gather(zt_plan_sim *S, int u) {
     S->phase[u] = ZT_UNIT_GATHERED;
     S->live += padded(S, u);
-    if (S->in.offload_params) S->shard_copies_in += S->in.spec->units[u].shard_numel * zt_dtype_size(S->in.dtype);
+    size_t shard = S->in.spec->units[u].shard_numel * zt_dtype_size(S->in.dtype);
+    if (S->in.offload_params) S->shard_copies_in += shard;
+    if (S->in.nvme_params) S->shard_reads += zt_nvme_round(shard);
 }
 
 /* As shard/gather.c prefetch_next: the next `prefetch` uses in order,
@@ -240,7 +246,23 @@ static size_t host_bytes(const zt_plan_sim *S) {
         if (slot) prev = slot;
     }
     if (S->in.offload_delay && all * (4 + g) > transfer) transfer = all * (4 + g);
-    return sb.host_master_params + sb.host_optimizer + sb.host_params + transfer;
+    zt_engine_config c = state_settings(&S->in);
+    size_t stage, buffers = zt_nvme_buffer_bytes(spec, &c, &stage); /* 0 without the NVMe tier */
+    return sb.host_master_params + sb.host_optimizer + sb.host_params + transfer + buffers + stage;
+}
+
+/* The NVMe tier's optimizer stream per step (shard/nvme_state.c): every
+ * trained unit's owned range in chunks of block_bytes / 4 elements, each
+ * array of each chunk one aligned request in, one out. */
+static size_t nvme_bytes_per_step(const zt_plan_sim *S) {
+    size_t chunk = S->in.nvme_block_bytes / 4, d = zt_dtype_size(S->in.dtype), total = 0;
+    size_t arrays = S->in.optimizer == ZT_OPT_ADAMW ? 3 : 2;
+    for (int u = 0; S->in.nvme_optimizer && u < S->in.spec->nunits; u++)
+        for (size_t lo = 0; lo < owned(S, u); lo += chunk) {
+            size_t n = owned(S, u) - lo < chunk ? owned(S, u) - lo : chunk;
+            total += arrays * zt_nvme_round(n * 4) + (S->in.nvme_params && on_demand(S, u) ? zt_nvme_round(n * d) : 0);
+        }
+    return total;
 }
 
 void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_arg, zt_plan *out) {
@@ -282,5 +304,11 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_a
         out->transfer_bytes[ZT_LINK_D2H] = all * d;
         out->transfer_bytes[ZT_LINK_H2D] = back * d;
         out->shard_bytes_per_micro = S.shard_copies_in;
+        zt_engine_config c = state_settings(&S.in);
+        size_t stage;
+        out->nvme_buffer_bytes = zt_nvme_buffer_bytes(in->spec, &c, &stage) + stage;
+        out->nvme_file_bytes = state_bytes(&S).nvme;
+        out->nvme_read_bytes = out->nvme_write_bytes = nvme_bytes_per_step(&S);
+        out->nvme_shard_read_bytes_per_micro = S.shard_reads;
     }
 }

@@ -19,6 +19,10 @@ static const zt_tensor *fp32_source(zt_engine *e, int u, zt_state_kind kind, int
     return kind == ZT_STATE_ADAM_M ? &st->adam_m : &st->adam_v;
 }
 
+static zt_nvme_array nvme_array_of(zt_state_kind kind) {
+    return kind == ZT_STATE_MASTER ? ZT_NVME_MASTER : kind == ZT_STATE_ADAM_M ? ZT_NVME_M : ZT_NVME_V;
+}
+
 /* A frozen unit's values are its params (it has no master): dst[S] fp32
  * from this rank's slice of them. */
 static zt_status frozen_values(zt_engine *e, int u, float *dst) {
@@ -134,9 +138,11 @@ zt_status zt_engine_get_slice(zt_engine *e, int u, zt_state_kind kind, float *ds
         memset(dst, 0, e->spec->units[u].shard_numel * sizeof(float)); /* no first moment */
         return ZT_OK;
     }
+    size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
+    if (e->nvme) /* the NVMe tier's file: this rank's slice of the owned part */
+        return zt_engine_nvme_get(e, u, nvme_array_of(kind), lo - owned_lo(e, u), S, dst);
     int full;
     const zt_tensor *src = fp32_source(e, u, kind, &full);
-    size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
     zt_ctx *ctx = e->ctx;
     const float *from = zt_f32(src) + local_index(full, lo, lo);
     if (e->cfg.offload) { /* the host pool: plain host memory */
@@ -151,6 +157,7 @@ zt_status zt_engine_get_params_slice(zt_engine *e, int u, void *dst) {
     if (u < 0 || u >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", u);
     size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u), d = zt_dtype_size(e->cfg.dtype);
     zt_ctx *ctx = e->ctx;
+    if (params_in_file(e, u)) return zt_engine_nvme_get(e, u, ZT_NVME_PARAMS, 0, S, dst);
     const char *src = (const char *)e->units[u].params.data + local_index(full_params(e, u), lo, lo) * d;
     ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, src, S * d, params_copy_kind(e, u, ZT_COPY_D2H), &ctx->compute,
                                  &ctx->err));
@@ -234,6 +241,10 @@ static zt_status set_owned_adafactor_v(zt_engine *e, int u, const float *v) {
 static zt_status set_owned_state(zt_engine *e, int u, const float *m, const float *v) {
     size_t on = owned_numel(e, u);
     int full;
+    if (e->nvme) {
+        if (m) ZT_TRY(zt_engine_nvme_put(e, u, ZT_NVME_M, 0, on, m));
+        return v && e->cfg.optimizer == ZT_OPT_ADAMW ? zt_engine_nvme_put(e, u, ZT_NVME_V, 0, on, v) : ZT_OK;
+    }
     if (e->cfg.optimizer == ZT_OPT_ADAM8BIT) {
         if (m) ZT_TRY(set_owned_8bit(e, u, m, 1));
         return v ? set_owned_8bit(e, u, v, 0) : ZT_OK;
@@ -256,27 +267,24 @@ zt_status zt_engine_set_owned(zt_engine *e, int u, const float *master, const fl
     int trained = !frozen(e, u); /* a frozen unit has its params only */
     if (trained) ZT_TRY(set_owned_state(e, u, m, v));
     const zt_tensor *master_t = fp32_source(e, u, ZT_STATE_MASTER, &full);
-    if (master_t == &st->params) /* fp32 without offload: the params are the master values */
+    if (e->nvme) {
+        if (trained) ZT_TRY(zt_engine_nvme_put(e, u, ZT_NVME_MASTER, 0, on, master));
+    } else if (master_t == &st->params) /* fp32 without offload: the params are the master values */
         ZT_TRY(ctx->be->memcpy_async(ctx->be, zt_f32(&st->params) + pat, master, on * sizeof(float), ZT_COPY_H2D,
                                      &ctx->compute, &ctx->err));
     else if (trained) ZT_TRY(put_f32(e, master_t->data, master, on * sizeof(float)));
     /* Compute params of the owned part from the master values (16-bit
      * values rounded on the host, as at init); the rest arrives by
-     * zt_engine_gather_params. */
-    if (e->cfg.dtype != ZT_FP32) {
-        uint16_t *half = malloc(on * sizeof(uint16_t)); /* [on] dtype */
-        if (!half) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate a staging buffer");
-        for (size_t k = 0; k < on; k++) zt_dtype_store(half, e->cfg.dtype, k, master[k]);
-        zt_status s = ctx->be->memcpy_async(ctx->be, (uint16_t *)st->params.data + pat, half, on * sizeof(uint16_t),
-                                            params_copy_kind(e, u, ZT_COPY_H2D), &ctx->compute, &ctx->err);
-        if (s == ZT_OK) s = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
-        free(half);
-        return s;
-    }
-    if (e->cfg.offload)
-        ZT_TRY(ctx->be->memcpy_async(ctx->be, zt_f32(&st->params) + pat, master, on * sizeof(float),
-                                     params_copy_kind(e, u, ZT_COPY_H2D), &ctx->compute, &ctx->err));
-    return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+     * zt_engine_gather_params. fp32 without offload wrote them above. */
+    if (e->cfg.dtype == ZT_FP32)
+        return master_t == &st->params ? ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err)
+                                       : zt_engine_set_owned_params(e, u, master);
+    uint16_t *half = malloc(on * sizeof(uint16_t)); /* [on] dtype */
+    if (!half) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate a staging buffer");
+    for (size_t k = 0; k < on; k++) zt_dtype_store(half, e->cfg.dtype, k, master[k]);
+    zt_status s = zt_engine_set_owned_params(e, u, half);
+    free(half);
+    return s;
 }
 
 zt_status zt_engine_gather_params(zt_engine *e) {
@@ -294,6 +302,7 @@ zt_status zt_engine_set_owned_params(zt_engine *e, int u, const void *vals) {
     zt_ctx *ctx = e->ctx;
     size_t d = zt_dtype_size(e->cfg.dtype), olo = owned_lo(e, u);
     size_t pat = local_index(full_params(e, u), olo, shard_lo(e, u));
+    if (params_in_file(e, u)) return zt_engine_nvme_put(e, u, ZT_NVME_PARAMS, 0, owned_numel(e, u), vals);
     ZT_TRY(ctx->be->memcpy_async(ctx->be, (char *)e->units[u].params.data + pat * d, vals, owned_numel(e, u) * d,
                                  params_copy_kind(e, u, ZT_COPY_H2D), &ctx->compute, &ctx->err));
     return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);

@@ -22,6 +22,7 @@
 
 #include "zt_comm.h"
 #include "zt_ctx.h"
+#include "zt_nvme.h"
 #include "zt_tensor.h"
 #include "zt_units.h"
 
@@ -58,6 +59,17 @@ const char *zt_optimizer_name(zt_optimizer_kind k);
  * 0 for another name. */
 int zt_optimizer_parse(const char *name, zt_optimizer_kind *k);
 
+/* The NVMe tier (DeepSpeed's offload_optimizer / offload_param device
+ * nvme with its aio block): a swap file per rank under dir; the CPU
+ * optimizer streams the state through `buffers` host buffers, each holding
+ * block_bytes of every fp32 array it keeps (one request per array). */
+typedef struct {
+    const char *dir;    /* must outlive the engine */
+    size_t block_bytes; /* a multiple of 2 x ZT_NVME_ALIGN */
+    int buffers;        /* >= 1 */
+    zt_nvme_options io;
+} zt_nvme_config;
+
 typedef struct {
     int stage;      /* ZeRO stage 0..3 */
     zt_optimizer_kind optimizer;
@@ -82,6 +94,12 @@ typedef struct {
      * shard lives in the host pool too; its all-gather starts from there
      * and the CPU optimizer writes it in place (DeepSpeed's offload_param). */
     int offload_params;
+    /* Offload to NVMe: the fp32 master and optimizer state (nvme_optimizer)
+     * and, with offload_params, the parameter shards (nvme_params) live in
+     * the swap file instead of the host pool (AdamW and SGD; no delayed
+     * update). */
+    int nvme_optimizer, nvme_params;
+    zt_nvme_config nvme;
     int host_threads;    /* threads of the CPU Adam under offload */
     /* 1: ZeRO-Offload's delayed parameter update (offload only): the CPU
      * Adam of step t runs on its own thread during the forward and backward
@@ -205,6 +223,9 @@ typedef struct {
      * params are one update behind the host master, and the seconds that
      * Adam ran on its thread and the seconds the step waited for it. */
     struct zt_delayed_update *delayed;
+    /* The NVMe tier's file, layout and buffers (shard/nvme_state.c); NULL
+     * without it. */
+    struct zt_nvme_state *nvme;
     int params_behind;
     double delayed_adam_s, delayed_wait_s;
 } zt_engine;
@@ -274,6 +295,19 @@ typedef struct {
     double delayed_wait_s; /* offload_delay: seconds the steps waited for it (the part not hidden) */
 } zt_transfer_stats;
 zt_transfer_stats zt_engine_transfers(const zt_engine *eng);
+/* The NVMe tier's I/O since init (zeros and NULLs without it). */
+typedef struct {
+    double read_bytes, write_bytes; /* requested, in aligned requests */
+    double wait_s;                  /* seconds the host waited for them */
+    size_t file_bytes;
+    const char *path, *how; /* the swap file; which I/O path runs and why */
+} zt_nvme_stats;
+zt_nvme_stats zt_engine_nvme_stats(const zt_engine *eng);
+/* The NVMe tier's host buffers for a spec and configuration: the K
+ * buffers (returned) and, in *stage_bytes, the parameter shards' two
+ * staging buffers (0 without them); each with ZT_NVME_ALIGN for alignment.
+ * The swap file's size is zt_engine_state_bytes' nvme. */
+size_t zt_nvme_buffer_bytes(const zt_model_spec *spec, const zt_engine_config *cfg, size_t *stage_bytes);
 /* Stage 3: the most bytes of gathered parameters alive at once, since init. */
 size_t zt_engine_gathered_peak(const zt_engine *eng);
 
@@ -286,6 +320,7 @@ typedef struct {
     size_t params, grads, master_params, optimizer; /* on the device */
     size_t host_master_params, host_optimizer;      /* in the host pool (offload) */
     size_t host_params;                             /* the parameter shards in the host pool (offload_params) */
+    size_t nvme;                                    /* the swap file (the NVMe tier) */
 } zt_state_bytes;
 zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_config *cfg, int rank);
 

@@ -22,6 +22,11 @@
 typedef struct {
     int world, stage, offload, offload_delay, prefetch;
     int offload_params; /* stage 3: the on-demand units' parameter shards in the host pool */
+    /* The NVMe tier (zt_engine_config's): the state, and the shards, in the
+     * swap file; its buffers' block size and count. */
+    int nvme_optimizer, nvme_params;
+    size_t nvme_block_bytes;
+    int nvme_buffers;
     int rank; /* whose memory: Adafactor's and 8-bit Adam's state depend on the parameters its slices touch */
     zt_optimizer_kind optimizer; /* what the optimizer keeps per parameter */
     float adafactor_beta1;       /* > 0: Adafactor keeps a first moment */
@@ -52,6 +57,10 @@ typedef struct {
      * and per micro-batch, offload_params' shards in at every gather. */
     size_t transfer_bytes[2];
     size_t shard_bytes_per_micro;
+    /* The NVMe tier: the swap file, the host buffers (part of host_bytes),
+     * the optimizer's reads and writes per step (in aligned requests), and
+     * the shards read per micro-batch for the gathers. */
+    size_t nvme_file_bytes, nvme_buffer_bytes, nvme_read_bytes, nvme_write_bytes, nvme_shard_read_bytes_per_micro;
 } zt_plan;
 
 /* Bytes per category at one moment of a pass. */
@@ -82,6 +91,7 @@ typedef struct {
     unsigned char seen[ZT_MAX_UNITS]; /* the reuse look-ahead's scratch */
     size_t live;
     size_t shard_copies_in; /* offload_params: bytes of shards copied in for the gathers replayed */
+    size_t shard_reads;     /* nvme_params: bytes of those read from the file (aligned requests) */
 } zt_plan_sim;
 
 /* The model's half: walks its forward and backward passes on S. */

@@ -53,13 +53,15 @@ def case_bad_input(zt, work):
     expect_error(zt, ["--d-model", "30", "--heads", "4"], 2, "divisible")
     expect_error(zt, ["--mem-limit", "12XB"], 2, "--mem-limit", "unknown unit")
     expect_error(zt, ["--stage", "7"], 2, "--stage", "out of range")
-    expect_error(zt, ["--offload", "gpu"], 2, "--offload", "none|cpu")
+    expect_error(zt, ["--offload", "gpu"], 2, "--offload", "none|cpu|nvme")
     expect_error(zt, ["--recompute", "some"], 2, "--recompute", "none, full, selective or every-K")
     expect_error(zt, ["--recompute", "every-0"], 2, "--recompute", "'every-0' is not none, full, selective or every-K")
     expect_error(zt, ["--bucket-size", "0"], 2, "--bucket-size", "out of range")
     expect_error(zt, ["--config", cfg("ds_bad.json", '{"zero_optimization": {"stage": 3, "offload_param": '
-                                      '{"device": "nvme"}}}')], 2,
-                 '"zero_optimization.offload_param.device"', "NVMe offload is not in zerotrain yet")
+                                      '{"device": "disk"}}}')], 2,
+                 '"zero_optimization.offload_param.device"', 'not "cpu", "nvme" or "none"')
+    expect_error(zt, ["--config", cfg("ds_nvme.json", '{"zero_optimization": {"stage": 3, "offload_optimizer": '
+                                      '{"device": "nvme"}}}')], 2, "--offload nvme needs --nvme-path")
     expect_error(zt, ["--config", cfg("ds_rs.json", '{"zero_optimization": {"reduce_scatter": false}}')], 2,
                  '"zero_optimization.reduce_scatter"', "false is not supported")
     expect_error(zt, ["--config", cfg("ds_bf16.json", '{"bf16": {"enabled": "yes"}}')], 2, '"bf16.enabled"', "boolean")
@@ -202,11 +204,11 @@ def case_deepspeed_problems(zt, work):
     path = os.path.join(work, "five.json")
     with open(path, "w") as f:
         json.dump({"no_such_key": 1, "optimizer": {"type": "Lamb"},
-                   "zero_optimization": {"stage": 7, "reduce_bucket_size": 1.5, "offload_param": {"buffer_count": 4}}}, f)
+                   "zero_optimization": {"stage": 7, "reduce_bucket_size": 1.5, "offload_param": {"swap_folder": 4}}}, f)
     p = run(zt, ["--config", path], expect_rc=2)
     for needle in ["5 problems", '"no_such_key" is not a known option', '"optimizer.type" is not Adam, AdamW, SGD, Adafactor or Adam8bit',
                    '"zero_optimization.stage": 7 is out of range', '"zero_optimization.reduce_bucket_size" is not a whole',
-                   '"zero_optimization.offload_param.buffer_count" is not supported']:
+                   '"zero_optimization.offload_param.swap_folder" is not supported']:
         assert needle in p.stderr, (needle, p.stderr)
     assert p.stderr.count("error:") == 1, p.stderr
     with open(path, "w") as f:

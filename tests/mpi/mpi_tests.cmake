@@ -149,3 +149,26 @@ if(ZT_CUDA_EMU)
   zt_script_cases(zt_link_test.py link "mpi;cuda" 300 cuda_emu)
   zt_script_cases(zt_offload_params_test.py offload_params "mpi;cuda" 600 cuda_emu)
 endif()
+
+# Activation offload (tests/mpi/zt_offload_activations_test.py): bitwise
+# --recompute full alone (also with deferred copies), the device
+# activations peak and the host pool against the closed form, zt-plan
+# exact on device, host and link bytes, refusals; on the emulator, bitwise
+# behind real stream events.
+zt_script_cases(zt_offload_activations_test.py offload_activations "mpi" 300 bitwise memory planner refused)
+if(ZT_CUDA_EMU)
+  zt_script_cases(zt_offload_activations_test.py offload_activations "mpi;cuda" 300 cuda_emu)
+endif()
+
+# The NVMe tier (tests/mpi/zt_offload_nvme_test.py): bitwise host offload
+# with the state and shards in a swap file, host bytes and I/O against
+# zt-plan, VmHWM, an I/O error that stops every rank, the I/O path in the
+# log, checkpoints, refusals; on the emulator, bitwise over NCCL.
+zt_script_cases(zt_offload_nvme_test.py offload_nvme "mpi" 600 bitwise memory io_error io_paths resume refused)
+# The sanitizer pass runs the error, path, resume and refusal cases (the
+# same stream); the comparisons over many runs and the VmHWM measure (which
+# the sanitizers' own memory would blur) are the first pass's.
+set_tests_properties(offload_nvme_bitwise offload_nvme_memory PROPERTIES LABELS "mpi;slow")
+if(ZT_CUDA_EMU)
+  zt_script_cases(zt_offload_nvme_test.py offload_nvme "mpi;cuda" 600 cuda_emu)
+endif()
