@@ -47,6 +47,30 @@ zt_status zt_comm_reduce_scatter_start(zt_comm *c, const void *send, void *stagi
     return ZT_OK;
 }
 
+zt_status zt_comm_split(zt_comm *c, int color, int key, zt_comm *out, zt_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!c->ops->split)
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "comm: the %s communicator cannot be split into groups", c->ops->name);
+    ZT_TRY(c->ops->split(c, color, key, out, err));
+    zt_comm_set_timeout(out, c->timeout_s);
+    out->trace = c->trace;
+    return ZT_OK;
+}
+
+void zt_comm_set_timeout(zt_comm *c, double seconds) {
+    c->timeout_s = seconds > 0 ? seconds : 0;
+    if (c->ops && c->ops->set_timeout) c->ops->set_timeout(c, c->timeout_s);
+}
+
+void zt_comm_describe(const zt_comm *c, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s (%d rank(s); this is its rank %d, on %s)", c->name[0] ? c->name : "the world",
+             c->world_size, c->rank, c->host[0] ? c->host : "?");
+    if (!c->name[0] && c->nnodes > 1) { /* the world's nodes say where the peers are */
+        size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, " over %d nodes", c->nnodes);
+    }
+}
+
 zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
     if (!h->active) return ZT_OK;
     double t0 = zt_now_s();

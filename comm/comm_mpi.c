@@ -2,9 +2,12 @@
  * reduce-scatter is an all-to-all followed by a sum in rank order. */
 #include <mpi.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "zt_comm.h"
+#include "zt_time.h"
 
 typedef struct {
     MPI_Comm world; /* a duplicate, so our traffic never meets the caller's */
@@ -28,6 +31,31 @@ static MPI_Comm world_of(const zt_comm *c) { return ((mpi_impl *)c->impl)->world
 static zt_status check_int(size_t n, const char *what, zt_error *err) {
     if (n > (size_t)0x7fffffff) return ZT_FAIL(err, ZT_ERR_INVALID, "%s: count %zu exceeds MPI's int", what, n);
     return ZT_OK;
+}
+
+/* Completes *req: MPI_Wait, or under the watchdog MPI_Test until it is
+ * done or the timeout has passed (then ZT_ERR_TIMEOUT naming the
+ * collective, what waited on it and the peer group; the request is left to
+ * the job's abort, as nothing can cancel a collective). Yields the core
+ * between tests: ranks may outnumber cores. */
+static zt_status wait_request(zt_comm *c, MPI_Request *req, const char *coll, const char *what, zt_error *err) {
+    if (c->timeout_s <= 0) {
+        MPI_TRY(MPI_Wait(req, MPI_STATUS_IGNORE), coll);
+        return ZT_OK;
+    }
+    double deadline = zt_now_s() + c->timeout_s;
+    for (long k = 0;; k++) {
+        int done = 0;
+        MPI_TRY(MPI_Test(req, &done, MPI_STATUS_IGNORE), coll);
+        if (done) return ZT_OK;
+        if (k % 256 == 255 && zt_now_s() > deadline) break;
+        sched_yield();
+    }
+    char group[160];
+    zt_comm_describe(c, group, sizeof group);
+    return ZT_FAIL(err, ZT_ERR_TIMEOUT, "collective watchdog: %s%s%s over %s did not complete within %g s "
+                   "(--collective-timeout): a peer stopped or the network is gone", coll, what && what[0] ? " of " : "",
+                   what ? what : "", group, c->timeout_s);
 }
 
 static zt_status new_request(zt_comm_handle *h, zt_error *err) {
@@ -78,10 +106,11 @@ static zt_status mpi_reduce_scatter_start(zt_comm *c, const void *send, void *st
 }
 
 static zt_status mpi_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
-    int rc = MPI_Wait(h->impl_req, MPI_STATUS_IGNORE);
+    zt_status st = wait_request(c, h->impl_req, zt_coll_name(h->kind), h->what, err);
+    if (st == ZT_ERR_TIMEOUT) return st; /* MPI may still write the request: it stays */
     free(h->impl_req);
     h->impl_req = NULL;
-    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, zt_coll_name(h->kind), __FILE__, __LINE__);
+    ZT_TRY(st);
     if (h->kind == ZT_COLL_REDUCE_SCATTER) {
         /* The fixed summation order, in fp32: rank 0's chunk, + rank 1's, + ... */
         size_t n = h->count;
@@ -107,38 +136,61 @@ static zt_status mpi_test(zt_comm *c, zt_comm_handle *h, int *done, zt_error *er
 static zt_status mpi_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
     double stack[64], *all = c->world_size <= 64 ? stack : malloc(sizeof(double) * (size_t)c->world_size);
     if (!all) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate");
-    int rc = MPI_Allgather(&v, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, world_of(c));
-    if (rc == MPI_SUCCESS) {
+    MPI_Request req;
+    int rc = MPI_Iallgather(&v, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, world_of(c), &req);
+    const char *what = "the values summed over the ranks (a loss or the gradient norm)";
+    zt_status st = rc == MPI_SUCCESS ? wait_request(c, &req, "all-gather", what, err)
+                                     : mpi_fail(err, rc, "MPI_Iallgather (sum)", __FILE__, __LINE__);
+    if (st == ZT_OK) {
         double s = 0.0;
         for (int r = 0; r < c->world_size; r++) s += all[r];
         *out = s;
     }
-    if (all != stack) free(all);
-    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Allgather (sum)", __FILE__, __LINE__);
-    return ZT_OK;
+    if (all != stack && st != ZT_ERR_TIMEOUT) free(all); /* after a timeout MPI may still write it */
+    return st;
 }
+
+/* A blocking collective as its nonblocking twin and wait_request. */
+#define MPI_BLOCKING(start, coll, what)                                        \
+    do {                                                                       \
+        MPI_Request req_;                                                      \
+        MPI_TRY(start, coll);                                                  \
+        return wait_request(c, &req_, coll, what, err);                        \
+    } while (0)
 
 static zt_status mpi_all_gather_host(zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err) {
     ZT_TRY(check_int(bytes_per_rank, "all_gather", err));
-    MPI_TRY(MPI_Allgather(MPI_IN_PLACE, 0, MPI_BYTE, recv, (int)bytes_per_rank, MPI_BYTE, world_of(c)),
-            "MPI_Allgather");
-    return ZT_OK;
+    MPI_BLOCKING(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, recv, (int)bytes_per_rank, MPI_BYTE, world_of(c), &req_),
+                 "all-gather", "host values");
 }
 
 static zt_status mpi_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err) {
-    MPI_TRY(MPI_Allgather(&v, 1, MPI_UNSIGNED_LONG_LONG, recv, 1, MPI_UNSIGNED_LONG_LONG, world_of(c)),
-            "MPI_Allgather");
-    return ZT_OK;
+    MPI_BLOCKING(MPI_Iallgather(&v, 1, MPI_UNSIGNED_LONG_LONG, recv, 1, MPI_UNSIGNED_LONG_LONG, world_of(c), &req_),
+                 "all-gather", "a value per rank");
 }
 
 static zt_status mpi_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err) {
     ZT_TRY(check_int(bytes, "broadcast", err));
-    MPI_TRY(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, world_of(c)), "MPI_Bcast");
-    return ZT_OK;
+    MPI_BLOCKING(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, world_of(c), &req_), "broadcast", "");
 }
 
 static zt_status mpi_barrier(zt_comm *c, zt_error *err) {
-    MPI_TRY(MPI_Barrier(world_of(c)), "MPI_Barrier");
+    MPI_BLOCKING(MPI_Ibarrier(world_of(c), &req_), "barrier", "");
+}
+
+static const zt_comm_ops mpi_ops;
+
+static zt_status mpi_split(zt_comm *c, int color, int key, zt_comm *out, zt_error *err) {
+    mpi_impl *m = calloc(1, sizeof *m);
+    if (!m) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate");
+    m->world = m->node = MPI_COMM_NULL;
+    zt_comm_copy_topology(out, c); /* the machine's node fields */
+    out->impl = m;
+    out->ops = &mpi_ops;
+    MPI_TRY(MPI_Comm_split(world_of(c), color, key, &m->world), "MPI_Comm_split");
+    MPI_TRY(MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    MPI_TRY(MPI_Comm_rank(m->world, &out->rank), "MPI_Comm_rank");
+    MPI_TRY(MPI_Comm_size(m->world, &out->world_size), "MPI_Comm_size");
     return ZT_OK;
 }
 
@@ -152,6 +204,7 @@ static void mpi_destroy(zt_comm *c) {
 }
 
 static const zt_comm_ops mpi_ops = {
+    .split = mpi_split,
     .name = "mpi",
     .all_gather_start = mpi_all_gather_start,
     .reduce_scatter_start = mpi_reduce_scatter_start,
@@ -164,6 +217,27 @@ static const zt_comm_ops mpi_ops = {
     .barrier = mpi_barrier,
     .destroy = mpi_destroy,
 };
+
+/* Each node is known by the world rank of its local rank 0; nodes are
+ * numbered in the order of those ranks. */
+static zt_status number_nodes(zt_comm *c, mpi_impl *m, zt_error *err) {
+    int leader = c->rank;
+    MPI_TRY(MPI_Bcast(&leader, 1, MPI_INT, 0, m->node), "MPI_Bcast(node leader)");
+    int *leaders = calloc((size_t)c->world_size, sizeof *leaders);
+    if (!leaders) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate");
+    int rc = MPI_Allgather(&leader, 1, MPI_INT, leaders, 1, MPI_INT, m->world);
+    c->node = c->nnodes = 0;
+    for (int r = 0; rc == MPI_SUCCESS && r < c->world_size; r++) {
+        if (leaders[r] != r) continue; /* not a node's first rank */
+        if (r < leader) c->node++;
+        c->nnodes++;
+    }
+    free(leaders);
+    if (rc != MPI_SUCCESS) return ZT_FAIL(err, ZT_ERR_COMM, "MPI_Allgather(node leaders) failed (%d)", rc);
+    if (gethostname(c->host, sizeof c->host) != 0) snprintf(c->host, sizeof c->host, "?");
+    c->host[sizeof c->host - 1] = '\0';
+    return ZT_OK;
+}
 
 zt_status zt_comm_create_mpi(zt_comm *c, zt_error *err) {
     memset(c, 0, sizeof *c);
@@ -181,5 +255,15 @@ zt_status zt_comm_create_mpi(zt_comm *c, zt_error *err) {
             "MPI_Comm_split_type");
     MPI_TRY(MPI_Comm_rank(m->node, &c->local_rank), "MPI_Comm_rank(node)");
     MPI_TRY(MPI_Comm_size(m->node, &c->local_size), "MPI_Comm_size(node)");
-    return ZT_OK;
+    return number_nodes(c, m, err);
+}
+
+void zt_comm_copy_topology(zt_comm *dst, const zt_comm *src) {
+    dst->rank = src->rank;
+    dst->world_size = src->world_size;
+    dst->local_rank = src->local_rank;
+    dst->local_size = src->local_size;
+    dst->node = src->node;
+    dst->nnodes = src->nnodes;
+    memcpy(dst->host, src->host, sizeof dst->host);
 }

@@ -243,6 +243,10 @@ static void nccl_destroy(zt_comm *c) {
     c->impl = NULL;
 }
 
+/* The watchdog on the host communicator under this one (its collectives
+ * are MPI's). */
+static void nccl_set_timeout(zt_comm *c, double seconds) { zt_comm_set_timeout(&impl_of(c)->host, seconds); }
+
 static const zt_comm_ops nccl_ops = {
     .name = "nccl",
     .takes_events = 1,
@@ -257,6 +261,7 @@ static const zt_comm_ops nccl_ops = {
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
     .destroy = nccl_destroy,
+    .set_timeout = nccl_set_timeout,
 };
 
 /* This rank's own part of the start-up: a GPU of its own, and the two
@@ -281,10 +286,7 @@ zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
     c->impl = m;
     c->ops = &nccl_ops;
     ZT_TRY(zt_comm_create_mpi(&m->host, err));
-    c->rank = m->host.rank;
-    c->world_size = m->host.world_size;
-    c->local_rank = m->host.local_rank;
-    c->local_size = m->host.local_size;
+    zt_comm_copy_topology(c, &m->host);
     /* Every rank returns the same status, so that none waits in a
      * collective that another has left: the local part's outcome is agreed
      * first (ZT_ERR_COMM if a CUDA call failed anywhere, else

@@ -248,6 +248,10 @@ static void staged_destroy(zt_comm *c) {
     c->impl = NULL;
 }
 
+/* The watchdog on the host communicator under this one (its collectives
+ * are MPI's). */
+static void staged_set_timeout(zt_comm *c, double seconds) { zt_comm_set_timeout(&impl_of(c)->host, seconds); }
+
 static const zt_comm_ops staged_ops = {
     .name = "mpi+host-staging",
     .takes_events = 1,
@@ -261,6 +265,7 @@ static const zt_comm_ops staged_ops = {
     .broadcast = staged_broadcast,
     .barrier = staged_barrier,
     .destroy = staged_destroy,
+    .set_timeout = staged_set_timeout,
 };
 
 zt_status zt_comm_create_staged(zt_comm *c, size_t pool_floor_bytes, zt_error *err) {
@@ -271,9 +276,6 @@ zt_status zt_comm_create_staged(zt_comm *c, size_t pool_floor_bytes, zt_error *e
     c->impl = m;
     c->ops = &staged_ops;
     ZT_TRY(zt_comm_create_mpi(&m->host, err));
-    c->rank = m->host.rank;
-    c->world_size = m->host.world_size;
-    c->local_rank = m->host.local_rank;
-    c->local_size = m->host.local_size;
+    zt_comm_copy_topology(c, &m->host);
     return ZT_OK;
 }

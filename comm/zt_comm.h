@@ -43,6 +43,7 @@ typedef struct {
     double t_start;
     size_t bytes;
     void *impl_req;  /* implementation request (MPI_Request) */
+    char what[48];   /* what the caller waits on ("unit block1"), for the watchdog's message */
     /* reduce-scatter completion: out[count] (fp32) = sum over ranks of
      * staging[r][count] (dtype), added in fp32 */
     const void *staging;
@@ -76,6 +77,11 @@ typedef struct {
     zt_status (*broadcast)(struct zt_comm *c, void *buf, size_t bytes, int root, zt_error *err);
     zt_status (*barrier)(struct zt_comm *c, zt_error *err);
     void (*destroy)(struct zt_comm *c);
+    /* Passes the watchdog's timeout to inner communicators (NULL: none). */
+    void (*set_timeout)(struct zt_comm *c, double seconds);
+    /* A communicator of the ranks with the same color, ordered by key
+     * (MPI_Comm_split); NULL where the implementation has none. */
+    zt_status (*split)(struct zt_comm *c, int color, int key, struct zt_comm *out, zt_error *err);
 } zt_comm_ops;
 
 /* Pinned host memory of the host-staging communicator (zero elsewhere):
@@ -86,18 +92,44 @@ typedef struct {
     size_t pinned_peak_bytes;         /* the most pinned_bytes has been */
 } zt_staging_stats;
 
+#define ZT_HOST_NAME 64
+
 typedef struct zt_comm {
     int rank, world_size;
-    int local_rank, local_size; /* within this node */
+    /* The node (ranks that share memory: MPI_Comm_split_type SHARED), never
+     * the launcher's environment: this rank's index and count within it,
+     * the node's index (nodes numbered by their lowest world rank) of
+     * nnodes, and the host's name. */
+    int local_rank, local_size;
+    int node, nnodes;
+    char host[ZT_HOST_NAME];
     zt_coll_stats stats[ZT_COLL_KINDS];
     zt_staging_stats staging;
     const zt_comm_ops *ops;
     void *impl;
     zt_trace *trace; /* collectives appear on the timeline when set */
+    /* The collective watchdog (as NCCL's): a collective not complete after
+     * this many seconds fails with ZT_ERR_TIMEOUT naming it, what waited on
+     * it and the peer group (0: wait for ever). zt_comm_set_timeout. */
+    double timeout_s;
+    char name[48]; /* the peer group in messages ("": the world) */
 } zt_comm;
+
+/* Sets the watchdog's timeout (seconds; 0: none) on c and the
+ * communicators it is built on. */
+void zt_comm_set_timeout(zt_comm *c, double seconds);
+/* The peer group of c in words, for messages: "the world (4 ranks on 2 nodes)". */
+void zt_comm_describe(const zt_comm *c, char *buf, size_t cap);
 
 /* From MPI_COMM_WORLD (MPI must be initialised by the caller). */
 zt_status zt_comm_create_mpi(zt_comm *c, zt_error *err);
+/* The ranks of c with the same color, ordered by key, as a communicator of
+ * their own (collective over c): rank and world_size are within it, the
+ * node fields stay the machine's. ZT_ERR_UNSUPPORTED where the
+ * implementation cannot split (NCCL, host staging). */
+zt_status zt_comm_split(zt_comm *c, int color, int key, zt_comm *out, zt_error *err);
+/* dst's rank, world and node fields from src (a communicator built on another). */
+void zt_comm_copy_topology(zt_comm *dst, const zt_comm *src);
 /* NCCL over the GPU of this rank's local rank, bootstrapped over MPI (rank 0's
  * ncclUniqueId is broadcast). Buffers passed to it are device memory. Refused
  * when the build has no CUDA. */

@@ -86,6 +86,11 @@ static const opt_spec options[] = {
     {"offload", OPT_CHOICE, S(offload), 0, 0, "none|cpu|nvme",
      "optimizer state offload: the fp32 master and optimizer state in the host pool (cpu) or in a swap file per rank "
      "under --nvme-path (nvme), stepped by the CPU optimizer"},
+    {"shard-group", OPT_STRING, S(shard_group), 0, 0, NULL,
+     "hybrid sharding (HSDP, MiCS): shard the state over groups of this many ranks (a number dividing the world, or "
+     "node: a node's ranks) and replicate it across groups; world: one group (CPU backend)"},
+    {"collective-timeout", OPT_FLOAT, F(collective_timeout), 0, 0, 1e9, NULL,
+     "seconds a collective may take before the job is aborted, naming it (as NCCL's watchdog; 0: wait for ever)"},
     {"nvme-path", OPT_STRING, S(nvme_path), 0, 0, NULL, "--offload nvme: the folder of the swap files"},
     {"nvme-buffers", OPT_INT, F(nvme_buffers), 0, 1, 1024, NULL,
      "--offload nvme: host buffers the state streams through (reads run buffers - 1 chunks ahead)"},
@@ -236,6 +241,10 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->keep_checkpoints = 2;
     c->test_exit_rank = -1;
     c->test_exit_step = -1;
+    c->test_stall_rank = -1;
+    c->test_stall_step = -1;
+    c->collective_timeout = 300;
+    snprintf(c->shard_group, sizeof c->shard_group, "world");
     c->test_kill_step = -1;
     c->test_overflow_step = -1;
 }
@@ -532,6 +541,11 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
                        "--offload-delay (got --stage %d --offload %s --offload-delay %d): the CPU optimizer updates "
                        "the offloaded shards in place", c->offload_params, c->stage, c->offload, c->offload_delay);
     ZT_TRY(validate_nvme(c, err));
+    char *end = NULL;
+    long g = strtol(c->shard_group, &end, 10);
+    if (strcmp(c->shard_group, "world") != 0 && strcmp(c->shard_group, "node") != 0 && (end == c->shard_group || *end || g < 1))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--shard-group '%s' is not world, node or a positive number of ranks",
+                       c->shard_group);
     if (strcmp(c->offload_activations, "cpu") == 0 && rp.kind != ZT_RECOMPUTE_FULL)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-activations cpu needs --recompute full (got --recompute %s): "
                        "only full recomputation keeps a single input per block, the tensor that goes to the host",

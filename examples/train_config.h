@@ -77,6 +77,10 @@ typedef struct {
     /* Fault injection for tests (from the environment, not flags):
      * ZT_TEST_EXIT_RANK / ZT_TEST_EXIT_STEP make that rank exit abruptly. */
     int test_exit_rank, test_exit_step;
+    /* ZT_TEST_STALL=RANK:STEP: that rank stops answering (sleeps) before the step's optimizer. */
+    int test_stall_rank, test_stall_step;
+    double collective_timeout; /* --collective-timeout: the collective watchdog's seconds (0: none) */
+    char shard_group[16];      /* --shard-group: world, node or G (hybrid sharding) */
     /* ZT_TEST_KILL_SAVE=STEP:RANK:POINT: that rank dies (SIGKILL) at the
      * POINT-th crash point of that save (zt_ckpt_hooks); ZT_TEST_SAVE_POINTS=1
      * prints every point a save passes. */

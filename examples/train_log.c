@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "zt_comm.h"
 #include "zt_imbalance.h"
 
 json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host, size_t driver_used, size_t driver_total) {
@@ -78,6 +79,30 @@ zt_status zt_jsonl_open(const char *dir, int rank, FILE **out, zt_error *err) {
 
 static json_t *real_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
+/* The imbalance grouped by node: each node's ranks, the highest and mean of
+ * their peaks and their sum (what the node's devices hold together). */
+static json_t *imbalance_by_node(const zt_summary *s) {
+    json_t *nodes = json_array();
+    for (int n = 0; n < s->nnodes; n++) {
+        json_t *ranks = json_array();
+        size_t most = 0, sum = 0;
+        const char *host = "";
+        for (int r = 0; r < s->world_size; r++) {
+            if (s->rank_node[r] != n) continue;
+            json_array_append_new(ranks, json_integer(r));
+            most = s->rank_peak[r] > most ? s->rank_peak[r] : most;
+            sum += s->rank_peak[r];
+            host = s->rank_host + (size_t)r * ZT_HOST_NAME;
+        }
+        size_t count = json_array_size(ranks);
+        json_array_append_new(nodes, json_pack("{s:i,s:s,s:o,s:I,s:f,s:I}", "node", n, "host", host, "ranks", ranks,
+                                               "peak_max_bytes", (json_int_t)most, "peak_mean_bytes",
+                                               count ? (double)sum / (double)count : 0.0, "peak_sum_bytes",
+                                               (json_int_t)sum));
+    }
+    return nodes;
+}
+
 zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) {
     const zt_train_config *c = s->cfg;
     json_t *o = json_object();
@@ -106,6 +131,9 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     for (int r = 0; r < s->world_size; r++) {
         json_t *rj = json_object(), *cats = json_object();
         json_object_set_new(rj, "rank", json_integer(r));
+        json_object_set_new(rj, "host", json_string(s->rank_host + (size_t)r * ZT_HOST_NAME));
+        json_object_set_new(rj, "node", json_integer(s->rank_node[r]));
+        json_object_set_new(rj, "local_rank", json_integer(s->rank_local[r]));
         json_object_set_new(rj, "peak_bytes", json_integer((json_int_t)s->rank_peak[r]));
         for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++)
             json_object_set_new(cats, zt_category_name(cc),
@@ -128,6 +156,8 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     json_object_set_new(imj, "max_rank", json_integer(im.max_rank));
     json_object_set_new(imj, "top_category", json_string(zt_category_name(im.top_category)));
     json_object_set_new(o, "imbalance", imj);
+    json_object_set_new(o, "nodes", json_integer(s->nnodes));
+    json_object_set_new(o, "imbalance_by_node", imbalance_by_node(s));
 
     ZT_TRY(zt_mkdir_p(dir, err));
     char path[1100], tmp[1110];

@@ -38,6 +38,11 @@ typedef struct {
     /* per rank [world_size]: total peak, per-category peaks, host and OS peaks */
     const size_t *rank_peak, *rank_cat_peak, *rank_host_peak, *rank_os_peak;
     const size_t *rank_host_cat_peak; /* [world_size x categories] */
+    /* per rank: its node's index, its local rank there, its host's name
+     * ([world_size][ZT_HOST_NAME]); the number of nodes */
+    const int *rank_node, *rank_local;
+    const char *rank_host;
+    int nnodes;
 } zt_summary;
 
 /* Writes DIR/summary.json (via a temporary file and a rename). */

@@ -37,6 +37,10 @@ typedef struct {
     zt_data data;
     zt_gpt gpt;
     zt_engine eng;
+    /* Hybrid sharding (--shard-group G < world): the shard group of G ranks
+     * and the replica group across groups; unused (no ops) otherwise. */
+    zt_comm shard, replicas;
+    int groups; /* world / G (1: no hybrid sharding) */
     int32_t *tokens, *targets; /* host [B,T] */
     double *losses, *step_times;
     FILE *jsonl;
@@ -47,6 +51,8 @@ typedef struct {
 static void trainer_free(trainer *t) {
     if (zt_engine_context(&t->eng)) zt_gpt_free_activations(&t->gpt, &t->eng); /* engine exists only after init */
     zt_engine_destroy(&t->eng);
+    if (t->shard.ops) zt_comm_destroy(&t->shard);
+    if (t->replicas.ops) zt_comm_destroy(&t->replicas);
     zt_gpt_destroy(&t->gpt);
     zt_data_destroy(&t->data);
     free(t->tokens);
@@ -120,6 +126,8 @@ enum {
     ROW_HOST_PEAK,
     ROW_OS_PEAK,
     ROW_DRIVER_USED, /* cudaMemGetInfo: total - free now (0 on the CPU) */
+    ROW_NODE,        /* zt_comm's node index and local rank */
+    ROW_LOCAL_RANK,
     ROW_HOST_CAT,
     RANK_ROW = ROW_HOST_CAT + ZT_NUM_CATEGORIES
 };
@@ -139,6 +147,8 @@ static zt_status gather_rank_rows(zt_ctx *ctx, zt_comm *comm, size_t *table) {
     row[ROW_OS_PEAK] = os.vm_hwm;
     size_t driver_total;
     zt_backend_driver_mem(ctx->be, &row[ROW_DRIVER_USED], &driver_total);
+    row[ROW_NODE] = (size_t)comm->node;
+    row[ROW_LOCAL_RANK] = (size_t)comm->local_rank;
     unsigned long long *col = calloc((size_t)N, sizeof *col);
     if (!col) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate");
     zt_status st = ZT_OK;
@@ -148,6 +158,24 @@ static zt_status gather_rank_rows(zt_ctx *ctx, zt_comm *comm, size_t *table) {
     }
     free(col);
     return st;
+}
+
+/* Several nodes: each node's ranks, their highest and mean peak (MiB). */
+static void print_node_lines(int N, const size_t *table, const size_t *peaks) {
+    size_t nodes = 0;
+    for (int r = 0; r < N; r++)
+        if (table[(size_t)r * RANK_ROW + ROW_NODE] + 1 > nodes) nodes = table[(size_t)r * RANK_ROW + ROW_NODE] + 1;
+    for (size_t n = 0; nodes > 1 && n < nodes; n++) {
+        size_t most = 0, sum = 0, count = 0;
+        for (int r = 0; r < N; r++) {
+            if (table[(size_t)r * RANK_ROW + ROW_NODE] != n) continue;
+            most = peaks[r] > most ? peaks[r] : most;
+            sum += peaks[r];
+            count++;
+        }
+        printf("node %zu: %zu rank(s), peak max %.3f MiB, mean %.3f MiB\n", n, count, (double)most / 1048576.0,
+               count ? (double)sum / (double)count / 1048576.0 : 0.0);
+    }
 }
 
 /* Rank 0 prints rank x category peaks (MiB) and what drives the imbalance. */
@@ -163,13 +191,13 @@ static void print_rank_table(const zt_ctx *ctx, int N, const size_t *table, cons
     for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) printf(" %15s", zt_category_name(cc));
     int driver = 0; /* a GPU: show the driver's view too */
     for (int r = 0; r < N; r++) driver |= table[(size_t)r * RANK_ROW + ROW_DRIVER_USED] > 0;
-    printf(" %12s %12s %12s%s\n", "device peak", "host peak", "os (VmHWM)", driver ? "  driver used" : "");
+    printf(" %12s %12s %12s %5s%s\n", "device peak", "host peak", "os (VmHWM)", "node", driver ? "  driver used" : "");
     for (int r = 0; r < N; r++) {
         const size_t *row = table + (size_t)r * RANK_ROW;
         printf("%4d", r);
         for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) printf(" %15.3f", (double)row[ROW_DEV_CAT + cc] / 1048576.0);
-        printf(" %12.3f %12.3f %12.3f", (double)row[ROW_DEV_PEAK] / 1048576.0,
-               (double)row[ROW_HOST_PEAK] / 1048576.0, (double)row[ROW_OS_PEAK] / 1048576.0);
+        printf(" %12.3f %12.3f %12.3f %5zu", (double)row[ROW_DEV_PEAK] / 1048576.0,
+               (double)row[ROW_HOST_PEAK] / 1048576.0, (double)row[ROW_OS_PEAK] / 1048576.0, row[ROW_NODE]);
         if (driver) printf(" %12.3f", (double)row[ROW_DRIVER_USED] / 1048576.0);
         printf("\n");
         peaks[r] = row[ROW_DEV_PEAK];
@@ -178,6 +206,7 @@ static void print_rank_table(const zt_ctx *ctx, int N, const size_t *table, cons
     zt_imbalance im = zt_imbalance_compute(peaks, cats, N);
     printf("imbalance: max/mean %.4f, max-min %.3f MiB, highest rank %d, driven by %s\n", im.peak_max_over_mean,
            (double)im.peak_max_minus_min_bytes / 1048576.0, im.max_rank, zt_category_name(im.top_category));
+    print_node_lines(N, table, peaks);
     /* cudaMemGetInfo sees the whole GPU: ranks that share one see each other */
     if (driver)
         printf("driver used: cudaMemGetInfo's total - free on the rank's GPU, including the CUDA context, library "
@@ -208,6 +237,8 @@ typedef struct {
     float lr;
     zt_step_result r;
     zt_coll_stats comm_before[ZT_COLL_KINDS];
+    /* hybrid sharding: the shard group's and the replicas' collectives */
+    zt_coll_stats shard_before[ZT_COLL_KINDS], replicas_before[ZT_COLL_KINDS];
     unsigned long long staging_allocs_before;
     zt_transfer_stats xfer_before;
     zt_gpt_transfers act_before; /* the model's kept inputs (--offload-activations) */
@@ -287,6 +318,54 @@ static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, cons
     return ZT_OK;
 }
 
+/* --shard-group: G from the option ("world", "node": the ranks of a node,
+ * which every node must have alike; or a number dividing the world). */
+static zt_status group_size(const run_state *r, int *G) {
+    const zt_train_config *c = r->c;
+    zt_comm *w = r->comm;
+    zt_error *err = &r->ctx->err;
+    if (strcmp(c->shard_group, "world") == 0) return *G = w->world_size, ZT_OK;
+    if (strcmp(c->shard_group, "node") == 0) {
+        unsigned long long mine = (unsigned long long)w->local_size, *all = calloc((size_t)w->world_size, sizeof *all);
+        if (!all) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate");
+        zt_status st = zt_comm_all_gather_u64(w, mine, all, err);
+        for (int q = 0; st == ZT_OK && q < w->world_size; q++)
+            if (all[q] != mine)
+                st = ZT_FAIL(err, ZT_ERR_INVALID, "--shard-group node needs as many ranks on every node: rank %d's node "
+                             "has %llu, this one %d", q, all[q], w->local_size);
+        free(all);
+        *G = w->local_size;
+        return st;
+    }
+    *G = atoi(c->shard_group);
+    if (*G < 1 || w->world_size % *G != 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--shard-group %s does not divide the %d rank(s) into groups of equal size",
+                       c->shard_group, w->world_size);
+    return ZT_OK;
+}
+
+/* Hybrid sharding's communicators: group g holds ranks [gG, (g+1)G), and
+ * replica group k the k-th rank of every group (world ranks in order, so
+ * the replicas are summed in group order). */
+static zt_status make_groups(run_state *r) {
+    trainer *t = r->t;
+    zt_comm *w = r->comm;
+    int G = r->comm->world_size;
+    ZT_TRY(group_size(r, &G));
+    t->groups = w->world_size / G;
+    if (t->groups == 1) return ZT_OK;
+    if (strcmp(r->c->device, "cuda") == 0)
+        return ZT_FAIL(&r->ctx->err, ZT_ERR_UNSUPPORTED, "--shard-group %s: hybrid sharding runs on the CPU backend "
+                       "(MPI) only so far; NCCL's groups are not in zerotrain yet", r->c->shard_group);
+    ZT_TRY(zt_comm_split(w, w->rank / G, w->rank, &t->shard, &r->ctx->err));
+    ZT_TRY(zt_comm_split(w, w->rank % G, w->rank, &t->replicas, &r->ctx->err));
+    snprintf(t->shard.name, sizeof t->shard.name, "shard group %d", w->rank / G);
+    snprintf(t->replicas.name, sizeof t->replicas.name, "replica group %d", w->rank % G);
+    zt_log_rank0(&r->ctx->log, "hybrid sharding: %d group(s) of %d rank(s), state sharded in each group and "
+                 "replicated across them", t->groups, G);
+    return ZT_OK;
+}
+
 /* The model and the engine, resumed from a checkpoint when asked; sets r->start. */
 static zt_status create_model(run_state *r) {
     const zt_train_config *c = r->c;
@@ -300,11 +379,14 @@ static zt_status create_model(run_state *r) {
     ZT_TRY(zt_recompute_parse(c->recompute, &gc.recompute, err));
     ZT_TRY(zt_gpt_create(&t->gpt, &gc, err));
     ZT_TRY(zt_gpt_freeze(&t->gpt, c->freeze, err));
-    zt_spec_layout(t->gpt.spec, r->comm->world_size);
+    ZT_TRY(make_groups(r));
+    zt_comm *shard = t->groups > 1 ? &t->shard : r->comm;
+    zt_spec_layout(t->gpt.spec, shard->world_size);
     zt_engine_config ec;
     ZT_TRY(engine_config(c, ctx, t->gpt.spec, &ec, err));
     zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_INIT);
-    ZT_TRY(zt_engine_init(&t->eng, ctx, r->comm, t->gpt.spec, &ec, zt_gpt_init_param, &t->gpt));
+    ZT_TRY(zt_engine_init_hybrid(&t->eng, ctx, shard, t->groups > 1 ? &t->replicas : NULL, r->comm, t->gpt.spec, &ec,
+                                 zt_gpt_init_param, &t->gpt));
     zt_log_rank0(&ctx->log, "model: %zu parameters in %d units (largest %zu padded), dtype %s, ZeRO stage %d on %d "
                  "rank(s)", t->gpt.spec->total_numel, t->gpt.spec->nunits, t->gpt.spec->largest_unit_numel, c->dtype,
                  c->stage, r->comm->world_size);
@@ -320,7 +402,8 @@ static zt_status create_model(run_state *r) {
     if (!t->run_info) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot describe the run");
     r->start = 0;
     if (!c->resume[0]) return ZT_OK;
-    ZT_TRY(zt_ckpt_load(&t->eng, r->comm, c->resume, json_object_get(t->run_info, "model"), &r->start, err));
+    /* Every group loads the same slices: the checkpoint's layout is a group's. */
+    ZT_TRY(zt_ckpt_load(&t->eng, shard, c->resume, json_object_get(t->run_info, "model"), &r->start, err));
     zt_log_rank0(&ctx->log, "resumed from %s at step %d", c->resume, r->start);
     if (r->start > c->steps)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--resume %s is at step %d, past --steps %d", c->resume, r->start, c->steps);
@@ -395,9 +478,15 @@ static zt_status gpt_take_losses(void *arg, double *sum) {
     return zt_gpt_take_losses(&g->r->t->gpt, g->r->ctx, sum);
 }
 
-/* ZT_TEST_EXIT_STEP/RANK: that rank dies between backward and the optimizer. */
+/* ZT_TEST_EXIT_STEP/RANK: that rank dies between backward and the optimizer;
+ * ZT_TEST_STALL: that rank stops answering there (the others' collectives
+ * then wait for it: the watchdog's case). */
 static void exit_hook(void *arg, int step) {
     run_state *r = arg;
+    if (r->c->test_stall_step == step + 1 && r->c->test_stall_rank == r->ctx->rank) {
+        zt_log_error(&r->ctx->log, "test hook: rank %d stalls at step %d", r->ctx->rank, step + 1);
+        for (;;) sleep(60);
+    }
     if (r->c->test_exit_step != step + 1 || r->c->test_exit_rank != r->ctx->rank) return;
     zt_log_error(&r->ctx->log, "test hook: rank %d exits abruptly at step %d", r->ctx->rank, step + 1);
     _exit(7);
@@ -409,6 +498,8 @@ static zt_status train_step(run_state *r, step_record *s) {
     trainer *t = r->t;
     t->gpt.recompute_time_s = 0.0;
     memcpy(s->comm_before, r->comm->stats, sizeof s->comm_before);
+    memcpy(s->shard_before, r->t->shard.stats, sizeof s->shard_before);
+    memcpy(s->replicas_before, r->t->replicas.stats, sizeof s->replicas_before);
     s->staging_allocs_before = r->comm->staging.pinned_allocs;
     s->xfer_before = zt_engine_transfers(&t->eng);
     s->act_before = t->gpt.moved;
@@ -498,6 +589,10 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
     json_object_set_new(o, "memory",
                         zt_mem_step_json(&ctx->device_mem, &ctx->host_mem, s->driver_used, s->driver_total));
     json_object_set_new(o, "comm", comm_json(r->comm, s->comm_before));
+    if (t->groups > 1) { /* the engine's collectives run in the groups */
+        json_object_set_new(o, "comm_shard_group", comm_json(&t->shard, s->shard_before));
+        json_object_set_new(o, "comm_replicas", comm_json(&t->replicas, s->replicas_before));
+    }
     json_t *staging = staging_json(r->comm, s->staging_allocs_before);
     if (staging) json_object_set_new(o, "host_staging", staging);
     json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)zt_engine_gathered_peak(eng)));
@@ -537,6 +632,23 @@ static void warn_if_crowded(run_state *r) {
     r->crowded = crowded;
 }
 
+/* A checkpoint of the state's group layout: under hybrid sharding the
+ * first group writes it (every group holds the same state) and the world
+ * agrees on the outcome. */
+static zt_status save_checkpoint(run_state *r, int done) {
+    const zt_train_config *c = r->c;
+    trainer *t = r->t;
+    zt_ctx *ctx = r->ctx;
+    if (t->groups == 1)
+        return zt_ckpt_save(&t->eng, r->comm, c->save_dir, done, t->run_info, c->keep_checkpoints, &r->hooks,
+                            &ctx->err);
+    zt_status st = ZT_OK;
+    if (r->comm->rank < t->shard.world_size) /* group 0 */
+        st = zt_ckpt_save(&t->eng, &t->shard, c->save_dir, done, t->run_info, c->keep_checkpoints, &r->hooks,
+                          &ctx->err);
+    return zt_comm_agree(r->comm, st, &ctx->err);
+}
+
 /* After a step: the JSONL line, the periodic rank table, a checkpoint, the log line. */
 static zt_status after_step(run_state *r, const step_record *s) {
     const zt_train_config *c = r->c;
@@ -567,8 +679,7 @@ static zt_status after_step(run_state *r, const step_record *s) {
     }
     if (c->save_every > 0 && done % c->save_every == 0) {
         double ts = zt_now_s();
-        ZT_TRY(zt_ckpt_save(&r->t->eng, comm, c->save_dir, done, r->t->run_info, c->keep_checkpoints, &r->hooks,
-                            &ctx->err));
+        ZT_TRY(save_checkpoint(r, done));
         zt_trace_span(ctx->trace, "checkpoint save", "io", 0, ts);
         zt_log_rank0(&ctx->log, "saved checkpoint step %d in %s (%.3f s)", done, c->save_dir, zt_now_s() - ts);
     }
@@ -597,8 +708,8 @@ static zt_status median_step_time(const run_state *r, double *median) {
 }
 
 /* Rank 0: DIR/summary.json from every rank's rows (table[N][RANK_ROW]). */
-static zt_status write_summary(const run_state *r, const size_t *table, const char *digest, double tps,
-                               double median) {
+static zt_status write_summary(const run_state *r, const size_t *table, const char *hosts, const char *digest,
+                               double tps, double median) {
     int N = r->comm->world_size;
     size_t *cols = calloc((size_t)N * RANK_ROW, sizeof *cols);
     if (!cols) return ZT_FAIL(&r->ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the summary table");
@@ -613,11 +724,21 @@ static zt_status write_summary(const run_state *r, const size_t *table, const ch
         host[k] = row[ROW_HOST_PEAK];
         osp[k] = row[ROW_OS_PEAK];
     }
+    int *node = calloc((size_t)N * 2 + 1, sizeof *node), *local = node ? node + N : NULL;
+    if (!node) {
+        free(cols);
+        return ZT_FAIL(&r->ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the summary table");
+    }
+    for (int k = 0; k < N; k++) {
+        node[k] = (int)table[(size_t)k * RANK_ROW + ROW_NODE];
+        local[k] = (int)table[(size_t)k * RANK_ROW + ROW_LOCAL_RANK];
+    }
     const zt_train_config *c = r->c;
     zt_summary s = {c, N, r->t->gpt.spec->total_numel, c->steps, r->start, r->t->losses, r->floor, tps, median,
-                    digest, peak, cat, host, osp, hcat};
+                    digest, peak, cat, host, osp, hcat, node, local, hosts, r->comm->nnodes};
     zt_status st = zt_summary_write(&s, c->log_dir, &r->ctx->err);
     free(cols);
+    free(node);
     return st;
 }
 
@@ -657,10 +778,17 @@ static zt_status finish(run_state *r) {
     int N = r->comm->world_size;
     size_t *table = calloc((size_t)N * RANK_ROW, sizeof *table);
     if (!table) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
-    zt_status st = gather_rank_rows(ctx, r->comm, table);
+    char *hosts = calloc((size_t)N, ZT_HOST_NAME); /* [N][ZT_HOST_NAME]: every rank's host */
+    zt_status st = hosts ? gather_rank_rows(ctx, r->comm, table)
+                         : ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the host names");
+    if (st == ZT_OK) {
+        memcpy(hosts + (size_t)ctx->rank * ZT_HOST_NAME, r->comm->host, ZT_HOST_NAME);
+        st = zt_comm_all_gather_host(r->comm, hosts, ZT_HOST_NAME, &ctx->err);
+    }
     if (st == ZT_OK && !c->quiet) print_rank_table(ctx, N, table, "at exit");
-    if (st == ZT_OK && c->log_dir[0] && ctx->rank == 0) st = write_summary(r, table, digest, tps, median);
+    if (st == ZT_OK && c->log_dir[0] && ctx->rank == 0) st = write_summary(r, table, hosts, digest, tps, median);
     free(table);
+    free(hosts);
     zt_status merged = merge_trace(r);
     return st != ZT_OK ? st : merged;
 }

@@ -99,6 +99,7 @@ typedef struct {
     zt_gpt_plan_model model;
     zt_model_spec *spec;
     int rank; /* --rank (-1: the rank with the most optimizer state) */
+    int shard_group; /* --shard-group G (0: the world): the state is a G-rank group's */
 } plan_job;
 
 /* The rank with the most optimizer state: Adafactor's and 8-bit Adam's
@@ -153,6 +154,9 @@ static void add_offloaded_inputs(const plan_job *j, zt_plan *p) {
 
 /* The plan of rank pf->rank (-1: the rank with the most state). */
 static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
+    /* Hybrid sharding: every rank holds what a rank of a G-rank world does
+     * (the replicas' sum reuses the bucket's buffers: shard/reduce.c). */
+    if (j->shard_group > 0 && j->shard_group < world && world % j->shard_group == 0) world = j->shard_group;
     zt_spec_layout(j->spec, world);
     j->in.world = world;
     j->in.stage = stage;
@@ -515,6 +519,12 @@ int main(int argc, char **argv) {
     }
     engine_levers(&j.in, &c, j.spec);
     j.rank = pf.rank;
+    if (strcmp(c.shard_group, "node") == 0) {
+        fprintf(stderr, "zt-plan: error: --shard-group node: give the ranks per node as a number here\n");
+        free(j.spec);
+        return 2;
+    }
+    j.shard_group = strcmp(c.shard_group, "world") == 0 ? 0 : atoi(c.shard_group);
     zt_plan p;
     int minw[4] = {0, 0, 0, 0};
     for (int s = 0; s < 4 && pf.device_mem; s++) minw[s] = min_world(j, s, pf.device_mem);

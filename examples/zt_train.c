@@ -102,6 +102,22 @@ static int settle(const job *j, zt_status st, const zt_error *err, const char *w
     return o.exit_code;
 }
 
+/* The watchdog's timeout: a peer or the network is gone, so no agreement
+ * can be reached; this rank names what it waited for and aborts the job.
+ * MPI_Abort itself may wait for an unreachable daemon: after 10 s more the
+ * alarm ends this process anyway. */
+static void abort_on_timeout(const job *j, zt_status st, const zt_error *err) {
+    if (st != ZT_ERR_TIMEOUT) return;
+    char who[64];
+    snprintf(who, sizeof who, "%s [rank %d]", j->prog, j->rank);
+    print_error(who, err->code, err->where, err->msg);
+    fprintf(stderr, "%s: rank %d aborts the job (a collective timed out: no agreement is possible)\n", j->prog,
+            j->rank);
+    fflush(stderr);
+    alarm(10);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 static int finish(job *j, int code) {
     MPI_Comm_free(&j->ctrl);
     MPI_Finalize();
@@ -137,6 +153,8 @@ static int env_int(const char *name, int fallback) {
 static void read_test_hooks(zt_train_config *cfg) {
     cfg->test_exit_rank = env_int("ZT_TEST_EXIT_RANK", -1);
     cfg->test_exit_step = env_int("ZT_TEST_EXIT_STEP", -1);
+    const char *stall = getenv("ZT_TEST_STALL");
+    if (stall && sscanf(stall, "%d:%d", &cfg->test_stall_rank, &cfg->test_stall_step) != 2) cfg->test_stall_step = -1;
     cfg->test_list_points = env_int("ZT_TEST_SAVE_POINTS", 0);
     const char *kill = getenv("ZT_TEST_KILL_SAVE");
     if (kill && sscanf(kill, "%d:%d:%d", &cfg->test_kill_step, &cfg->test_kill_rank, &cfg->test_kill_point) != 3)
@@ -302,6 +320,7 @@ static int start(const job *j, const zt_train_config *cfg, zt_comm *comm, zt_ctx
     memset(ctx, 0, sizeof *ctx);
     int code = settle(j, create_comm(cfg, comm, note, sizeof note, &err), &err, " to start");
     if (code) return code;
+    zt_comm_set_timeout(comm, cfg->collective_timeout);
     zt_device device = strcmp(cfg->device, "cuda") == 0 ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
     int threads = threads_for(cfg, comm);
     /* The GPU is the one NCCL uses: this rank's index on its node. */
@@ -322,8 +341,8 @@ static int start(const job *j, const zt_train_config *cfg, zt_comm *comm, zt_ctx
     inject_oom(ctx, j->rank);
     if (j->rank == 0 && note[0]) zt_log_warn(&ctx->log, "%s", note);
     if (j->rank == 0 && !cfg->quiet) {
-        printf("zerotrain: %d rank(s) (%d on this node), %d thread(s) per rank, device %s\n", j->world,
-               comm->local_size, threads, ctx->be->name);
+        printf("zerotrain: %d rank(s) on %d node(s) (%d on %s, node 0), %d thread(s) per rank, device %s\n", j->world,
+               comm->nnodes, comm->local_size, comm->host, threads, ctx->be->name);
         zt_train_config_print(cfg, stdout);
         fflush(stdout);
     }
@@ -390,6 +409,7 @@ int main(int argc, char **argv) {
     code = start(&j, &cfg, &comm, &ctx);
     if (code == 0) {
         st = zt_train_run(&cfg, &ctx, &comm);
+        abort_on_timeout(&j, st, &ctx.err);
         if (st == ZT_ERR_OOM) report_oom(&ctx, &cfg);
         code = settle(&j, st, &ctx.err, "");
     }

@@ -38,6 +38,7 @@ const char *zt_status_name(zt_status code) {
     case ZT_ERR_COMM: return "communication";
     case ZT_ERR_INTERNAL: return "internal";
     case ZT_ERR_NUMERIC: return "numeric";
+    case ZT_ERR_TIMEOUT: return "timeout";
     }
     return "unknown";
 }

@@ -15,6 +15,7 @@ typedef enum {
     ZT_ERR_COMM = 5,        /* collective or MPI failure */
     ZT_ERR_INTERNAL = 6,    /* broken invariant */
     ZT_ERR_NUMERIC = 7,     /* training cannot go on: gradients not finite */
+    ZT_ERR_TIMEOUT = 8,     /* a collective did not complete in time (the watchdog): peers unreachable */
 } zt_status;
 
 typedef struct {

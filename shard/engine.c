@@ -228,9 +228,22 @@ static zt_status check_nvme(zt_engine *e, const zt_engine_config *cfg) {
 
 zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_model_spec *spec,
                          const zt_engine_config *cfg, zt_param_init_fn init, void *init_arg) {
+    return zt_engine_init_hybrid(e, ctx, comm, NULL, comm, spec, cfg, init, init_arg);
+}
+
+zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_comm *replicas, zt_comm *world,
+                                const zt_model_spec *spec, const zt_engine_config *cfg, zt_param_init_fn init,
+                                void *init_arg) {
     memset(e, 0, sizeof *e);
     e->ctx = ctx;
     e->comm = comm;
+    e->replicas = replicas && replicas->world_size > 1 ? replicas : NULL;
+    e->world = world ? world : comm;
+    /* The replicas' sum goes through the bucket's host buffers (shard/reduce.c). */
+    if (e->replicas && (ctx->be->device != ZT_DEVICE_CPU || comm->world_size * zt_dtype_size(cfg->reduce_dtype) < 4))
+        return ZT_FAIL(&ctx->err, ZT_ERR_UNSUPPORTED, "hybrid sharding runs on the CPU backend with groups of at least "
+                       "%d rank(s) for a %s reduce dtype (got %d on %s)", 4 / (int)zt_dtype_size(cfg->reduce_dtype),
+                       zt_dtype_name(cfg->reduce_dtype), comm->world_size, ctx->be->name);
     e->spec = spec;
     e->cfg = *cfg;
     if (cfg->stage < 0 || cfg->stage > 3) return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "ZeRO stage %d", cfg->stage);
@@ -273,7 +286,7 @@ zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_mode
     for (int u = 0; st == ZT_OK && u < spec->nunits; u++) st = set_initial_values(e, u, init, init_arg);
     /* A swap file that cannot be made or written on one rank stops every
      * rank here, before the first collective of the parameters. */
-    if (cfg->nvme_optimizer) st = zt_comm_agree(comm, st, &ctx->err);
+    if (cfg->nvme_optimizer) st = zt_comm_agree(e->world, st, &ctx->err);
     ZT_TRY(st);
     return zt_engine_gather_params(e);
 }

@@ -191,11 +191,11 @@ zt_status zt_engine_ready_event(zt_engine *e, zt_stream *producer, void **ready)
 /* All-gathers buf (in place, this rank's part at rank x bytes_per_rank)
  * after the work queued on `producer`, and makes compute wait for it (a
  * host wait when overlap_comm is off). */
-zt_status zt_engine_all_gather_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer);
+zt_status zt_engine_all_gather_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer, int unit);
 /* The same in two halves, so compute waits only when it needs the result:
  * start (a host wait at once when overlap_comm is off), then finish (a no-op
  * for a handle already waited for). */
-zt_status zt_engine_all_gather_start_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer,
+zt_status zt_engine_all_gather_start_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer, int unit,
                                            zt_comm_handle *h);
 zt_status zt_engine_all_gather_finish(zt_engine *e, zt_comm_handle *h);
 

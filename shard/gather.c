@@ -41,7 +41,7 @@ static zt_status start_gather(zt_engine *e, int u) {
      * copy, and every kernel that read a block freed before the buffer was
      * allocated, so reusing a cached block is safe on any stream. Without
      * overlap it has also completed on return. */
-    ZT_TRY(zt_engine_all_gather_start_after(e, st->gathered.data, us->shard_numel * d, &ctx->compute,
+    ZT_TRY(zt_engine_all_gather_start_after(e, st->gathered.data, us->shard_numel * d, &ctx->compute, u,
                                             &st->gather_handle));
     st->phase = e->cfg.overlap_comm ? ZT_UNIT_GATHERING : ZT_UNIT_GATHERED;
     return ZT_OK;
@@ -239,13 +239,14 @@ zt_status zt_engine_ready_event(zt_engine *e, zt_stream *producer, void **ready)
 }
 
 zt_status zt_engine_all_gather_start_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer,
-                                           zt_comm_handle *h) {
+                                           int unit, zt_comm_handle *h) {
     zt_ctx *ctx = e->ctx;
     void *ready = NULL;
     ZT_TRY(zt_engine_ready_event(e, producer, &ready));
     zt_status st = zt_comm_all_gather_start(e->comm, NULL, buf, bytes_per_rank, ready, h, &ctx->err);
     zt_event_destroy(ctx->be, ready);
     ZT_TRY(st);
+    snprintf(h->what, sizeof h->what, "unit %s", e->spec->units[unit].name); /* for the watchdog */
     if (!e->cfg.overlap_comm) return zt_comm_wait(e->comm, h, &ctx->err);
     return ZT_OK;
 }
@@ -254,8 +255,8 @@ zt_status zt_engine_all_gather_finish(zt_engine *e, zt_comm_handle *h) {
     return zt_comm_wait_stream(e->comm, h, e->ctx->compute.handle, &e->ctx->err);
 }
 
-zt_status zt_engine_all_gather_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer) {
+zt_status zt_engine_all_gather_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer, int unit) {
     zt_comm_handle h = {0};
-    ZT_TRY(zt_engine_all_gather_start_after(e, buf, bytes_per_rank, producer, &h));
+    ZT_TRY(zt_engine_all_gather_start_after(e, buf, bytes_per_rank, producer, unit, &h));
     return zt_engine_all_gather_finish(e, &h);
 }

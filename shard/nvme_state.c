@@ -163,7 +163,7 @@ zt_status zt_engine_nvme_init(zt_engine *e) {
     ZT_TRY(list_items(e, nv));
     ZT_TRY(alloc_buffers(e, nv));
     ZT_TRY(zt_mkdir_p(c->dir, &ctx->err));
-    return zt_nvme_open(&nv->file, c->dir, e->comm->rank, file_bytes(e), &c->io, &ctx->err);
+    return zt_nvme_open(&nv->file, c->dir, e->world->rank, file_bytes(e), &c->io, &ctx->err);
 }
 
 void zt_engine_nvme_destroy(zt_engine *e) {

@@ -163,7 +163,7 @@ zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, voi
              * (stages 1-2, and stage 3's persistent units). */
             st = zt_engine_all_gather_start_after(e, e->units[u].params.data,
                                                   spec->units[u].shard_numel * zt_dtype_size(e->cfg.dtype), producer,
-                                                  &gathers[u]);
+                                                  u, &gathers[u]);
     }
     for (int u = 0; u < spec->nunits; u++) {
         zt_status f = zt_engine_all_gather_finish(e, &gathers[u]); /* every started one, even after a failure */
@@ -231,7 +231,7 @@ static zt_status update_units(zt_engine *e, step_args *a, int skip) {
         if (st == ZT_OK) st = fin;
         /* An I/O error of one rank's NVMe file stops every rank here, not
          * in the next collective. */
-        if (e->nvme) st = zt_comm_agree(e->comm, st, &e->ctx->err);
+        if (e->nvme) st = zt_comm_agree(e->world, st, &e->ctx->err);
     } else {
         st = zt_engine_update_each_unit(e, device_update_unit, a, &e->ctx->compute);
     }

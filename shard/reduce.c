@@ -6,6 +6,7 @@
  * then stored in the grads' dtype. Stages 0-1 reduce once per step, so in a
  * 16-bit dtype their grad32 sums every micro-batch of the step; stages 2-3
  * reduce each micro-batch and add it to their shard. */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine_internal.h"
@@ -78,10 +79,33 @@ static zt_status pack_bucket(zt_engine *e, zt_bucket *b) {
     return ZT_OK;
 }
 
+/* Hybrid sharding: this rank's reduced slices, summed over its group, are
+ * summed over the replicas too, in replica order: each replica's sums in
+ * turn are broadcast to all (into `send`, free since the all-to-all ended)
+ * and added to a total kept in `staging`, so every replica rounds alike.
+ * Both hold at least the slices' fp32 bytes (group size x reduce dtype >=
+ * 4 bytes: zt_engine_init checks). Host buffers: the CPU backend's. */
+static zt_status sum_over_replicas(zt_engine *e, zt_bucket *b) {
+    zt_comm *rep = e->replicas;
+    if (!rep) return ZT_OK;
+    zt_ctx *ctx = e->ctx;
+    size_t n = b->numel / (size_t)e->comm->world_size;
+    float *mine = zt_f32(&b->reduced), *theirs = zt_f32(&b->send), *total = zt_f32(&b->staging); /* [n] fp32 each */
+    ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err)); /* the sums are on the host */
+    for (int r = 0; r < rep->world_size; r++) {
+        if (r == rep->rank) memcpy(theirs, mine, n * sizeof(float));
+        ZT_TRY(zt_comm_broadcast(rep, theirs, n * sizeof(float), r, &ctx->err));
+        for (size_t i = 0; i < n; i++) total[i] = r == 0 ? theirs[i] : total[i] + theirs[i];
+    }
+    memcpy(mine, total, n * sizeof(float));
+    return ZT_OK;
+}
+
 /* Averages (once, here) and stores this rank's reduced slices. */
 static zt_status unpack_bucket(zt_engine *e, zt_bucket *b) {
     zt_ctx *ctx = e->ctx;
-    float inv_n = 1.0f / (float)e->comm->world_size;
+    ZT_TRY(sum_over_replicas(e, b));
+    float inv_n = 1.0f / (float)e->world->world_size; /* every rank's gradients are in the sum */
     const float *src = zt_f32(&b->reduced);
     for (int i = 0; i < b->nunits; i++) {
         int u = b->units[i];
@@ -97,7 +121,7 @@ static zt_status unpack_bucket(zt_engine *e, zt_bucket *b) {
         src += S;
         if (e->cfg.stage == 0) {
             /* Stage 0 all-reduces as reduce-scatter + all-gather over the same layout. */
-            ZT_TRY(zt_engine_all_gather_after(e, st->grads.data, S * d, &ctx->compute));
+            ZT_TRY(zt_engine_all_gather_after(e, st->grads.data, S * d, &ctx->compute, u));
         }
         /* Offload: the reduced gradients leave for the host now, while the
          * rest of backward runs; shards that still accumulate further
@@ -150,6 +174,8 @@ static zt_status flush_bucket(zt_engine *e) {
                                                 b->numel / (size_t)N, rd, ready, &b->handle, &ctx->err);
     zt_event_destroy(ctx->be, ready);
     ZT_TRY(st);
+    snprintf(b->handle.what, sizeof b->handle.what, "the gradients of %d unit(s) from %s", b->nunits,
+             e->spec->units[b->units[0]].name); /* for the watchdog */
     e->in_flight = *b;
     memset(b, 0, sizeof *b);
     if (!e->cfg.overlap_comm) ZT_TRY(zt_engine_complete_bucket(e));

@@ -86,7 +86,7 @@ zt_status zt_train_step(zt_engine *eng, const zt_step_model *m, const zt_step_op
     out->skipped = eng->last_step_skipped;
     out->skipped_steps = eng->scaler.skipped_steps;
     /* The global mean loss: per-rank means added in rank order. */
-    ZT_TRY(zt_comm_sum_f64(eng->comm, loss_sum / o->micro_batches, &out->loss, &ctx->err));
-    out->loss /= eng->comm->world_size;
+    ZT_TRY(zt_comm_sum_f64(eng->world, loss_sum / o->micro_batches, &out->loss, &ctx->err));
+    out->loss /= eng->world->world_size;
     return ZT_OK;
 }

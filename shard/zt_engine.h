@@ -187,7 +187,13 @@ typedef struct {
 
 typedef struct {
     zt_ctx *ctx;
+    /* Sharding is over comm, the shard group (the world, or G ranks under
+     * hybrid sharding); replicas (NULL or one rank: none) joins the ranks
+     * that hold the same shard in the other groups, over which reduced
+     * gradients are summed; world is every rank (losses, agreement). */
     zt_comm *comm;
+    zt_comm *replicas;
+    zt_comm *world;
     const zt_model_spec *spec;
     zt_engine_config cfg;
     const zt_ops *kernels;  /* the backend's kernels in compute_dtype, for the model */
@@ -239,6 +245,15 @@ typedef void (*zt_param_init_fn)(void *arg, int unit, int param, float *dst);
  * ranks must call this; they check they agree on layout and configuration. */
 zt_status zt_engine_init(zt_engine *eng, zt_ctx *ctx, zt_comm *comm, const zt_model_spec *spec,
                          const zt_engine_config *cfg, zt_param_init_fn init, void *init_arg);
+/* Hybrid sharding (FSDP2's HSDP, DeepSpeed's MiCS): state sharded over
+ * `shard` (spec laid out for its size), replicated across `replicas` (the
+ * same shard rank in every group, in group order), `world` all ranks.
+ * Gradients are reduce-scattered in the group, then summed over the
+ * replicas in replica order, so every stage rounds alike at a given world
+ * and group size (docs/sharding.md, "Hybrid sharding"). CPU (MPI) only. */
+zt_status zt_engine_init_hybrid(zt_engine *eng, zt_ctx *ctx, zt_comm *shard, zt_comm *replicas, zt_comm *world,
+                                const zt_model_spec *spec, const zt_engine_config *cfg, zt_param_init_fn init,
+                                void *init_arg);
 void zt_engine_destroy(zt_engine *eng);
 
 /* *params: [padded] in eng->compute_dtype. */
