@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Several hosts, simulated: 2 hosts x 2 ranks (launch/sim-hosts, network
 namespaces; needs root) with the inter-host links shaped (default 1 Gbit/s
-and 1 ms each way), at stage 3: world sharding against --shard-group node.
+and 1 ms each way), at stage 3: world sharding against --shard-group node and against
+--reshard-after-forward node (hpZ).
 Per configuration: the median step time, the time the ranks waited in
 collectives per step (the JSONL's comm wait_s, every communicator), and the
 bytes that crossed between the hosts per step, read from the bridge side of
@@ -49,7 +50,8 @@ try:
     print(f"2 simulated hosts x 2 ranks, links {a.bw}, {a.delay}; stage 3; {' '.join(a.extra) or 'defaults'}\n")
     print("| sharding | step ms (median) | comm wait ms/step (rank 0) | inter-host MB/step |")
     print("|---|---|---|---|")
-    for name, flags in (("world", []), ("--shard-group node", ["--shard-group", "node"])):
+    for name, flags in (("world", []), ("--shard-group node", ["--shard-group", "node"]),
+                        ("--reshard-after-forward node", ["--reshard-after-forward", "node"])):
         with tempfile.TemporaryDirectory() as d:
             before = bridge_rx()
             cmd = [os.path.join(root, "launch", "zt-run"), "-np", "4", "--hostfile", os.path.join(hosts_dir, "hostfile"),

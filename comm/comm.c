@@ -14,8 +14,26 @@ const char *zt_coll_name(zt_coll_kind k) {
 
 void zt_comm_destroy(zt_comm *c) {
     if (c->ops && c->ops->destroy) c->ops->destroy(c);
+    free(c->member_node);
+    c->member_node = NULL;
     c->ops = NULL;
     c->impl = NULL;
+}
+
+/* Members of c on this rank's node (itself included). */
+static int same_node(const zt_comm *c) {
+    if (!c->member_node) return c->world_size;
+    int n = 0;
+    for (int r = 0; r < c->world_size; r++) n += c->member_node[r] == c->member_node[c->rank];
+    return n;
+}
+
+/* A collective in which this rank receives `each` bytes from every other
+ * member (all-gather, the all-to-all of the reduce-scatter). */
+static void from_everyone(const zt_comm *c, size_t each, double *inter, double *intra) {
+    int same = same_node(c);
+    *inter = (double)each * (double)(c->world_size - same);
+    *intra = (double)each * (double)(same - 1);
 }
 
 static zt_status begin(zt_comm_handle *h, zt_coll_kind kind, size_t bytes, zt_error *err) {
@@ -30,6 +48,7 @@ static zt_status begin(zt_comm_handle *h, zt_coll_kind kind, size_t bytes, zt_er
 zt_status zt_comm_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank, void *ready,
                                    zt_comm_handle *h, zt_error *err) {
     ZT_TRY(begin(h, ZT_COLL_ALL_GATHER, bytes_per_rank * (size_t)c->world_size, err));
+    from_everyone(c, bytes_per_rank, &h->inter_bytes, &h->intra_bytes);
     ZT_TRY(c->ops->all_gather_start(c, send, recv, bytes_per_rank, ready, h, err));
     h->active = 1;
     return ZT_OK;
@@ -42,6 +61,7 @@ zt_status zt_comm_reduce_scatter_start(zt_comm *c, const void *send, void *stagi
     h->out = out;
     h->count = count;
     h->dtype = dtype;
+    from_everyone(c, count * zt_dtype_size(dtype), &h->inter_bytes, &h->intra_bytes);
     ZT_TRY(c->ops->reduce_scatter_start(c, send, staging, out, count, dtype, ready, h, err));
     h->active = 1;
     return ZT_OK;
@@ -83,6 +103,8 @@ zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
     s->bytes += (double)h->bytes;
     s->time_s += t1 - h->t_start;
     s->wait_s += t1 - t0;
+    s->inter_bytes += h->inter_bytes;
+    s->intra_bytes += h->intra_bytes;
     zt_trace_span(c->trace, zt_coll_name(h->kind), "comm", 1, h->t_start);
     return ZT_OK;
 }
@@ -99,6 +121,8 @@ zt_status zt_comm_wait_stream(zt_comm *c, zt_comm_handle *h, void *stream, zt_er
     s->calls++;
     s->bytes += (double)h->bytes;
     s->wait_s += zt_now_s() - t0;
+    s->inter_bytes += h->inter_bytes;
+    s->intra_bytes += h->intra_bytes;
     return ZT_OK;
 }
 
@@ -108,8 +132,10 @@ zt_status zt_comm_progress(zt_comm *c, zt_comm_handle *h, zt_error *err) {
     return c->ops->test(c, h, &done, err);
 }
 
-static void record(zt_comm *c, zt_coll_kind k, size_t bytes, double t0) {
+static void record(zt_comm *c, zt_coll_kind k, size_t bytes, double t0, double inter, double intra) {
     double dt = zt_now_s() - t0;
+    c->stats[k].inter_bytes += inter;
+    c->stats[k].intra_bytes += intra;
     c->stats[k].calls++;
     c->stats[k].bytes += (double)bytes;
     c->stats[k].time_s += dt;
@@ -119,35 +145,43 @@ static void record(zt_comm *c, zt_coll_kind k, size_t bytes, double t0) {
 zt_status zt_comm_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
     double t0 = zt_now_s();
     ZT_TRY(c->ops->sum_f64(c, v, out, err));
-    record(c, ZT_COLL_ALL_REDUCE, sizeof(double), t0);
+    double inter, intra;
+    from_everyone(c, sizeof(double), &inter, &intra); /* an all-gather of the values */
+    record(c, ZT_COLL_ALL_REDUCE, sizeof(double), t0, inter, intra);
     return ZT_OK;
 }
 
 zt_status zt_comm_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err) {
     double t0 = zt_now_s();
     ZT_TRY(c->ops->all_gather_u64(c, v, recv, err));
-    record(c, ZT_COLL_ALL_GATHER, sizeof v * (size_t)c->world_size, t0);
+    double inter, intra;
+    from_everyone(c, sizeof v, &inter, &intra);
+    record(c, ZT_COLL_ALL_GATHER, sizeof v * (size_t)c->world_size, t0, inter, intra);
     return ZT_OK;
 }
 
 zt_status zt_comm_all_gather_host(zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err) {
     double t0 = zt_now_s();
     ZT_TRY(c->ops->all_gather_host(c, recv, bytes_per_rank, err));
-    record(c, ZT_COLL_ALL_GATHER, bytes_per_rank * (size_t)c->world_size, t0);
+    double inter, intra;
+    from_everyone(c, bytes_per_rank, &inter, &intra);
+    record(c, ZT_COLL_ALL_GATHER, bytes_per_rank * (size_t)c->world_size, t0, inter, intra);
     return ZT_OK;
 }
 
 zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err) {
     double t0 = zt_now_s();
     ZT_TRY(c->ops->broadcast(c, buf, bytes, root, err));
-    record(c, ZT_COLL_BROADCAST, bytes, t0);
+    int remote = c->member_node && c->member_node[root] != c->member_node[c->rank];
+    double got = c->rank == root ? 0.0 : (double)bytes;
+    record(c, ZT_COLL_BROADCAST, bytes, t0, remote ? got : 0.0, remote ? 0.0 : got);
     return ZT_OK;
 }
 
 zt_status zt_comm_barrier(zt_comm *c, zt_error *err) {
     double t0 = zt_now_s();
     ZT_TRY(c->ops->barrier(c, err));
-    record(c, ZT_COLL_BARRIER, 0, t0);
+    record(c, ZT_COLL_BARRIER, 0, t0, 0.0, 0.0);
     return ZT_OK;
 }
 

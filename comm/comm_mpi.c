@@ -191,6 +191,10 @@ static zt_status mpi_split(zt_comm *c, int color, int key, zt_comm *out, zt_erro
     MPI_TRY(MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     MPI_TRY(MPI_Comm_rank(m->world, &out->rank), "MPI_Comm_rank");
     MPI_TRY(MPI_Comm_size(m->world, &out->world_size), "MPI_Comm_size");
+    free(out->member_node); /* the parent's copy: this group's members differ */
+    out->member_node = malloc((size_t)out->world_size * sizeof *out->member_node);
+    if (!out->member_node) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate");
+    MPI_TRY(MPI_Allgather(&c->node, 1, MPI_INT, out->member_node, 1, MPI_INT, m->world), "MPI_Allgather(nodes)");
     return ZT_OK;
 }
 
@@ -232,7 +236,13 @@ static zt_status number_nodes(zt_comm *c, mpi_impl *m, zt_error *err) {
         if (r < leader) c->node++;
         c->nnodes++;
     }
-    free(leaders);
+    /* Each member's node: the number of node leaders before its own. */
+    for (int q = 0; rc == MPI_SUCCESS && q < c->world_size; q++) {
+        int node = 0;
+        for (int r = 0; r < leaders[q]; r++) node += leaders[r] == r;
+        leaders[q] = node;
+    }
+    c->member_node = leaders;
     if (rc != MPI_SUCCESS) return ZT_FAIL(err, ZT_ERR_COMM, "MPI_Allgather(node leaders) failed (%d)", rc);
     if (gethostname(c->host, sizeof c->host) != 0) snprintf(c->host, sizeof c->host, "?");
     c->host[sizeof c->host - 1] = '\0';
@@ -259,6 +269,12 @@ zt_status zt_comm_create_mpi(zt_comm *c, zt_error *err) {
 }
 
 void zt_comm_copy_topology(zt_comm *dst, const zt_comm *src) {
+    free(dst->member_node);
+    dst->member_node = NULL;
+    if (src->member_node) {
+        dst->member_node = malloc((size_t)src->world_size * sizeof *dst->member_node);
+        if (dst->member_node) memcpy(dst->member_node, src->member_node, (size_t)src->world_size * sizeof *dst->member_node);
+    }
     dst->rank = src->rank;
     dst->world_size = src->world_size;
     dst->local_rank = src->local_rank;

@@ -33,6 +33,12 @@ typedef struct {
     double bytes;  /* nccl-tests "size": the full buffer (N x per-rank count) */
     double time_s; /* start to completion, summed */
     double wait_s; /* time the caller was blocked in wait, summed */
+    /* What this rank received, split by where it came from: ranks on other
+     * nodes (the inter-node link) and other ranks of its node. The
+     * collective's logical traffic, which MPI's algorithm may route
+     * otherwise (a tree broadcast crosses a link once for several
+     * receivers behind it). */
+    double inter_bytes, intra_bytes;
 } zt_coll_stats;
 
 struct zt_comm;
@@ -42,6 +48,7 @@ typedef struct {
     zt_coll_kind kind;
     double t_start;
     size_t bytes;
+    double inter_bytes, intra_bytes; /* this rank's share, counted at completion */
     void *impl_req;  /* implementation request (MPI_Request) */
     char what[48];   /* what the caller waits on ("unit block1"), for the watchdog's message */
     /* reduce-scatter completion: out[count] (fp32) = sum over ranks of
@@ -113,6 +120,7 @@ typedef struct zt_comm {
      * it and the peer group (0: wait for ever). zt_comm_set_timeout. */
     double timeout_s;
     char name[48]; /* the peer group in messages ("": the world) */
+    int *member_node; /* [world_size]: each member's node index (malloc'd; NULL: all on this node) */
 } zt_comm;
 
 /* Sets the watchdog's timeout (seconds; 0: none) on c and the

@@ -89,6 +89,9 @@ static const opt_spec options[] = {
     {"shard-group", OPT_STRING, S(shard_group), 0, 0, NULL,
      "hybrid sharding (HSDP, MiCS): shard the state over groups of this many ranks (a number dividing the world, or "
      "node: a node's ranks) and replicate it across groups; world: one group (CPU backend)"},
+    {"reshard-after-forward", OPT_STRING, S(reshard_after_forward), 0, 0, NULL,
+     "stage 3 (hpZ, FSDP2's reshard_after_forward=G): after a unit's forward keep a 1/G part of it per rank in groups "
+     "of G ranks (node: a node's ranks), so its backward all-gather stays in the group; none: free it whole"},
     {"collective-timeout", OPT_FLOAT, F(collective_timeout), 0, 0, 1e9, NULL,
      "seconds a collective may take before the job is aborted, naming it (as NCCL's watchdog; 0: wait for ever)"},
     {"nvme-path", OPT_STRING, S(nvme_path), 0, 0, NULL, "--offload nvme: the folder of the swap files"},
@@ -245,6 +248,7 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->test_stall_step = -1;
     c->collective_timeout = 300;
     snprintf(c->shard_group, sizeof c->shard_group, "world");
+    snprintf(c->reshard_after_forward, sizeof c->reshard_after_forward, "none");
     c->test_kill_step = -1;
     c->test_overflow_step = -1;
 }
@@ -546,6 +550,14 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
     if (strcmp(c->shard_group, "world") != 0 && strcmp(c->shard_group, "node") != 0 && (end == c->shard_group || *end || g < 1))
         return ZT_FAIL(err, ZT_ERR_INVALID, "--shard-group '%s' is not world, node or a positive number of ranks",
                        c->shard_group);
+    long h = strtol(c->reshard_after_forward, &end, 10);
+    if (strcmp(c->reshard_after_forward, "none") != 0 && strcmp(c->reshard_after_forward, "node") != 0 &&
+        (end == c->reshard_after_forward || *end || h < 1))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--reshard-after-forward '%s' is not none, node or a positive number of "
+                       "ranks", c->reshard_after_forward);
+    if (strcmp(c->reshard_after_forward, "none") != 0 && (c->stage != 3 || strcmp(c->shard_group, "world") != 0))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--reshard-after-forward %s needs --stage 3 with world sharding (got "
+                       "--stage %d --shard-group %s)", c->reshard_after_forward, c->stage, c->shard_group);
     if (strcmp(c->offload_activations, "cpu") == 0 && rp.kind != ZT_RECOMPUTE_FULL)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-activations cpu needs --recompute full (got --recompute %s): "
                        "only full recomputation keeps a single input per block, the tensor that goes to the host",

@@ -81,6 +81,7 @@ typedef struct {
     int test_stall_rank, test_stall_step;
     double collective_timeout; /* --collective-timeout: the collective watchdog's seconds (0: none) */
     char shard_group[16];      /* --shard-group: world, node or G (hybrid sharding) */
+    char reshard_after_forward[16]; /* hpZ: none, node or G' (the secondary group kept after forward) */
     /* ZT_TEST_KILL_SAVE=STEP:RANK:POINT: that rank dies (SIGKILL) at the
      * POINT-th crash point of that save (zt_ckpt_hooks); ZT_TEST_SAVE_POINTS=1
      * prints every point a save passes. */

@@ -162,16 +162,18 @@ static void activation_key(reader *r, const char *key, json_t *val, const char *
     refuse(r, path, "not supported by zerotrain");
 }
 
-/* MiCS's shard size: the ranks each copy of the state is sharded over
- * (--shard-group G); -1, DeepSpeed's default, shards over the world. */
-static void mics_key(reader *r, json_t *val, const char *path) {
-    if (!json_is_integer(val) || (json_integer_value(val) < 1 && json_integer_value(val) != -1))
-        return refuse(r, path, "not -1 or a positive number of ranks");
+/* A group size: MiCS's shard size (--shard-group G; -1, DeepSpeed's
+ * default, shards over the world) or hpZ's partition size
+ * (--reshard-after-forward G; 1, its default, keeps nothing). `off` is the
+ * value that means the option's default. */
+static void group_key(reader *r, json_t *val, const char *path, const char *option, const char *none, int off) {
+    if (!json_is_integer(val) || (json_integer_value(val) < 1 && json_integer_value(val) != off))
+        return refuse(r, path, off == -1 ? "not -1 or a positive number of ranks" : "not a positive number of ranks");
     char text[24];
-    if (json_integer_value(val) == -1) snprintf(text, sizeof text, "world");
+    if (json_integer_value(val) == off) snprintf(text, sizeof text, "%s", none);
     else snprintf(text, sizeof text, "%lld", (long long)json_integer_value(val));
     json_t *v = json_string(text);
-    set(r, "shard-group", v, path);
+    set(r, option, v, path);
     json_decref(v);
 }
 
@@ -192,7 +194,8 @@ static void zero_key(reader *r, const char *key, json_t *val, const char *path) 
     else if (strcmp(key, "stage3_max_live_parameters") == 0) set_count(r, "max-live-params", val, path, 1.0, 0);
     else if (strcmp(key, "stage3_max_reuse_distance") == 0) set_count(r, "max-reuse-distance", val, path, 1.0, 0);
     else if (strcmp(key, "sub_group_size") == 0) set_count(r, "sub-group-size", val, path, 1.0, 0);
-    else if (strcmp(key, "mics_shard_size") == 0) mics_key(r, val, path);
+    else if (strcmp(key, "mics_shard_size") == 0) group_key(r, val, path, "shard-group", "world", -1);
+    else if (strcmp(key, "zero_hpz_partition_size") == 0) group_key(r, val, path, "reshard-after-forward", "none", 1);
     else if (strcmp(key, "allgather_bucket_size") == 0 || strcmp(key, "allgather_partitions") == 0 ||
              strcmp(key, "round_robin_gradients") == 0 || strcmp(key, "stage3_gather_16bit_weights_on_model_save") == 0)
         note_without_effect(r, path); /* zerotrain gathers whole units; rank order is fixed */

@@ -40,6 +40,7 @@ typedef struct {
     /* Hybrid sharding (--shard-group G < world): the shard group of G ranks
      * and the replica group across groups; unused (no ops) otherwise. */
     zt_comm shard, replicas;
+    zt_comm secondary; /* hpZ's group (--reshard-after-forward); unused otherwise */
     int groups; /* world / G (1: no hybrid sharding) */
     int32_t *tokens, *targets; /* host [B,T] */
     double *losses, *step_times;
@@ -53,6 +54,7 @@ static void trainer_free(trainer *t) {
     zt_engine_destroy(&t->eng);
     if (t->shard.ops) zt_comm_destroy(&t->shard);
     if (t->replicas.ops) zt_comm_destroy(&t->replicas);
+    if (t->secondary.ops) zt_comm_destroy(&t->secondary);
     zt_gpt_destroy(&t->gpt);
     zt_data_destroy(&t->data);
     free(t->tokens);
@@ -102,8 +104,9 @@ static json_t *comm_json(const zt_comm *comm, const zt_coll_stats *before) {
     json_t *o = json_object();
     for (int k = 0; k < ZT_COLL_KINDS; k++) {
         const zt_coll_stats *now = &comm->stats[k];
-        zt_coll_stats d = {now->calls - before[k].calls, now->bytes - before[k].bytes, now->time_s - before[k].time_s,
-                           now->wait_s - before[k].wait_s};
+        zt_coll_stats d = {now->calls - before[k].calls,        now->bytes - before[k].bytes,
+                           now->time_s - before[k].time_s,      now->wait_s - before[k].wait_s,
+                           now->inter_bytes - before[k].inter_bytes, now->intra_bytes - before[k].intra_bytes};
         if (d.calls == 0) continue;
         double alg, bus;
         zt_coll_bandwidth(&d, (zt_coll_kind)k, comm->world_size, &alg, &bus);
@@ -114,6 +117,11 @@ static json_t *comm_json(const zt_comm *comm, const zt_coll_stats *before) {
         json_object_set_new(kj, "wait_s", json_real(d.wait_s));
         json_object_set_new(kj, "algbw_gbs", json_real(alg));
         json_object_set_new(kj, "busbw_gbs", json_real(bus));
+        /* what this rank received over each link class, and at what rate */
+        json_object_set_new(kj, "inter_node_bytes", json_real(d.inter_bytes));
+        json_object_set_new(kj, "intra_node_bytes", json_real(d.intra_bytes));
+        json_object_set_new(kj, "inter_node_gbs", json_real(d.time_s > 0 ? d.inter_bytes / d.time_s / 1e9 : 0.0));
+        json_object_set_new(kj, "intra_node_gbs", json_real(d.time_s > 0 ? d.intra_bytes / d.time_s / 1e9 : 0.0));
         json_object_set_new(o, zt_coll_name(k), kj);
     }
     return o;
@@ -238,7 +246,7 @@ typedef struct {
     zt_step_result r;
     zt_coll_stats comm_before[ZT_COLL_KINDS];
     /* hybrid sharding: the shard group's and the replicas' collectives */
-    zt_coll_stats shard_before[ZT_COLL_KINDS], replicas_before[ZT_COLL_KINDS];
+    zt_coll_stats shard_before[ZT_COLL_KINDS], replicas_before[ZT_COLL_KINDS], secondary_before[ZT_COLL_KINDS];
     unsigned long long staging_allocs_before;
     zt_transfer_stats xfer_before;
     zt_gpt_transfers act_before; /* the model's kept inputs (--offload-activations) */
@@ -366,6 +374,21 @@ static zt_status make_groups(run_state *r) {
     return ZT_OK;
 }
 
+/* hpZ (--reshard-after-forward node|G): the secondary group, a node's ranks
+ * or G consecutive ranks, handed to the engine. */
+static zt_status make_secondary(run_state *r) {
+    const char *v = r->c->reshard_after_forward;
+    if (strcmp(v, "none") == 0) return ZT_OK;
+    zt_comm *w = r->comm;
+    int node = strcmp(v, "node") == 0, G = node ? w->local_size : atoi(v);
+    if (!node && (G < 1 || w->world_size % G != 0))
+        return ZT_FAIL(&r->ctx->err, ZT_ERR_INVALID, "--reshard-after-forward %s does not divide the %d rank(s) into "
+                       "groups of equal size", v, w->world_size);
+    ZT_TRY(zt_comm_split(w, node ? w->node : w->rank / G, w->rank, &r->t->secondary, &r->ctx->err));
+    snprintf(r->t->secondary.name, sizeof r->t->secondary.name, "secondary group %d", node ? w->node : w->rank / G);
+    return zt_engine_set_secondary(&r->t->eng, &r->t->secondary);
+}
+
 /* The model and the engine, resumed from a checkpoint when asked; sets r->start. */
 static zt_status create_model(run_state *r) {
     const zt_train_config *c = r->c;
@@ -387,6 +410,7 @@ static zt_status create_model(run_state *r) {
     zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_INIT);
     ZT_TRY(zt_engine_init_hybrid(&t->eng, ctx, shard, t->groups > 1 ? &t->replicas : NULL, r->comm, t->gpt.spec, &ec,
                                  zt_gpt_init_param, &t->gpt));
+    ZT_TRY(make_secondary(r));
     zt_log_rank0(&ctx->log, "model: %zu parameters in %d units (largest %zu padded), dtype %s, ZeRO stage %d on %d "
                  "rank(s)", t->gpt.spec->total_numel, t->gpt.spec->nunits, t->gpt.spec->largest_unit_numel, c->dtype,
                  c->stage, r->comm->world_size);
@@ -500,6 +524,7 @@ static zt_status train_step(run_state *r, step_record *s) {
     memcpy(s->comm_before, r->comm->stats, sizeof s->comm_before);
     memcpy(s->shard_before, r->t->shard.stats, sizeof s->shard_before);
     memcpy(s->replicas_before, r->t->replicas.stats, sizeof s->replicas_before);
+    memcpy(s->secondary_before, r->t->secondary.stats, sizeof s->secondary_before);
     s->staging_allocs_before = r->comm->staging.pinned_allocs;
     s->xfer_before = zt_engine_transfers(&t->eng);
     s->act_before = t->gpt.moved;
@@ -593,6 +618,7 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
         json_object_set_new(o, "comm_shard_group", comm_json(&t->shard, s->shard_before));
         json_object_set_new(o, "comm_replicas", comm_json(&t->replicas, s->replicas_before));
     }
+    if (t->secondary.ops) json_object_set_new(o, "comm_secondary", comm_json(&t->secondary, s->secondary_before));
     json_t *staging = staging_json(r->comm, s->staging_allocs_before);
     if (staging) json_object_set_new(o, "host_staging", staging);
     json_object_set_new(o, "gathered_inflight_peak_bytes", json_integer((json_int_t)zt_engine_gathered_peak(eng)));

@@ -19,6 +19,7 @@ typedef struct {
     int json;
     int max_micro_batch, max_seq_len; /* search for the largest that fits in device_mem */
     int rank;                         /* --rank: whose memory (-1: the rank with the most state) */
+    int nodes;                        /* --nodes: the world's nodes, for inter-node bytes (0: one) */
 } plan_flags;
 
 static int take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *nrest, zt_error *err) {
@@ -30,6 +31,14 @@ static int take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *n
         if (strcmp(a, "--json") == 0) pf->json = 1;
         else if (strcmp(a, "--max-micro-batch") == 0) pf->max_micro_batch = 1;
         else if (strcmp(a, "--max-seq-len") == 0) pf->max_seq_len = 1;
+        else if (strcmp(a, "--nodes") == 0) {
+            char *end = NULL;
+            long m = has_value ? strtol(argv[i + 1], &end, 10) : 0;
+            if (!has_value || *end || m < 1 || m > 1 << 20)
+                return ZT_FAIL(err, ZT_ERR_INVALID, "--nodes needs a node count in [1, 1048576]"), 0;
+            pf->nodes = (int)m;
+            i++;
+        }
         else if (strcmp(a, "--rank") == 0) {
             char *end = NULL;
             long r = has_value ? strtol(argv[i + 1], &end, 10) : -1;
@@ -100,6 +109,7 @@ typedef struct {
     zt_model_spec *spec;
     int rank; /* --rank (-1: the rank with the most optimizer state) */
     int shard_group; /* --shard-group G (0: the world): the state is a G-rank group's */
+    int secondary;   /* --reshard-after-forward G' (hpZ; 0: none) */
 } plan_job;
 
 /* The rank with the most optimizer state: Adafactor's and 8-bit Adam's
@@ -152,11 +162,42 @@ static void add_offloaded_inputs(const plan_job *j, zt_plan *p) {
     if (forward > p->host_bytes) p->host_bytes = forward;
 }
 
+/* Bytes one rank receives per step from ranks on other nodes (each
+ * collective's logical traffic, as zt-train's JSONL counts it), with the
+ * world's ranks in blocks of world / nodes per node and shard groups of G
+ * consecutive ranks: stage 3's all-gathers of each micro-batch, the
+ * reductions (each trained unit's slices from every other group member:
+ * once per micro-batch at stages 2-3, per step at 0-1; the replicas' sums
+ * of them under hybrid sharding; stage 0's all-gather of the reduced
+ * gradients), stages 1-2's all-gather of the new parameters, and the
+ * loss's and norm's sums. */
+static double inter_node_bytes(const plan_job *j, const zt_plan *p, const zt_train_config *c, int world, int nodes) {
+    int L = nodes > 0 && world % nodes == 0 ? world / nodes : world; /* ranks per node */
+    int G = j->shard_group > 0 && j->shard_group < world && world % j->shard_group == 0 ? j->shard_group : world;
+    int R = world / G;
+    double other_g = G > L ? G - L : 0;                 /* group members on other nodes */
+    double other_r = R - (G < L ? (L / G > 0 ? L / G : 1) : 1); /* replicas on other nodes */
+    double d = zt_dtype_size(j->in.dtype), rd = zt_dtype_size(j->in.reduce_dtype), slices = 0, params = 0;
+    for (int u = 0; u < j->spec->nunits; u++) {
+        const zt_unit_spec *us = &j->spec->units[u];
+        int full = c->stage < 3 || us->numel < j->in.persist_threshold;
+        if (!us->frozen) slices += (double)us->shard_numel;
+        if (full && c->stage > 0 && !us->frozen) params += (double)us->shard_numel;
+    }
+    double reductions = c->stage >= 2 ? c->grad_accum : 1;
+    double bytes = (double)c->grad_accum * other_g * (double)p->gathered_shard_bytes_per_micro;
+    bytes += reductions * (other_g * slices * rd + other_r * slices * 4 + (c->stage == 0 ? other_g * slices * d : 0));
+    bytes += other_g * params * d;
+    bytes += 8.0 * (world - L) + 8.0 * other_g; /* the loss over the world, the norm over the group */
+    return bytes;
+}
+
 /* The plan of rank pf->rank (-1: the rank with the most state). */
 static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
     /* Hybrid sharding: every rank holds what a rank of a G-rank world does
      * (the replicas' sum reuses the bucket's buffers: shard/reduce.c). */
     if (j->shard_group > 0 && j->shard_group < world && world % j->shard_group == 0) world = j->shard_group;
+    j->in.secondary = j->secondary > 1 && world % j->secondary == 0 ? j->secondary : 0;
     zt_spec_layout(j->spec, world);
     j->in.world = world;
     j->in.stage = stage;
@@ -210,7 +251,8 @@ static int read_options(int argc, char **argv, plan_flags *pf, zt_train_config *
     }
     free(rest);
     if (!want_help) return -1;
-    printf("usage: zt-plan [--world N] [--rank R] [--device-mem SIZE] [--json] [--params N --largest-unit-params N]\n"
+    printf("usage: zt-plan [--world N] [--nodes M] [--rank R] [--device-mem SIZE] [--json]\n"
+           "               [--params N --largest-unit-params N]\n"
            "               [--max-micro-batch] [--max-seq-len]\n"
            "               [any zt-train option: model shape, --stage, --offload, --recompute, --dtype,\n"
            "                --prefetch, --bucket-size, --micro-batch, ...]\n"
@@ -401,6 +443,8 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     json_object_set_new(o, "expected_reserved", reserved);
     plan_transfers t = transfers_of(j, p, c);
     json_object_set_new(o, "transfers_per_step", transfers_json(&t));
+    json_object_set_new(o, "nodes", json_integer(pf->nodes > 0 ? pf->nodes : 1));
+    json_object_set_new(o, "inter_node_bytes_per_step", json_real(inter_node_bytes(j, p, c, pf->world, pf->nodes)));
     if (j->in.nvme_optimizer) json_object_set_new(o, "nvme", nvme_json(p, c));
     json_object_set_new(o, "fits", json_boolean(fits));
     json_object_set_new(o, "peak_moment", json_string(p->peak_moment));
@@ -489,6 +533,10 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
         gb(a, sizeof a, (double)p->nvme_write_bytes);
         printf("%s written\n", a);
     }
+    if (pf->nodes > 1) {
+        gb(a, sizeof a, inter_node_bytes(j, p, c, pf->world, pf->nodes));
+        printf("  received from other nodes per step (%d nodes): %s\n", pf->nodes, a);
+    }
     plan_transfers t = transfers_of(j, p, c);
     gb(a, sizeof a, t.bytes[ZT_LINK_H2D]);
     gb(b2, sizeof b2, t.bytes[ZT_LINK_D2H]);
@@ -525,6 +573,17 @@ int main(int argc, char **argv) {
         return 2;
     }
     j.shard_group = strcmp(c.shard_group, "world") == 0 ? 0 : atoi(c.shard_group);
+    /* hpZ's group: a number, or a node's ranks given --nodes */
+    if (strcmp(c.reshard_after_forward, "node") == 0) {
+        if (pf.nodes < 1 || pf.world % pf.nodes) {
+            fprintf(stderr, "zt-plan: error: --reshard-after-forward node needs --nodes M dividing --world\n");
+            free(j.spec);
+            return 2;
+        }
+        j.secondary = pf.world / pf.nodes;
+    } else if (strcmp(c.reshard_after_forward, "none") != 0) {
+        j.secondary = atoi(c.reshard_after_forward);
+    }
     zt_plan p;
     int minw[4] = {0, 0, 0, 0};
     for (int s = 0; s < 4 && pf.device_mem; s++) minw[s] = min_world(j, s, pf.device_mem);

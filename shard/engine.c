@@ -300,10 +300,10 @@ void zt_engine_destroy(zt_engine *e) {
     e->ctx->err = reported;
     for (int u = 0; u < e->spec->nunits; u++) {
         zt_unit_state *st = &e->units[u];
-        if (st->gather_handle.active) zt_comm_wait(e->comm, &st->gather_handle, &ignore);
+        if (st->gather_handle.active) zt_comm_wait(st->gather_comm, &st->gather_handle, &ignore);
         zt_tensor_free(&st->params, params_on_host(e, u) ? &e->ctx->host_mem : mem);
-        zt_tensor *all[] = {&st->grads, &st->master, &st->adam_m, &st->adam_v, &st->opt_scales,
-                            &st->gathered, &st->view32, &st->grad32};
+        zt_tensor *all[] = {&st->grads, &st->master,   &st->adam_m, &st->adam_v,   &st->opt_scales,
+                            &st->gathered, &st->view32, &st->grad32, &st->secondary};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zt_tensor_free(all[i], mem);
         zt_tensor *host[] = {&st->host_master, &st->host_m, &st->host_v, &st->host_scales};
         for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) zt_tensor_free(host[i], &e->ctx->host_mem);

@@ -20,20 +20,61 @@ static zt_status check_unit(zt_engine *e, int unit) {
     return ZT_OK;
 }
 
-/* Stage 3: allocate u's full buffer, put our shard in place, start the gather. */
+/* zt_engine_all_gather_start_after over a given communicator (the shard
+ * group's, or hpZ's secondary group). */
+static zt_status all_gather_on(zt_engine *e, zt_comm *comm, void *buf, size_t bytes_per_rank, zt_stream *producer,
+                               int unit, zt_comm_handle *h) {
+    zt_ctx *ctx = e->ctx;
+    void *ready = NULL;
+    ZT_TRY(zt_engine_ready_event(e, producer, &ready));
+    zt_status st = zt_comm_all_gather_start(comm, NULL, buf, bytes_per_rank, ready, h, &ctx->err);
+    zt_event_destroy(ctx->be, ready);
+    ZT_TRY(st);
+    snprintf(h->what, sizeof h->what, "unit %s", e->spec->units[unit].name); /* for the watchdog */
+    if (!e->cfg.overlap_comm) return zt_comm_wait(comm, h, &ctx->err);
+    return ZT_OK;
+}
+
+/* hpZ: unit u's part in its secondary group, [P / G'] at the group rank's place. */
+static size_t secondary_numel(const zt_engine *e, int u) {
+    return e->spec->units[u].padded_numel / (size_t)e->secondary->world_size;
+}
+
+/* Puts this rank's part of unit u where its all-gather expects it: the
+ * shard (from the device, the host pool or the NVMe file), or, for a
+ * backward after hpZ kept it, its secondary part, which then goes. Returns
+ * the communicator and the bytes per rank of the gather. */
+static zt_status place_own_part(zt_engine *e, int u, zt_comm **comm, size_t *bytes_per_rank) {
+    zt_unit_state *st = &e->units[u];
+    const zt_unit_spec *us = &e->spec->units[u];
+    zt_ctx *ctx = e->ctx;
+    size_t d = zt_dtype_size(e->cfg.dtype);
+    if (st->secondary.data) {
+        size_t n = secondary_numel(e, u);
+        char *mine = (char *)st->gathered.data + (size_t)e->secondary->rank * n * d;
+        ZT_TRY(ctx->be->memcpy_async(ctx->be, mine, st->secondary.data, n * d, ZT_COPY_D2D, &ctx->compute, &ctx->err));
+        *comm = e->secondary; /* the part goes at the unit's backward release, where zt-plan counts it out */
+        *bytes_per_rank = n * d;
+        return ZT_OK;
+    }
+    char *mine = (char *)st->gathered.data + shard_lo(e, u) * d;
+    *comm = e->comm;
+    *bytes_per_rank = us->shard_numel * d;
+    if (params_in_file(e, u)) return zt_engine_nvme_copy_shard(e, u, mine, ZT_COPY_H2D);
+    return ctx->be->memcpy_async(ctx->be, mine, st->params.data, us->shard_numel * d,
+                                 params_on_host(e, u) ? ZT_COPY_H2D : ZT_COPY_D2D, &ctx->compute, &ctx->err);
+}
+
+/* Stage 3: allocate u's full buffer, put our part in place, start the gather. */
 static zt_status start_gather(zt_engine *e, int u) {
     zt_unit_state *st = &e->units[u];
     const zt_unit_spec *us = &e->spec->units[u];
-    size_t d = zt_dtype_size(e->cfg.dtype);
     ZT_TRY(zt_engine_alloc(e, &st->gathered, e->cfg.dtype, us->padded_numel, ZT_CAT_GATHERED_PARAMS, "gathered", u));
     e->gathered_inflight_now += zt_tensor_bytes(&st->gathered);
     if (e->gathered_inflight_now > e->gathered_inflight_peak) e->gathered_inflight_peak = e->gathered_inflight_now;
     zt_ctx *ctx = e->ctx;
-    char *mine = (char *)st->gathered.data + shard_lo(e, u) * d;
-    if (params_in_file(e, u)) ZT_TRY(zt_engine_nvme_copy_shard(e, u, mine, ZT_COPY_H2D));
-    else
-        ZT_TRY(ctx->be->memcpy_async(ctx->be, mine, st->params.data, us->shard_numel * d,
-                                     params_on_host(e, u) ? ZT_COPY_H2D : ZT_COPY_D2D, &ctx->compute, &ctx->err));
+    size_t bytes_per_rank;
+    ZT_TRY(place_own_part(e, u, &st->gather_comm, &bytes_per_rank));
     char name[48];
     snprintf(name, sizeof name, "gather %s", us->name);
     zt_trace_instant(e->ctx->trace, name, "unit", 1);
@@ -41,8 +82,7 @@ static zt_status start_gather(zt_engine *e, int u) {
      * copy, and every kernel that read a block freed before the buffer was
      * allocated, so reusing a cached block is safe on any stream. Without
      * overlap it has also completed on return. */
-    ZT_TRY(zt_engine_all_gather_start_after(e, st->gathered.data, us->shard_numel * d, &ctx->compute, u,
-                                            &st->gather_handle));
+    ZT_TRY(all_gather_on(e, st->gather_comm, st->gathered.data, bytes_per_rank, &ctx->compute, u, &st->gather_handle));
     st->phase = e->cfg.overlap_comm ? ZT_UNIT_GATHERING : ZT_UNIT_GATHERED;
     return ZT_OK;
 }
@@ -160,7 +200,7 @@ zt_status zt_engine_gather(zt_engine *e, int unit, const void **params) {
         if (st->phase == ZT_UNIT_GATHERING)
             /* Kernels queued from here on read the gathered values: the
              * compute stream waits for the collective, the host does not. */
-            ZT_TRY(zt_comm_wait_stream(e->comm, &st->gather_handle, ctx->compute.handle, &ctx->err));
+            ZT_TRY(zt_comm_wait_stream(st->gather_comm, &st->gather_handle, ctx->compute.handle, &ctx->err));
         full = st->gathered.data;
     }
     st->phase = ZT_UNIT_IN_USE;
@@ -173,6 +213,43 @@ zt_status zt_engine_gather(zt_engine *e, int unit, const void **params) {
         full = st->view32.data;
     }
     *params = full;
+    return ZT_OK;
+}
+
+/* Does the backward gather unit u, by the recorded backward (an untied
+ * model's embedding backward needs no weights)? Before a backward has run,
+ * no: the first step gathers its backward over the shard group, and never
+ * holds a part no backward frees. */
+static int backward_gathers(const zt_engine *e, int u) {
+    const zt_use_order *b = &e->recorded[ZT_PASS_BACKWARD];
+    for (int i = 0; i < b->n; i++)
+        if (b->units[i] == u) return 1;
+    return 0;
+}
+
+/* hpZ, after unit u's forward: this rank's part of it in the secondary
+ * group is copied out of the full buffer before that goes (once: a unit
+ * used twice in forward already has it). */
+static zt_status keep_secondary(zt_engine *e, int u) {
+    zt_unit_state *st = &e->units[u];
+    zt_ctx *ctx = e->ctx;
+    size_t n = secondary_numel(e, u), d = zt_dtype_size(e->cfg.dtype);
+    if (st->secondary.data) return ZT_OK;
+    ZT_TRY(zt_engine_alloc(e, &st->secondary, e->cfg.dtype, n, ZT_CAT_GATHERED_PARAMS, "secondary shard", u));
+    return ctx->be->memcpy_async(ctx->be, st->secondary.data,
+                                 (const char *)st->gathered.data + (size_t)e->secondary->rank * n * d, n * d,
+                                 ZT_COPY_D2D, &ctx->compute, &ctx->err);
+}
+
+zt_status zt_engine_set_secondary(zt_engine *e, zt_comm *secondary) {
+    if (!secondary || secondary->world_size <= 1) return ZT_OK;
+    if (e->cfg.stage != 3 || e->replicas)
+        return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "--reshard-after-forward needs stage 3 with world sharding (got "
+                       "stage %d%s)", e->cfg.stage, e->replicas ? " and --shard-group" : "");
+    if (e->comm->world_size % secondary->world_size)
+        return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "--reshard-after-forward: groups of %d do not divide the %d ranks",
+                       secondary->world_size, e->comm->world_size);
+    e->secondary = secondary;
     return ZT_OK;
 }
 
@@ -194,6 +271,9 @@ zt_status zt_engine_release(zt_engine *e, int unit) {
      * either by compute (after them, in stream order) or by a collective
      * that first waits for compute (start_gather, flush_bucket). */
     int keep = e->cfg.max_reuse_distance && reused_within(e, unit, e->cfg.max_reuse_distance);
+    if (!keep && e->secondary && e->pass == ZT_PASS_FORWARD && backward_gathers(e, unit))
+        ZT_TRY(keep_secondary(e, unit));
+    if (e->pass == ZT_PASS_BACKWARD) zt_tensor_free(&st->secondary, mem); /* its backward has its full copy */
     if (!keep) {
         e->gathered_inflight_now -= zt_tensor_bytes(&st->gathered);
         zt_tensor_free(&st->gathered, mem);
@@ -211,10 +291,11 @@ zt_status zt_engine_end_passes(zt_engine *e) {
         if (st->phase == ZT_UNIT_IN_USE)
             return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "optimizer step while unit %s is gathered (not released)",
                            e->spec->units[u].name);
+        zt_tensor_free(&st->secondary, &e->ctx->device_mem); /* hpZ: a part no backward gathered is stale now */
         if (!gathered_on_demand(e, u) || st->phase == ZT_UNIT_SHARDED) continue;
         /* A prefetch the pass did not use (its order changed), or a unit
          * kept for a reuse: it would hold parameters from before the step. */
-        if (st->phase == ZT_UNIT_GATHERING) ZT_TRY(zt_comm_wait(e->comm, &st->gather_handle, &e->ctx->err));
+        if (st->phase == ZT_UNIT_GATHERING) ZT_TRY(zt_comm_wait(st->gather_comm, &st->gather_handle, &e->ctx->err));
         e->gathered_inflight_now -= zt_tensor_bytes(&st->gathered);
         zt_tensor_free(&st->gathered, &e->ctx->device_mem);
         st->phase = ZT_UNIT_SHARDED;
@@ -227,7 +308,7 @@ zt_status zt_engine_progress(zt_engine *e) {
     if (e->comm->world_size == 1) return ZT_OK;
     for (int u = 0; u < e->spec->nunits; u++)
         if (e->units[u].phase == ZT_UNIT_GATHERING)
-            ZT_TRY(zt_comm_progress(e->comm, &e->units[u].gather_handle, &e->ctx->err));
+            ZT_TRY(zt_comm_progress(e->units[u].gather_comm, &e->units[u].gather_handle, &e->ctx->err));
     return zt_comm_progress(e->comm, &e->in_flight.handle, &e->ctx->err);
 }
 
@@ -240,15 +321,7 @@ zt_status zt_engine_ready_event(zt_engine *e, zt_stream *producer, void **ready)
 
 zt_status zt_engine_all_gather_start_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer,
                                            int unit, zt_comm_handle *h) {
-    zt_ctx *ctx = e->ctx;
-    void *ready = NULL;
-    ZT_TRY(zt_engine_ready_event(e, producer, &ready));
-    zt_status st = zt_comm_all_gather_start(e->comm, NULL, buf, bytes_per_rank, ready, h, &ctx->err);
-    zt_event_destroy(ctx->be, ready);
-    ZT_TRY(st);
-    snprintf(h->what, sizeof h->what, "unit %s", e->spec->units[unit].name); /* for the watchdog */
-    if (!e->cfg.overlap_comm) return zt_comm_wait(e->comm, h, &ctx->err);
-    return ZT_OK;
+    return all_gather_on(e, e->comm, buf, bytes_per_rank, producer, unit, h);
 }
 
 zt_status zt_engine_all_gather_finish(zt_engine *e, zt_comm_handle *h) {

@@ -86,6 +86,7 @@ static void gather(zt_plan_sim *S, int u) {
     S->live += padded(S, u);
     size_t shard = S->in.spec->units[u].shard_numel * zt_dtype_size(S->in.dtype);
     if (S->in.offload_params) S->shard_copies_in += shard;
+    S->gathered_shards += shard;
     if (S->in.nvme_params) S->shard_reads += zt_nvme_round(shard);
 }
 
@@ -131,9 +132,27 @@ static int reused_within(zt_plan_sim *S, int u) {
     return 0;
 }
 
+/* hpZ (shard/gather.c): a unit's secondary part, 1/G' of it, lives from
+ * its forward release to its backward release. */
+static void track_secondary(zt_plan_sim *S, int u, int kept) {
+    if (S->in.secondary <= 1) return;
+    size_t bytes = padded(S, u) / (size_t)S->in.secondary * zt_dtype_size(S->in.dtype);
+    int forward = S->next != NULL, used_next = 0;
+    for (int i = 0; forward && i < S->next_n; i++) used_next |= S->next[i] == u;
+    if (forward && !kept && used_next && !S->has_secondary[u]) {
+        S->has_secondary[u] = 1;
+        S->secondary_live += bytes;
+    } else if (!forward && S->has_secondary[u]) {
+        S->has_secondary[u] = 0;
+        S->secondary_live -= bytes;
+    }
+}
+
 void zt_plan_release(zt_plan_sim *S, int u) {
     if (!on_demand(S, u)) return;
-    if (S->in.max_reuse_distance && reused_within(S, u)) {
+    int kept = S->in.max_reuse_distance && reused_within(S, u);
+    track_secondary(S, u, kept);
+    if (kept) {
         S->phase[u] = ZT_UNIT_GATHERED; /* kept: it counts toward the cap */
         return;
     }
@@ -141,7 +160,7 @@ void zt_plan_release(zt_plan_sim *S, int u) {
     S->live -= padded(S, u);
 }
 
-size_t zt_plan_gathered(const zt_plan_sim *S) { return S->live * zt_dtype_size(S->in.dtype); }
+size_t zt_plan_gathered(const zt_plan_sim *S) { return S->live * zt_dtype_size(S->in.dtype) + S->secondary_live; }
 
 size_t zt_plan_view_bytes(const zt_plan_sim *S, int u) {
     return S->in.compute_dtype != S->in.dtype ? padded(S, u) * 4 : 0;
@@ -291,6 +310,7 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_a
     out->peak_moment = S.best;
     for (int c = ZT_CAT_PARAMS; c <= ZT_CAT_OPTIMIZER; c++) out->persistent_bytes += base.c[c];
     out->activations_kept_bytes = S.activations_kept;
+    out->gathered_shard_bytes_per_micro = S.gathered_shards;
     if (in->offload) {
         out->host_bytes = host_bytes(&S);
         /* shard/offload_step.c: each owned range out as sent, back in the

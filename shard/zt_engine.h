@@ -168,8 +168,13 @@ typedef struct {
     zt_tensor host_grads;  /* fp32 reduced gradients copied device->host (comm_buffers, one step) */
     zt_tensor host_grads16; /* 16-bit runs: the same as sent (16-bit), widened into host_grads at the step */
     void *d2h_done;        /* backend event: the device->host gradient copy has landed */
+    /* hpZ (zt_engine_set_secondary): this rank's part of the unit, [P / G']
+     * in the params dtype, kept from the end of its forward to its backward
+     * gather, which then runs inside the secondary group (gathered_params). */
+    zt_tensor secondary;
     zt_unit_phase phase;
     zt_comm_handle gather_handle;
+    zt_comm *gather_comm; /* the communicator gather_handle runs on */
     int grad_open;
     int queued; /* in the bucket being filled or in flight */
 } zt_unit_state;
@@ -194,6 +199,10 @@ typedef struct {
     zt_comm *comm;
     zt_comm *replicas;
     zt_comm *world;
+    /* hpZ / FSDP2's reshard_after_forward=G': after a unit's forward each
+     * rank keeps a 1/G' part of it and its backward gathers inside this
+     * group of G' ranks (a node); NULL: off. */
+    zt_comm *secondary;
     const zt_model_spec *spec;
     zt_engine_config cfg;
     const zt_ops *kernels;  /* the backend's kernels in compute_dtype, for the model */
@@ -255,6 +264,12 @@ zt_status zt_engine_init_hybrid(zt_engine *eng, zt_ctx *ctx, zt_comm *shard, zt_
                                 const zt_model_spec *spec, const zt_engine_config *cfg, zt_param_init_fn init,
                                 void *init_arg);
 void zt_engine_destroy(zt_engine *eng);
+
+/* Stage 3, world sharding: after a unit's forward keep a part of it over
+ * `secondary` (G' consecutive ranks dividing the world; a node's ranks for
+ * DeepSpeed's hpZ) so that its backward all-gather stays inside that group.
+ * Call after init, before the first pass. */
+zt_status zt_engine_set_secondary(zt_engine *eng, zt_comm *secondary);
 
 /* *params: [padded] in eng->compute_dtype. */
 /* Starts a forward or backward pass; the model calls it before its first

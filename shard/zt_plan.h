@@ -27,6 +27,7 @@ typedef struct {
     int nvme_optimizer, nvme_params;
     size_t nvme_block_bytes;
     int nvme_buffers;
+    int secondary; /* hpZ: G', the secondary group's size (0 or 1: off) */
     int rank; /* whose memory: Adafactor's and 8-bit Adam's state depend on the parameters its slices touch */
     zt_optimizer_kind optimizer; /* what the optimizer keeps per parameter */
     float adafactor_beta1;       /* > 0: Adafactor keeps a first moment */
@@ -57,6 +58,9 @@ typedef struct {
      * and per micro-batch, offload_params' shards in at every gather. */
     size_t transfer_bytes[2];
     size_t shard_bytes_per_micro;
+    /* Stage 3: the per-rank bytes of every all-gather a micro-batch makes
+     * (a shard of each unit it gathers, in the params dtype), summed. */
+    size_t gathered_shard_bytes_per_micro;
     /* The NVMe tier: the swap file, the host buffers (part of host_bytes),
      * the optimizer's reads and writes per step (in aligned requests), and
      * the shards read per micro-batch for the gathers. */
@@ -92,6 +96,9 @@ typedef struct {
     size_t live;
     size_t shard_copies_in; /* offload_params: bytes of shards copied in for the gathers replayed */
     size_t shard_reads;     /* nvme_params: bytes of those read from the file (aligned requests) */
+    size_t gathered_shards; /* stage 3: each gather's per-rank bytes (shard x params dtype), summed */
+    size_t secondary_live;  /* hpZ: bytes of the units' secondary parts kept from forward to backward */
+    unsigned char has_secondary[ZT_MAX_UNITS];
 } zt_plan_sim;
 
 /* The model's half: walks its forward and backward passes on S. */

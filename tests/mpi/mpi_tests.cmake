@@ -177,12 +177,12 @@ endif()
 # host; simulated hosts (launch/sim-hosts: network namespaces, needs root)
 # for node-aware ranks and a link taken down mid-run. Those cases exit 77,
 # reported as skipped with the reason, where namespaces cannot be made.
-zt_script_cases(zt_hosts_test.py hosts "mpi" 300 watchdog sim_hosts hybrid_node link_down)
-set_tests_properties(hosts_sim_hosts hosts_hybrid_node hosts_link_down PROPERTIES SKIP_RETURN_CODE 77)
+zt_script_cases(zt_hosts_test.py hosts "mpi" 300 watchdog sim_hosts hybrid_node link_bytes hpz link_down)
+set_tests_properties(hosts_sim_hosts hosts_hybrid_node hosts_link_bytes hosts_hpz hosts_link_down PROPERTIES SKIP_RETURN_CODE 77)
 # The link test waits out two timeouts: the first pass runs it.
 set_tests_properties(hosts_link_down PROPERTIES LABELS "mpi;slow")
 
 # Hybrid sharding on one host (tests/mpi/zt_hybrid_test.py): stages 0-3
 # bitwise at np 4 in groups of 2, the closed form and zt-plan per rank, a
 # hybrid checkpoint resumed without groups, refusals and DeepSpeed's key.
-zt_script_cases(zt_hybrid_test.py hybrid "mpi" 300 stages resume refused)
+zt_script_cases(zt_hybrid_test.py hybrid "mpi" 300 stages resume refused reshard)

@@ -121,6 +121,119 @@ def case_hybrid_node(ctx):
           "checkpoint resumes at np 3 on one host bitwise in parameters")
 
 
+def bridge_rx():
+    """Bytes the bridge has received from the simulated hosts so far: every
+    byte one host sends the other enters the bridge once."""
+    total = 0
+    for dev in ("zt-v1", "zt-v2"):
+        with open(f"/sys/class/net/{dev}/statistics/rx_bytes") as f:
+            total += int(f.read())
+    return total
+
+
+def link_bytes(steps, key, kind=None):
+    """Inter-node bytes a rank received per step in communicator `key`'s
+    collectives (of one kind, or all)."""
+    out = []
+    for x in steps:
+        comm = x.get(key, {})
+        out.append(sum(v["inter_node_bytes"] for k, v in comm.items() if kind in (None, k)))
+    return out
+
+
+def case_link_bytes(ctx):
+    """2 simulated hosts x 2 ranks at stage 3: with --shard-group node the
+    parameter all-gathers move 0 inter-node bytes, and the inter-node bytes
+    per step equal the closed form of the replicas' gradient sum (each rank
+    receives the other host's sums of its slices: padded / 2 x 4 bytes)
+    within 1%; over the whole run the JSONL's inter-node bytes of every rank
+    agree with the bridge's counters within 5%. World sharding's are
+    reported beside them; zt-plan --nodes 2 gives both per step within 1%."""
+    hostfile = hosts_up(ctx, 2)
+    runs = {}
+    try:
+        for name, flags in (("node", ["--shard-group", "node"]), ("world", [])):
+            d = os.path.join(ctx["work"], name)
+            before = bridge_rx()
+            cmd = [ctx["zt_run"], "-np", "4", "--hostfile", hostfile, ctx["zt"]] + SMALL + [
+                "--steps", "20", "--log-dir", d] + flags
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, p.stderr[-2000:]
+            moved = bridge_rx() - before
+            steps = []
+            for r in range(4):
+                with open(os.path.join(d, f"rank{r}.jsonl")) as f:
+                    steps.append([json.loads(line) for line in f])
+            runs[name] = (moved, steps)
+    finally:
+        hosts_down(ctx)
+    moved, steps = runs["node"]
+    padded = sum(units_padded(2))
+    want = padded // 2 * 4  # the other replica's sums of this rank's slices, fp32
+    for r in range(4):
+        gathers = link_bytes(steps[r], "comm_shard_group", "all_gather")
+        assert all(b == 0 for b in gathers), gathers
+        per_step = [a + b + c for a, b, c in zip(link_bytes(steps[r], "comm_shard_group"),
+                                                 link_bytes(steps[r], "comm_replicas"), link_bytes(steps[r], "comm"))]
+        assert all(abs(b - want) <= 0.01 * want for b in per_step), (r, per_step[:3], want)
+    logged = sum(sum(link_bytes(s, k)) for s in steps for k in ("comm", "comm_shard_group", "comm_replicas"))
+    assert abs(moved - logged) <= 0.05 * logged, (moved, logged)
+    wmoved, wsteps = runs["world"]
+    wlogged = sum(sum(link_bytes(s, "comm")) for s in wsteps)
+    # zt-plan --nodes 2: each rank's inter-node bytes per step, both ways of sharding
+    zt_plan = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
+    for name, flags, got in (("node", ["--shard-group", "2"], per_step[-1]),
+                             ("world", [], link_bytes(wsteps[0], "comm")[-1])):
+        p = subprocess.run([zt_plan, "--world", "4", "--nodes", "2", "--json"] + SMALL + flags, capture_output=True,
+                           text=True)
+        planned = json.loads(p.stdout)["inter_node_bytes_per_step"]
+        assert abs(planned - got) <= 0.01 * got, (name, planned, got)
+    print(f"ok: --shard-group node: 0 inter-node bytes in the parameter all-gathers, {per_step[-1] / 1e6:.3f} MB per "
+          f"rank and step (closed form {want / 1e6:.3f}); the run's {logged / 1e6:.1f} MB logged against "
+          f"{moved / 1e6:.1f} MB on the bridge. World sharding: {wlogged / 1e6:.1f} MB logged, {wmoved / 1e6:.1f} MB "
+          "on the bridge")
+
+
+def case_hpz(ctx):
+    """2 simulated hosts x 2 ranks, stage 3 with world sharding and
+    --reshard-after-forward node (hpZ): bitwise the run without it; the
+    backward all-gathers (in the node's secondary group) move 0 inter-node
+    bytes while the forward ones (over the world) do, about half of what
+    the world's all-gathers move without it."""
+    hostfile = hosts_up(ctx, 2)
+    runs = {}
+    try:
+        for name, flags in (("plain", []), ("hpz", ["--reshard-after-forward", "node"])):
+            d = os.path.join(ctx["work"], name)
+            cmd = [ctx["zt_run"], "-np", "4", "--hostfile", hostfile, ctx["zt"]] + SMALL + [
+                "--steps", "4", "--log-dir", d] + flags
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, p.stderr[-2000:]
+            with open(os.path.join(d, "summary.json")) as f:
+                s = json.load(f)
+            with open(os.path.join(d, "rank0.jsonl")) as f:
+                s["steps"] = [json.loads(line) for line in f]
+            runs[name] = s
+    finally:
+        hosts_down(ctx)
+    plain, hpz = runs["plain"], runs["hpz"]
+    assert hpz["losses"] == plain["losses"] and hpz["params_digest"] == plain["params_digest"]
+    for x, y in zip(hpz["steps"][1:], plain["steps"][1:]):
+        back = x["comm_secondary"]["all_gather"]
+        assert back["calls"] > 0 and back["inter_node_bytes"] == 0 and back["intra_node_bytes"] > 0, back
+        fwd, world = x["comm"]["all_gather"]["inter_node_bytes"], y["comm"]["all_gather"]["inter_node_bytes"]
+        assert 0 < fwd < 0.6 * world, (fwd, world)
+    print(f"ok: --reshard-after-forward node: bitwise; backward all-gathers 0 inter-node bytes, forward "
+          f"{fwd / 1e6:.3f} MB against {world / 1e6:.3f} MB per step without it")
+
+
+def units_padded(G, layers=2, C=64, T=32, V=64):
+    """SMALL's units padded for G-rank groups (numel up to a multiple of G x 16)."""
+    units = [V * C + T * C] + [12 * C * C + 13 * C] * layers + [2 * C + V * C]
+    q = G * 16 if G > 1 else 1
+    return [(n + q - 1) // q * q for n in units]
+
+
 def case_link_down(ctx):
     """2 simulated hosts x 2 ranks, --collective-timeout 10: the inter-host
     link is taken down in the middle of the run; every rank's process ends
@@ -171,7 +284,7 @@ def _is_mpirun(pid):
 
 
 CASES = {"watchdog": case_watchdog, "sim_hosts": case_sim_hosts, "hybrid_node": case_hybrid_node,
-         "link_down": case_link_down}
+         "link_bytes": case_link_bytes, "hpz": case_hpz, "link_down": case_link_down}
 
 if __name__ == "__main__":
     main(CASES, "hosts")

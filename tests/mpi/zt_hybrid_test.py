@@ -109,7 +109,36 @@ def case_refused(ctx):
     print("ok: bad group sizes refused by name; DeepSpeed's mics_shard_size selects hybrid sharding")
 
 
-CASES = {"stages": case_stages, "resume": case_resume, "refused": case_refused}
+def case_reshard(ctx):
+    """np 4, stage 3, --reshard-after-forward 2 (hpZ in groups of 2 ranks):
+    bitwise the run without it (fp32 and bf16, and with full recompute);
+    the secondary parts raise the gathered_params peak by at most half the
+    padded model per rank (each rank keeps 1/2 of every unit its backward
+    gathers, from its forward to its backward), as zt-plan predicts byte for
+    byte; refused below stage 3 and with --shard-group."""
+    for extra in (["--dtype", "fp32"], ["--dtype", "bf16"], ["--recompute", "full"]):
+        flags = MODEL + ["--stage", "3", "--steps", "3"] + extra
+        a = train(ctx, 4, flags, f"plain-{'-'.join(extra)}")
+        b = train(ctx, 4, flags + ["--reshard-after-forward", "2"], f"hpz-{'-'.join(extra)}")
+        assert losses(a) == losses(b) and a["params_digest"] == b["params_digest"], extra
+        d = 2 if "bf16" in extra else 4
+        more = b["ranks"][0]["peak_by_category"]["gathered_params"] - a["ranks"][0]["peak_by_category"]["gathered_params"]
+        assert 0 < more <= sum(padded_units(4)) // 2 * d, (extra, more)
+        assert b["steps"][0][-1]["comm_secondary"]["all_gather"]["calls"] > 0
+        p = plan(ctx, 4, flags + ["--reshard-after-forward", "2"])
+        assert all(r["peak_bytes"] == p["peak_bytes"] for r in b["ranks"]), (extra, p["peak_bytes"], b["ranks"][0])
+        assert b["ranks"][0]["peak_by_category"]["gathered_params"] == p["peak_by_category"]["gathered_params"]
+    for bad, needle in ((["--stage", "2"], "--reshard-after-forward 2 needs --stage 3 with world sharding"),
+                        (["--stage", "3", "--shard-group", "2"], "needs --stage 3 with world sharding"),
+                        (["--stage", "3", "--reshard-after-forward", "3"], "does not divide the 4 rank(s)")):
+        flags = MODEL + ["--steps", "1", "--reshard-after-forward", "2"] + bad
+        p = launch(ctx, 4, flags, expect_rc=2)
+        assert needle in p.stderr, (bad, p.stderr[-600:])
+    print("ok: --reshard-after-forward 2: bitwise (fp32, bf16, full recompute), the secondary parts in "
+          "gathered_params, refused where it does not apply")
+
+
+CASES = {"stages": case_stages, "resume": case_resume, "refused": case_refused, "reshard": case_reshard}
 
 if __name__ == "__main__":
     main(CASES, "hybrid")
