@@ -82,6 +82,15 @@ void zt_comm_set_timeout(zt_comm *c, double seconds) {
     if (c->ops && c->ops->set_timeout) c->ops->set_timeout(c, c->timeout_s);
 }
 
+void zt_comm_abort(zt_comm *c) {
+    if (c->ops && c->ops->abort) c->ops->abort(c);
+}
+
+void zt_comm_pending(zt_comm *c, char *buf, size_t cap) {
+    if (cap) buf[0] = '\0';
+    if (c->ops && c->ops->pending) c->ops->pending(c, buf, cap);
+}
+
 void zt_comm_describe(const zt_comm *c, char *buf, size_t cap) {
     snprintf(buf, cap, "%s (%d rank(s); this is its rank %d, on %s)", c->name[0] ? c->name : "the world",
              c->world_size, c->rank, c->host[0] ? c->host : "?");

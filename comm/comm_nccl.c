@@ -13,16 +13,20 @@
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nccl_reduce.h"
 #include "zt_comm.h"
+#include "zt_time.h"
 
 /* A collective in flight: timing events around it on its stream. */
 typedef struct {
     cudaEvent_t start, end;
     zt_coll_kind kind;
+    char what[48];  /* the handle's, for the watchdog's message */
+    double t_start; /* when it was issued */
 } nccl_req;
 
 /* Collectives retired with wait_stream whose GPU time is not yet known. */
@@ -161,11 +165,33 @@ static zt_status nccl_reduce_scatter_start(zt_comm *c, const void *send, void *s
     return end_req(h, m->rs_stream, err);
 }
 
+/* A host wait under the watchdog: queries until done or the timeout. */
+static cudaError_t wait_end(const zt_comm *c, nccl_req *r, int *late) {
+    *late = 0;
+    if (c->timeout_s <= 0) return cudaEventSynchronize(r->end);
+    struct timespec nap = {0, 100000};
+    double deadline = zt_now_s() + c->timeout_s;
+    for (;;) {
+        cudaError_t rc = cudaEventQuery(r->end);
+        if (rc != cudaErrorNotReady) return rc;
+        (void)cudaGetLastError();
+        if (zt_now_s() > deadline) return *late = 1, rc;
+        nanosleep(&nap, NULL);
+    }
+}
+
 static zt_status nccl_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
-    (void)c;
     nccl_req *r = h->impl_req;
+    int late;
+    cudaError_t rc = wait_end(c, r, &late);
+    if (late) { /* the collective may still write its buffers: the request stays, the job aborts */
+        char group[160];
+        zt_comm_describe(c, group, sizeof group);
+        return ZT_FAIL(err, ZT_ERR_TIMEOUT, "collective watchdog: %s%s%s on NCCL over %s did not complete within %g s "
+                       "(--collective-timeout): a peer stopped or the network is gone", zt_coll_name(h->kind),
+                       h->what[0] ? " of " : "", h->what, group, c->timeout_s);
+    }
     h->impl_req = NULL;
-    cudaError_t rc = cudaEventSynchronize(r->end);
     free_req(r);
     if (rc != cudaSuccess)
         return ZT_FAIL(err, ZT_ERR_COMM, "%s on its NCCL stream failed: %s", zt_coll_name(h->kind),
@@ -186,6 +212,8 @@ static zt_status nccl_wait_stream(zt_comm *c, zt_comm_handle *h, void *stream, z
                        cudaGetErrorString(rc));
     }
     if (m->nuntimed == NCCL_MAX_UNTIMED && harvest(c, 0) == NCCL_MAX_UNTIMED) harvest(c, 1);
+    snprintf(r->what, sizeof r->what, "%s", h->what);
+    r->t_start = h->t_start;
     m->untimed[m->nuntimed++] = *r;
     free(r); /* its events now belong to the untimed list */
     return ZT_OK;
@@ -243,6 +271,29 @@ static void nccl_destroy(zt_comm *c) {
     c->impl = NULL;
 }
 
+static void nccl_abort(zt_comm *c) {
+    nccl_impl *m = impl_of(c);
+    if (m && m->nccl) ncclCommAbort(m->nccl);
+    if (m) m->nccl = NULL;
+}
+
+/* The oldest collective queued on a stream that has not finished, for the
+ * watchdog's message when a device sync timed out. */
+static void nccl_pending(zt_comm *c, char *buf, size_t cap) {
+    nccl_impl *m = impl_of(c);
+    buf[0] = '\0';
+    for (int i = 0; i < m->nuntimed; i++) {
+        nccl_req *r = &m->untimed[i];
+        if (cudaEventQuery(r->end) != cudaErrorNotReady) continue;
+        (void)cudaGetLastError();
+        char group[160];
+        zt_comm_describe(c, group, sizeof group);
+        snprintf(buf, cap, "%s%s%s on NCCL over %s, issued %.1f s ago", zt_coll_name(r->kind), r->what[0] ? " of " : "",
+                 r->what, group, zt_now_s() - r->t_start);
+        return;
+    }
+}
+
 /* The watchdog on the host communicator under this one (its collectives
  * are MPI's). */
 static void nccl_set_timeout(zt_comm *c, double seconds) { zt_comm_set_timeout(&impl_of(c)->host, seconds); }
@@ -262,6 +313,8 @@ static const zt_comm_ops nccl_ops = {
     .barrier = nccl_barrier,
     .destroy = nccl_destroy,
     .set_timeout = nccl_set_timeout,
+    .pending = nccl_pending,
+    .abort = nccl_abort,
 };
 
 /* This rank's own part of the start-up: a GPU of its own, and the two

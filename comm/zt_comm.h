@@ -89,6 +89,13 @@ typedef struct {
     /* A communicator of the ranks with the same color, ordered by key
      * (MPI_Comm_split); NULL where the implementation has none. */
     zt_status (*split)(struct zt_comm *c, int color, int key, struct zt_comm *out, zt_error *err);
+    /* The oldest collective queued on a device stream and not finished, in
+     * words ("" when none or unknown); NULL where collectives never wait on
+     * a stream. */
+    void (*pending)(struct zt_comm *c, char *buf, size_t cap);
+    /* Stops what is in flight without waiting for it (ncclCommAbort), on
+     * the way out after a timeout; NULL where there is nothing to stop. */
+    void (*abort)(struct zt_comm *c);
 } zt_comm_ops;
 
 /* Pinned host memory of the host-staging communicator (zero elsewhere):
@@ -126,6 +133,13 @@ typedef struct zt_comm {
 /* Sets the watchdog's timeout (seconds; 0: none) on c and the
  * communicators it is built on. */
 void zt_comm_set_timeout(zt_comm *c, double seconds);
+/* After the watchdog fired: releases what the communicator has in flight
+ * on a device (NCCL: ncclCommAbort) so that the process can end; the
+ * communicator is unusable after it. */
+void zt_comm_abort(zt_comm *c);
+/* The oldest collective still queued on a device stream, in words, for the
+ * watchdog's message after a device sync timed out ("" when none). */
+void zt_comm_pending(zt_comm *c, char *buf, size_t cap);
 /* The peer group of c in words, for messages: "the world (4 ranks on 2 nodes)". */
 void zt_comm_describe(const zt_comm *c, char *buf, size_t cap);
 

@@ -78,7 +78,7 @@ typedef struct {
      * ZT_TEST_EXIT_RANK / ZT_TEST_EXIT_STEP make that rank exit abruptly. */
     int test_exit_rank, test_exit_step;
     /* ZT_TEST_STALL=RANK:STEP: that rank stops answering (sleeps) before the step's optimizer. */
-    int test_stall_rank, test_stall_step;
+    int test_stall_rank, test_stall_step, test_stall_forward; /* forward: before the step's forward instead */
     double collective_timeout; /* --collective-timeout: the collective watchdog's seconds (0: none) */
     char shard_group[16];      /* --shard-group: world, node or G (hybrid sharding) */
     char reshard_after_forward[16]; /* hpZ: none, node or G' (the secondary group kept after forward) */

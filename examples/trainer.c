@@ -507,7 +507,7 @@ static zt_status gpt_take_losses(void *arg, double *sum) {
  * then wait for it: the watchdog's case). */
 static void exit_hook(void *arg, int step) {
     run_state *r = arg;
-    if (r->c->test_stall_step == step + 1 && r->c->test_stall_rank == r->ctx->rank) {
+    if (r->c->test_stall_step == step + 1 && r->c->test_stall_rank == r->ctx->rank && !r->c->test_stall_forward) {
         zt_log_error(&r->ctx->log, "test hook: rank %d stalls at step %d", r->ctx->rank, step + 1);
         for (;;) sleep(60);
     }
@@ -520,6 +520,10 @@ static void exit_hook(void *arg, int step) {
 static zt_status train_step(run_state *r, step_record *s) {
     const zt_train_config *c = r->c;
     trainer *t = r->t;
+    if (c->test_stall_forward && c->test_stall_step == s->step + 1 && c->test_stall_rank == r->ctx->rank) {
+        zt_log_error(&r->ctx->log, "test hook: rank %d stalls before step %d's forward", r->ctx->rank, s->step + 1);
+        for (;;) sleep(60);
+    }
     t->gpt.recompute_time_s = 0.0;
     memcpy(s->comm_before, r->comm->stats, sizeof s->comm_before);
     memcpy(s->shard_before, r->t->shard.stats, sizeof s->shard_before);
@@ -840,6 +844,9 @@ zt_status zt_train_run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm) {
     trainer t;
     memset(&t, 0, sizeof t);
     zt_status st = run(c, ctx, comm, &t);
+    /* A collective timed out: the caller aborts the job, and freeing device
+     * memory now would wait for the collective that never ends. */
+    if (st == ZT_ERR_TIMEOUT) return st;
     if (st == ZT_ERR_OOM) zt_ctx_capture_oom_report(ctx); /* before cleanup frees the evidence */
     /* The timeline lives in t: unhook it before anything else is freed. */
     ctx->trace = comm->trace = NULL;

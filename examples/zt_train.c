@@ -106,15 +106,18 @@ static int settle(const job *j, zt_status st, const zt_error *err, const char *w
  * can be reached; this rank names what it waited for and aborts the job.
  * MPI_Abort itself may wait for an unreachable daemon: after 10 s more the
  * alarm ends this process anyway. */
-static void abort_on_timeout(const job *j, zt_status st, const zt_error *err) {
+static void abort_on_timeout(const job *j, zt_status st, const zt_error *err, zt_comm *comm) {
     if (st != ZT_ERR_TIMEOUT) return;
-    char who[64];
+    char who[64], pending[400];
     snprintf(who, sizeof who, "%s [rank %d]", j->prog, j->rank);
     print_error(who, err->code, err->where, err->msg);
+    zt_comm_pending(comm, pending, sizeof pending); /* a device sync timed out: which collective it waits on */
+    if (pending[0]) fprintf(stderr, "%s: rank %d waits on %s\n", j->prog, j->rank, pending);
     fprintf(stderr, "%s: rank %d aborts the job (a collective timed out: no agreement is possible)\n", j->prog,
             j->rank);
     fflush(stderr);
     alarm(10);
+    zt_comm_abort(comm); /* NCCL: ncclCommAbort, so the device's queued collectives stop */
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -154,7 +157,10 @@ static void read_test_hooks(zt_train_config *cfg) {
     cfg->test_exit_rank = env_int("ZT_TEST_EXIT_RANK", -1);
     cfg->test_exit_step = env_int("ZT_TEST_EXIT_STEP", -1);
     const char *stall = getenv("ZT_TEST_STALL");
-    if (stall && sscanf(stall, "%d:%d", &cfg->test_stall_rank, &cfg->test_stall_step) != 2) cfg->test_stall_step = -1;
+    char where[16] = "";
+    int got = stall ? sscanf(stall, "%d:%d:%15s", &cfg->test_stall_rank, &cfg->test_stall_step, where) : 0;
+    if (stall && got < 2) cfg->test_stall_step = -1;
+    cfg->test_stall_forward = got == 3 && strcmp(where, "forward") == 0;
     cfg->test_list_points = env_int("ZT_TEST_SAVE_POINTS", 0);
     const char *kill = getenv("ZT_TEST_KILL_SAVE");
     if (kill && sscanf(kill, "%d:%d:%d", &cfg->test_kill_step, &cfg->test_kill_rank, &cfg->test_kill_point) != 3)
@@ -325,6 +331,7 @@ static int start(const job *j, const zt_train_config *cfg, zt_comm *comm, zt_ctx
     int threads = threads_for(cfg, comm);
     /* The GPU is the one NCCL uses: this rank's index on its node. */
     zt_status st = zt_ctx_init_on(ctx, device, comm->local_rank, threads, cfg->mem_limit, j->rank, j->world, cfg->quiet);
+    if (st == ZT_OK) ctx->be->sync_timeout_s = cfg->collective_timeout; /* the device's half of the watchdog */
     zt_alloc_mode mode = ZT_ALLOC_SIMPLE;
     (void)zt_alloc_mode_parse(cfg->allocator, &mode); /* the options table allows no other */
     if (st == ZT_OK) st = zt_mem_set_mode(&ctx->device_mem, mode, cfg->max_split_size, &ctx->err);
@@ -409,7 +416,7 @@ int main(int argc, char **argv) {
     code = start(&j, &cfg, &comm, &ctx);
     if (code == 0) {
         st = zt_train_run(&cfg, &ctx, &comm);
-        abort_on_timeout(&j, st, &ctx.err);
+        abort_on_timeout(&j, st, &ctx.err, &comm);
         if (st == ZT_ERR_OOM) report_oom(&ctx, &cfg);
         code = settle(&j, st, &ctx.err, "");
     }

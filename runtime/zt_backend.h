@@ -174,6 +174,11 @@ typedef struct zt_backend {
      * alloc is NULL (CPU) the context uses mlock'ed host memory. */
     zt_raw_allocator raw_host;
     int nthreads;
+    /* The collective watchdog on a device (--collective-timeout): a stream
+     * or event sync that has not finished after this many seconds fails
+     * with ZT_ERR_TIMEOUT, since a collective queued on the device may wait
+     * for a peer that is gone (0: wait for ever; the CPU never waits). */
+    double sync_timeout_s;
     /* When set, the fp32 kernels' GEMMs (matmul_fwd/bwd, attention_fwd)
      * round their operands to bf16 and accumulate in fp32 (tensor cores);
      * fp32 throughout otherwise. Set for --dtype bf16 on a backend without

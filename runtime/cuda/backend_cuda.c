@@ -4,8 +4,10 @@
  * at the next stream_sync. */
 #include <math.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cuda_ops.h"
+#include "zt_time.h"
 #include "vmm.h"
 
 
@@ -182,12 +184,44 @@ static zt_status sticky_status(zt_cuda_impl *im, zt_error *err) {
     return code;
 }
 
+/* The watchdog's wait: queries until done or be->sync_timeout_s has
+ * passed (then cudaErrorNotReady stays in *rc); a plain blocking wait
+ * without a timeout. */
+static int timed_out(zt_backend *be, cudaError_t (*query)(void *), cudaError_t (*block)(void *), void *what,
+                     cudaError_t *rc) {
+    if (be->sync_timeout_s <= 0) {
+        *rc = block(what);
+        return 0;
+    }
+    struct timespec nap = {0, 100000}; /* 0.1 ms between queries */
+    double deadline = zt_now_s() + be->sync_timeout_s;
+    for (;;) {
+        *rc = query(what);
+        if (*rc != cudaErrorNotReady) return 0;
+        (void)cudaGetLastError(); /* not ready is no failure */
+        if (zt_now_s() > deadline) return 1;
+        nanosleep(&nap, NULL);
+    }
+}
+
+static cudaError_t query_stream(void *s) { return cudaStreamQuery((cudaStream_t)s); }
+static cudaError_t block_stream(void *s) { return cudaStreamSynchronize((cudaStream_t)s); }
+static cudaError_t query_event(void *e) { return cudaEventQuery((cudaEvent_t)e); }
+static cudaError_t block_event(void *e) { return cudaEventSynchronize((cudaEvent_t)e); }
+
+static zt_status device_timeout(zt_backend *be, const char *what, zt_error *err) {
+    return ZT_FAIL(err, ZT_ERR_TIMEOUT, "collective watchdog: the device's %s did not finish within %g s "
+                   "(--collective-timeout): a collective queued on it may wait for a peer that is gone", what,
+                   be->sync_timeout_s);
+}
+
 /* Waits for the stream, then reports the sticky error (the earliest failure
  * of any launch on this backend) ahead of the synchronization's own. */
 static zt_status cuda_sync(zt_backend *be, zt_stream *s, zt_error *err) {
     zt_cuda_impl *im = be->impl;
     cudaError_t rc = cudaSetDevice(im->device);
-    if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream_of(be, s));
+    if (rc == cudaSuccess && timed_out(be, query_stream, block_stream, stream_of(be, s), &rc))
+        return device_timeout(be, "stream", err);
     if (rc != cudaSuccess) {
         (void)cudaGetLastError();
         zt_cuda_record(im, zt_cuda_status_of(rc), __FILE__, __LINE__,
@@ -227,7 +261,8 @@ static zt_status cuda_stream_wait_event(zt_backend *be, zt_stream *s, void *even
  * together with the sticky error. */
 static zt_status cuda_event_sync(zt_backend *be, void *event, zt_error *err) {
     zt_cuda_impl *im = be->impl;
-    cudaError_t rc = cudaEventSynchronize((cudaEvent_t)event);
+    cudaError_t rc;
+    if (timed_out(be, query_event, block_event, event, &rc)) return device_timeout(be, "event", err);
     if (rc != cudaSuccess) {
         (void)cudaGetLastError();
         zt_cuda_record(im, zt_cuda_status_of(rc), __FILE__, __LINE__, "CUDA: cudaEventSynchronize failed: %s (%s)",

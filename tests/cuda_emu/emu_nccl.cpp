@@ -259,9 +259,18 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     return ncclSuccess;
 }
 
-/* Abort: here the same as destroy (the operations already issued finish
- * first); zerotrain aborts only a communicator that never ran one. */
-ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+/* Abort: as NCCL's, nothing in flight is waited for. The emulator cannot
+ * stop an operation blocked in its barrier (its stream's worker thread
+ * stays there), so the communicator is abandoned, not freed: zerotrain
+ * aborts one only on its way out of the process (the collective watchdog)
+ * or before it ran an operation. */
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    if (!comm) return ncclInvalidArgument;
+    std::unique_lock<std::mutex> lk(comm->mu);
+    if (comm->running_ticket != comm->next_ticket) return ncclSuccess; /* abandoned */
+    lk.unlock();
+    return ncclCommDestroy(comm);
+}
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;

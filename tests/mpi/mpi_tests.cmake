@@ -181,6 +181,9 @@ zt_script_cases(zt_hosts_test.py hosts "mpi" 300 watchdog sim_hosts hybrid_node 
 set_tests_properties(hosts_sim_hosts hosts_hybrid_node hosts_link_bytes hosts_hpz hosts_link_down PROPERTIES SKIP_RETURN_CODE 77)
 # The link test waits out two timeouts: the first pass runs it.
 set_tests_properties(hosts_link_down PROPERTIES LABELS "mpi;slow")
+if(ZT_CUDA_EMU) # the device half of the watchdog: a stalled peer's NCCL collective on a stream
+  zt_script_cases(zt_hosts_test.py hosts "mpi;cuda" 300 watchdog_cuda_emu)
+endif()
 
 # Hybrid sharding on one host (tests/mpi/zt_hybrid_test.py): stages 0-3
 # bitwise at np 4 in groups of 2, the closed form and zt-plan per rank, a

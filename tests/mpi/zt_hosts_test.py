@@ -66,6 +66,24 @@ def case_watchdog(ctx):
           "a healthy run under the watchdog is bitwise the same")
 
 
+def case_watchdog_cuda_emu(ctx):
+    """--device cuda on the emulator, np 2 over (emulated) NCCL: rank 1
+    stalls before step 2's forward, so rank 0's all-gather of the
+    embedding, queued on a stream, never completes; with
+    --collective-timeout 3 rank 0's device sync times out, it names the
+    collective still in flight, aborts the NCCL communicator and the job:
+    exit non-zero within 40 s."""
+    env = {"ZT_EMU_DEVICES": "2", "ZT_TEST_STALL": "1:2:forward"}
+    t0 = time.time()
+    p = launch(ctx, 2, SMALL + ["--device", "cuda", "--steps", "4", "--collective-timeout", "3"], expect_rc=None,
+               env=env)
+    took = time.time() - t0
+    assert p.returncode != 0 and took < 40, (p.returncode, took)
+    assert "collective watchdog: the device's stream did not finish within 3 s" in p.stderr, p.stderr[-1500:]
+    assert "waits on all_gather of unit embedding on NCCL over the world (2 rank(s)" in p.stderr, p.stderr[-1500:]
+    print(f"ok: cuda emulator: a stalled peer's NCCL all-gather is named and the job aborted in {took:.1f} s")
+
+
 def case_sim_hosts(ctx):
     """2 simulated hosts x 2 ranks through launch/zt-run --hostfile: 2
     nodes, local ranks 0-1 on each, each rank's host named; the imbalance
@@ -283,7 +301,7 @@ def _is_mpirun(pid):
         return True  # gone
 
 
-CASES = {"watchdog": case_watchdog, "sim_hosts": case_sim_hosts, "hybrid_node": case_hybrid_node,
+CASES = {"watchdog": case_watchdog, "watchdog_cuda_emu": case_watchdog_cuda_emu, "sim_hosts": case_sim_hosts, "hybrid_node": case_hybrid_node,
          "link_bytes": case_link_bytes, "hpz": case_hpz, "link_down": case_link_down}
 
 if __name__ == "__main__":
