@@ -56,6 +56,7 @@ typedef struct {
     } while (0)
 
 static nccl_impl *impl_of(zt_comm *c) { return c->impl; }
+static zt_status nccl_split(zt_comm *c, int color, int key, zt_comm *out, zt_error *err);
 
 static void free_req(nccl_req *r) {
     if (!r) return;
@@ -315,6 +316,7 @@ static const zt_comm_ops nccl_ops = {
     .set_timeout = nccl_set_timeout,
     .pending = nccl_pending,
     .abort = nccl_abort,
+    .split = nccl_split,
 };
 
 /* This rank's own part of the start-up: a GPU of its own, and the two
@@ -330,6 +332,53 @@ static zt_status local_setup(zt_comm *c, nccl_impl *m, zt_error *err) {
     CUDA_TRY(cudaStreamCreateWithFlags(&m->ag_stream, cudaStreamNonBlocking));
     CUDA_TRY(cudaStreamCreateWithFlags(&m->rs_stream, cudaStreamNonBlocking));
     return ZT_OK;
+}
+
+/* NCCL's start-up can fail where CUDA itself works: its bootstrap
+ * sockets, shared memory or proxy thread refused by a sandbox. Every rank
+ * learns whether rank 0 got an id and whether every rank's init succeeded,
+ * so that all of them return ZT_ERR_UNSUPPORTED together (the caller then
+ * uses host staging) instead of some stopping while others wait in a
+ * collective. A rank whose init fails while the others block inside theirs
+ * is beyond this: NCCL's init is collective. */
+static zt_status init_nccl(zt_comm *c, nccl_impl *m, zt_error *err) {
+    struct {
+        int rc;
+        ncclUniqueId id;
+    } boot;
+    memset(&boot, 0, sizeof boot);
+    if (c->rank == 0) boot.rc = (int)ncclGetUniqueId(&boot.id);
+    ZT_TRY(m->host.ops->broadcast(&m->host, &boot, sizeof boot, 0, err));
+    if (boot.rc != (int)ncclSuccess)
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "ncclGetUniqueId failed on rank 0: %s",
+                       ncclGetErrorString((ncclResult_t)boot.rc));
+    ncclResult_t rc = ncclCommInitRank(&m->nccl, c->world_size, boot.id, c->rank);
+    if (rc != ncclSuccess) m->nccl = NULL;
+    double failed = 0.0;
+    ZT_TRY(m->host.ops->sum_f64(&m->host, rc != ncclSuccess ? 1.0 : 0.0, &failed, err));
+    if (failed > 0.0) {
+        if (m->nccl) ncclCommAbort(m->nccl);
+        m->nccl = NULL;
+        if (rc != ncclSuccess)
+            return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "ncclCommInitRank failed: %s", ncclGetErrorString(rc));
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "ncclCommInitRank failed on %.0f other rank(s)", failed);
+    }
+    return ZT_OK;
+}
+/* A group of this communicator's ranks (hybrid sharding): its host part
+ * split alike, and an NCCL communicator of its own over the same GPU. */
+static zt_status nccl_split(zt_comm *c, int color, int key, zt_comm *out, zt_error *err) {
+    nccl_impl *parent = impl_of(c), *m = calloc(1, sizeof *m);
+    if (!m) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate");
+    out->impl = m;
+    out->ops = &nccl_ops;
+    ZT_TRY(zt_comm_split(&parent->host, color, key, &m->host, err));
+    zt_comm_copy_topology(out, &m->host);
+    m->device = parent->device;
+    CUDA_TRY(cudaSetDevice(m->device));
+    CUDA_TRY(cudaStreamCreateWithFlags(&m->ag_stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaStreamCreateWithFlags(&m->rs_stream, cudaStreamNonBlocking));
+    return init_nccl(out, m, err);
 }
 
 zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
@@ -355,33 +404,5 @@ zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
         return local != ZT_OK ? local
                               : ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
                                         "NCCL needs one GPU per rank: %.0f rank(s) elsewhere see too few GPUs", total);
-    /* NCCL's start-up can fail where CUDA itself works: its bootstrap
-     * sockets, shared memory or proxy thread refused by a sandbox. Every rank
-     * learns whether rank 0 got an id and whether every rank's init
-     * succeeded, so that all of them return ZT_ERR_UNSUPPORTED together (the
-     * caller then uses host staging) instead of some stopping while others
-     * wait in a collective. A rank whose init fails while the others block
-     * inside theirs is beyond this: NCCL's init is collective. */
-    struct {
-        int rc;
-        ncclUniqueId id;
-    } boot;
-    memset(&boot, 0, sizeof boot);
-    if (c->rank == 0) boot.rc = (int)ncclGetUniqueId(&boot.id);
-    ZT_TRY(m->host.ops->broadcast(&m->host, &boot, sizeof boot, 0, err));
-    if (boot.rc != (int)ncclSuccess)
-        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "ncclGetUniqueId failed on rank 0: %s",
-                       ncclGetErrorString((ncclResult_t)boot.rc));
-    ncclResult_t rc = ncclCommInitRank(&m->nccl, c->world_size, boot.id, c->rank);
-    if (rc != ncclSuccess) m->nccl = NULL;
-    double failed = 0.0;
-    ZT_TRY(m->host.ops->sum_f64(&m->host, rc != ncclSuccess ? 1.0 : 0.0, &failed, err));
-    if (failed > 0.0) {
-        if (m->nccl) ncclCommAbort(m->nccl);
-        m->nccl = NULL;
-        if (rc != ncclSuccess)
-            return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "ncclCommInitRank failed: %s", ncclGetErrorString(rc));
-        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "ncclCommInitRank failed on %.0f other rank(s)", failed);
-    }
-    return ZT_OK;
+    return init_nccl(c, m, err);
 }

@@ -362,9 +362,6 @@ static zt_status make_groups(run_state *r) {
     ZT_TRY(group_size(r, &G));
     t->groups = w->world_size / G;
     if (t->groups == 1) return ZT_OK;
-    if (strcmp(r->c->device, "cuda") == 0)
-        return ZT_FAIL(&r->ctx->err, ZT_ERR_UNSUPPORTED, "--shard-group %s: hybrid sharding runs on the CPU backend "
-                       "(MPI) only so far; NCCL's groups are not in zerotrain yet", r->c->shard_group);
     ZT_TRY(zt_comm_split(w, w->rank / G, w->rank, &t->shard, &r->ctx->err));
     ZT_TRY(zt_comm_split(w, w->rank % G, w->rank, &t->replicas, &r->ctx->err));
     snprintf(t->shard.name, sizeof t->shard.name, "shard group %d", w->rank / G);

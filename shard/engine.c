@@ -239,11 +239,13 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
     e->comm = comm;
     e->replicas = replicas && replicas->world_size > 1 ? replicas : NULL;
     e->world = world ? world : comm;
-    /* The replicas' sum goes through the bucket's host buffers (shard/reduce.c). */
-    if (e->replicas && (ctx->be->device != ZT_DEVICE_CPU || comm->world_size * zt_dtype_size(cfg->reduce_dtype) < 4))
-        return ZT_FAIL(&ctx->err, ZT_ERR_UNSUPPORTED, "hybrid sharding runs on the CPU backend with groups of at least "
-                       "%d rank(s) for a %s reduce dtype (got %d on %s)", 4 / (int)zt_dtype_size(cfg->reduce_dtype),
-                       zt_dtype_name(cfg->reduce_dtype), comm->world_size, ctx->be->name);
+    /* The replicas' sums go through the bucket's buffers, whose total has
+     * room for them only if group size x reduce-dtype bytes >= 4
+     * (shard/reduce.c). */
+    if (e->replicas && comm->world_size * zt_dtype_size(cfg->reduce_dtype) < 4)
+        return ZT_FAIL(&ctx->err, ZT_ERR_UNSUPPORTED, "hybrid sharding needs groups of at least %d rank(s) for a %s "
+                       "reduce dtype (got %d)", 4 / (int)zt_dtype_size(cfg->reduce_dtype),
+                       zt_dtype_name(cfg->reduce_dtype), comm->world_size);
     e->spec = spec;
     e->cfg = *cfg;
     if (cfg->stage < 0 || cfg->stage > 3) return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "ZeRO stage %d", cfg->stage);

@@ -80,25 +80,35 @@ static zt_status pack_bucket(zt_engine *e, zt_bucket *b) {
 }
 
 /* Hybrid sharding: this rank's reduced slices, summed over its group, are
- * summed over the replicas too, in replica order: each replica's sums in
- * turn are broadcast to all (into `send`, free since the all-to-all ended)
- * and added to a total kept in `staging`, so every replica rounds alike.
- * Both hold at least the slices' fp32 bytes (group size x reduce dtype >=
- * 4 bytes: zt_engine_init checks). Host buffers: the CPU backend's. */
+ * summed over the replicas too, in replica order. Piece by piece, every
+ * replica's sums are all-gathered into `send` (free since the all-to-all
+ * ended: [R][piece] fp32) and added in replica order into a total in
+ * `staging` (total = c0, then += c1, ...: the same adds on every replica
+ * and at every stage), which then replaces the sums. Device kernels and the
+ * replicas' communicator (MPI on host buffers, NCCL on device ones). */
 static zt_status sum_over_replicas(zt_engine *e, zt_bucket *b) {
     zt_comm *rep = e->replicas;
     if (!rep) return ZT_OK;
     zt_ctx *ctx = e->ctx;
-    size_t n = b->numel / (size_t)e->comm->world_size;
-    float *mine = zt_f32(&b->reduced), *theirs = zt_f32(&b->send), *total = zt_f32(&b->staging); /* [n] fp32 each */
-    ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err)); /* the sums are on the host */
-    for (int r = 0; r < rep->world_size; r++) {
-        if (r == rep->rank) memcpy(theirs, mine, n * sizeof(float));
-        ZT_TRY(zt_comm_broadcast(rep, theirs, n * sizeof(float), r, &ctx->err));
-        for (size_t i = 0; i < n; i++) total[i] = r == 0 ? theirs[i] : total[i] + theirs[i];
+    const zt_ops *ops = ctx->be->ops;
+    size_t R = (size_t)rep->world_size, n = b->numel / (size_t)e->comm->world_size;
+    size_t piece = b->numel * zt_dtype_size(e->cfg.reduce_dtype) / sizeof(float) / R; /* elements that fit */
+    float *mine = zt_f32(&b->reduced), *all = zt_f32(&b->send), *total = zt_f32(&b->staging); /* fp32 */
+    for (size_t at = 0; at < n; at += piece) {
+        size_t k = n - at < piece ? n - at : piece;
+        ZT_TRY(ctx->be->memcpy_async(ctx->be, all + (size_t)rep->rank * k, mine + at, k * sizeof(float), ZT_COPY_D2D,
+                                     &ctx->compute, &ctx->err));
+        void *ready = NULL;
+        zt_comm_handle h = {0};
+        ZT_TRY(zt_engine_ready_event(e, &ctx->compute, &ready));
+        zt_status st = zt_comm_all_gather_start(rep, NULL, all, k * sizeof(float), ready, &h, &ctx->err);
+        zt_event_destroy(ctx->be, ready);
+        ZT_TRY(st);
+        snprintf(h.what, sizeof h.what, "the replicas' gradient sums of %d unit(s)", b->nunits);
+        ZT_TRY(zt_comm_wait_stream(rep, &h, ctx->compute.handle, &ctx->err));
+        for (size_t r = 0; r < R; r++) ops->scaled_store(&ctx->compute, total + at, ZT_FP32, all + r * k, 1.0f, r > 0, k);
     }
-    memcpy(mine, total, n * sizeof(float));
-    return ZT_OK;
+    return ctx->be->memcpy_async(ctx->be, mine, total, n * sizeof(float), ZT_COPY_D2D, &ctx->compute, &ctx->err);
 }
 
 /* Averages (once, here) and stores this rank's reduced slices. */

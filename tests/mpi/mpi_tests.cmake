@@ -189,3 +189,6 @@ endif()
 # bitwise at np 4 in groups of 2, the closed form and zt-plan per rank, a
 # hybrid checkpoint resumed without groups, refusals and DeepSpeed's key.
 zt_script_cases(zt_hybrid_test.py hybrid "mpi" 300 stages resume refused reshard)
+if(ZT_CUDA_EMU) # NCCL groups on the emulator
+  zt_script_cases(zt_hybrid_test.py hybrid "mpi;cuda" 300 cuda_emu)
+endif()
