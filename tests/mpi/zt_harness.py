@@ -34,6 +34,15 @@ def train(ctx, np, args, name, env=None):
     return s
 
 
+def plan(ctx, np, flags):
+    """zt-plan --world np --json with zt-train's flags (beside zt-train), parsed."""
+    zt_plan = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
+    p = subprocess.run([zt_plan, "--world", str(np), "--json"] + flags, capture_output=True, text=True)
+    if p.returncode not in (0, 1):  # 1: it does not fit --device-mem
+        sys.exit(f"FAIL: zt-plan {' '.join(flags)}: exit {p.returncode}\n{p.stderr[-2000:]}")
+    return json.loads(p.stdout)
+
+
 def losses(s):
     """Rank 0's loss at every step (the global mean, the same on every rank)."""
     return [x["loss"] for x in s["steps"][0]]

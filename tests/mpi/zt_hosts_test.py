@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from zt_harness import launch, losses, main, train
+from zt_harness import launch, losses, main, plan, train
 
 SMALL = ["--threads", "1", "--quiet", "--trace", "0", "--layers", "2", "--d-model", "64", "--heads", "4",
          "--seq-len", "32", "--vocab", "64", "--stage", "3"]
@@ -199,12 +199,9 @@ def case_link_bytes(ctx):
     wmoved, wsteps = runs["world"]
     wlogged = sum(sum(link_bytes(s, "comm")) for s in wsteps)
     # zt-plan --nodes 2: each rank's inter-node bytes per step, both ways of sharding
-    zt_plan = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
     for name, flags, got in (("node", ["--shard-group", "2"], per_step[-1]),
                              ("world", [], link_bytes(wsteps[0], "comm")[-1])):
-        p = subprocess.run([zt_plan, "--world", "4", "--nodes", "2", "--json"] + SMALL + flags, capture_output=True,
-                           text=True)
-        planned = json.loads(p.stdout)["inter_node_bytes_per_step"]
+        planned = plan(ctx, 4, ["--nodes", "2"] + SMALL + flags)["inter_node_bytes_per_step"]
         assert abs(planned - got) <= 0.01 * got, (name, planned, got)
     print(f"ok: --shard-group node: 0 inter-node bytes in the parameter all-gathers, {per_step[-1] / 1e6:.3f} MB per "
           f"rank and step (closed form {want / 1e6:.3f}); the run's {logged / 1e6:.1f} MB logged against "

@@ -10,9 +10,8 @@ usage: zt_hybrid_test.py CASE ZT_TRAIN ZT_RUN
 """
 import json
 import os
-import subprocess
 
-from zt_harness import launch, losses, main, train
+from zt_harness import launch, losses, main, plan, train
 
 C, T, V, L = 64, 32, 64, 2
 MODEL = ["--threads", "1", "--quiet", "--trace", "0", "--layers", str(L), "--d-model", str(C), "--heads", "4",
@@ -36,13 +35,6 @@ def closed_form(G, stage, dtype):
     return {"params": (full if stage < 3 else shard) * d, "grads": (full if stage < 2 else shard) * d,
             "master_params": 0 if dtype == "fp32" else (full if stage < 1 else shard) * 4,
             "optimizer": (full if stage < 1 else shard) * 8}
-
-
-def plan(ctx, np_, flags):
-    zt_plan = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
-    p = subprocess.run([zt_plan, "--world", str(np_), "--json"] + flags, capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)
 
 
 def case_stages(ctx):

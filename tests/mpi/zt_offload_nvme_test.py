@@ -16,7 +16,7 @@ import re
 import subprocess
 import time
 
-from zt_harness import launch, losses, main, train
+from zt_harness import launch, losses, main, plan, train
 
 BASE = ["--threads", "1", "--quiet", "--trace", "0", "--layers", "2", "--d-model", "64", "--heads", "4",
         "--seq-len", "32", "--vocab", "64", "--micro-batch", "2"]
@@ -24,13 +24,6 @@ BASE = ["--threads", "1", "--quiet", "--trace", "0", "--layers", "2", "--d-model
 
 def nvme(ctx, *extra):
     return ["--offload", "nvme", "--nvme-path", os.path.join(ctx["work"], "swap")] + list(extra)
-
-
-def plan(ctx, np_, flags):
-    zt_plan = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
-    p = subprocess.run([zt_plan, "--world", str(np_), "--json"] + flags, capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)
 
 
 def case_bitwise(ctx):
