@@ -11,6 +11,8 @@
 #      the host-staging communicator's own test (tests/test_staged_pool.c);
 #      offload (copy streams, CPU Adam) at stages 2 and 3 against no offload;
 #   3c. per-kernel times at one GPT-2-small block's shapes (kernels_time.md);
+#   3d. the offload tiers: the NVMe swap file against host offload, and the
+#      kept inputs in the host pool against full recomputation, bitwise;
 #   4. a GPT-2-small-sized run (12 layers, d_model 768, 12 heads, seq 1024) at
 #      world size 1: tokens/s, MFU against the measured bf16 GEMM peak, and
 #      per-rank peak memory, on the bf16 kernel table (no unit widened to an
@@ -224,6 +226,32 @@ same = c["losses"] == e["losses"] and c["params_digest"] == e["params_digest"]
 ok = same and res[1] % (2 << 20) == 0 and res[1] <= res[0]
 print(f"| expandable segments (VMM) vs caching, stage 3, jitter | {'PASS' if ok else 'FAIL'} | bitwise {same}; "
       f"reserved peak {res[1] / 2**20:.1f} MiB vs caching {res[0] / 2**20:.1f} MiB |")
+sys.exit(0 if ok else 1)
+PY
+
+stamp "3d. the offload tiers on the GPU (NVMe swap file, kept inputs on the host)"
+# At np=1, stage 3: the state and shards in a swap file against host offload,
+# and the kept block inputs in the host pool against full recomputation alone.
+tier_flags="--device cuda --stage 3 --steps $steps_stages --quiet"
+timeout 120 $zt $tier_flags --offload cpu --offload-params cpu --log-dir "$out/tier-host" 2>>"$out/stages.log"
+timeout 120 $zt $tier_flags --offload nvme --offload-params nvme --nvme-path "$out/swap" --nvme-block-size 64KiB \
+  --log-dir "$out/tier-nvme" 2>>"$out/stages.log"
+timeout 120 $zt $tier_flags --recompute full --log-dir "$out/tier-recompute" 2>>"$out/stages.log"
+timeout 120 $zt $tier_flags --recompute full --offload-activations cpu --log-dir "$out/tier-acts" 2>>"$out/stages.log"
+python3 - "$out" <<'PY' >> "$out/results.md" || fail=1
+import json, sys
+out, ok = sys.argv[1], True
+for name, a, b in (("--offload nvme vs cpu", "tier-host", "tier-nvme"),
+                   ("--offload-activations cpu vs recompute alone", "tier-recompute", "tier-acts")):
+    try:
+        x, y = (json.load(open(f"{out}/{d}/summary.json")) for d in (a, b))
+    except Exception as e:
+        print(f"| {name} (np=1, stage 3) | FAIL | {e} |"); ok = False; continue
+    same = x["losses"] == y["losses"] and x["params_digest"] == y["params_digest"]
+    ok &= same
+    print(f"| {name} (np=1, stage 3) | {'PASS' if same else 'FAIL'} | device peak {x['ranks'][0]['peak_bytes'] / 2**20:.1f} "
+          f"-> {y['ranks'][0]['peak_bytes'] / 2**20:.1f} MiB, host {x['ranks'][0]['host_peak_bytes'] / 2**20:.1f} -> "
+          f"{y['ranks'][0]['host_peak_bytes'] / 2**20:.1f} MiB |")
 sys.exit(0 if ok else 1)
 PY
 
