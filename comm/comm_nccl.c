@@ -25,7 +25,7 @@
 typedef struct {
     cudaEvent_t start, end;
     zt_coll_kind kind;
-    char what[48];  /* the handle's, for the watchdog's message */
+    char what[80];  /* the handle's, for the watchdog's message */
     double t_start; /* when it was issued */
 } nccl_req;
 

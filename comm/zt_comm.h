@@ -50,7 +50,7 @@ typedef struct {
     size_t bytes;
     double inter_bytes, intra_bytes; /* this rank's share, counted at completion */
     void *impl_req;  /* implementation request (MPI_Request) */
-    char what[48];   /* what the caller waits on ("unit block1"), for the watchdog's message */
+    char what[80];   /* what the caller waits on ("unit block1"), for the watchdog's message */
     /* reduce-scatter completion: out[count] (fp32) = sum over ranks of
      * staging[r][count] (dtype), added in fp32 */
     const void *staging;

@@ -184,7 +184,7 @@ static zt_status flush_bucket(zt_engine *e) {
                                                 b->numel / (size_t)N, rd, ready, &b->handle, &ctx->err);
     zt_event_destroy(ctx->be, ready);
     ZT_TRY(st);
-    snprintf(b->handle.what, sizeof b->handle.what, "the gradients of %d unit(s) from %s", b->nunits,
+    snprintf(b->handle.what, sizeof b->handle.what, "the gradients of %d unit(s) from %.31s", b->nunits,
              e->spec->units[b->units[0]].name); /* for the watchdog */
     e->in_flight = *b;
     memset(b, 0, sizeof *b);
