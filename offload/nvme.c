@@ -212,8 +212,7 @@ zt_status zt_nvme_wait(zt_nvme_file *f, zt_nvme_ticket *t, zt_error *err) {
                    done.failed_off, f->path, strerror(done.failed_errno));
 }
 
-/* One synchronous request on a ticket of its own. */
-static zt_status sync_request(zt_nvme_file *f, int write, void *buf, size_t off, size_t len, zt_error *err) {
+zt_status zt_nvme_request(zt_nvme_file *f, int write, void *buf, size_t off, size_t len, zt_error *err) {
     zt_nvme_ticket t = {0};
     zt_status s = zt_nvme_submit(f, write, buf, off, len, &t, err);
     zt_status w = zt_nvme_wait(f, &t, err); /* even after a failed submit: nothing may stay in flight */
@@ -225,7 +224,7 @@ zt_status zt_nvme_read_any(zt_nvme_file *f, size_t off, void *dst, size_t len, v
     size_t end = off + len;
     for (size_t w = off / ZT_NVME_ALIGN * ZT_NVME_ALIGN; w < end; w += bounce_len) {
         size_t wl = zt_nvme_round(end - w) < bounce_len ? zt_nvme_round(end - w) : bounce_len;
-        ZT_TRY(sync_request(f, 0, bounce, w, wl, err));
+        ZT_TRY(zt_nvme_request(f, 0, bounce, w, wl, err));
         size_t a = off > w ? off : w, b = end < w + wl ? end : w + wl;
         memcpy((char *)dst + (a - off), (char *)bounce + (a - w), b - a);
     }
@@ -238,9 +237,9 @@ zt_status zt_nvme_write_any(zt_nvme_file *f, size_t off, const void *src, size_t
     for (size_t w = off / ZT_NVME_ALIGN * ZT_NVME_ALIGN; w < end; w += bounce_len) {
         size_t wl = zt_nvme_round(end - w) < bounce_len ? zt_nvme_round(end - w) : bounce_len;
         size_t a = off > w ? off : w, b = end < w + wl ? end : w + wl;
-        if (a > w || b < w + wl) ZT_TRY(sync_request(f, 0, bounce, w, wl, err)); /* keep the bytes around it */
+        if (a > w || b < w + wl) ZT_TRY(zt_nvme_request(f, 0, bounce, w, wl, err)); /* keep the bytes around it */
         memcpy((char *)bounce + (a - w), (const char *)src + (a - off), b - a);
-        ZT_TRY(sync_request(f, 1, bounce, w, wl, err));
+        ZT_TRY(zt_nvme_request(f, 1, bounce, w, wl, err));
     }
     return ZT_OK;
 }

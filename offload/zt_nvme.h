@@ -72,6 +72,9 @@ zt_status zt_nvme_submit(zt_nvme_file *f, int write, void *buf, size_t off, size
  * becomes an error naming the file. t is then empty again. */
 zt_status zt_nvme_wait(zt_nvme_file *f, zt_nvme_ticket *t, zt_error *err);
 
+/* One request (as zt_nvme_submit's) on a ticket of its own, waited for. */
+zt_status zt_nvme_request(zt_nvme_file *f, int write, void *buf, size_t off, size_t len, zt_error *err);
+
 /* Synchronous reads and writes of any range [off, off + len) through an
  * aligned `bounce` buffer of bounce_len bytes (a multiple of
  * ZT_NVME_ALIGN): whole aligned windows, with the partial ones at either

@@ -192,6 +192,11 @@ zt_status zt_engine_ready_event(zt_engine *e, zt_stream *producer, void **ready)
  * after the work queued on `producer`, and makes compute wait for it (a
  * host wait when overlap_comm is off). */
 zt_status zt_engine_all_gather_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer, int unit);
+/* zt_engine_all_gather_start_after's first half over any communicator (a
+ * shard group, hpZ's secondary group, the replicas), `what` naming the
+ * gather for the watchdog. */
+zt_status zt_engine_all_gather_on(zt_engine *e, zt_comm *comm, void *buf, size_t bytes_per_rank, zt_stream *producer,
+                                  const char *what, zt_comm_handle *h);
 /* The same in two halves, so compute waits only when it needs the result:
  * start (a host wait at once when overlap_comm is off), then finish (a no-op
  * for a handle already waited for). */

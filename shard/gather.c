@@ -20,19 +20,23 @@ static zt_status check_unit(zt_engine *e, int unit) {
     return ZT_OK;
 }
 
-/* zt_engine_all_gather_start_after over a given communicator (the shard
- * group's, or hpZ's secondary group). */
-static zt_status all_gather_on(zt_engine *e, zt_comm *comm, void *buf, size_t bytes_per_rank, zt_stream *producer,
-                               int unit, zt_comm_handle *h) {
+zt_status zt_engine_all_gather_on(zt_engine *e, zt_comm *comm, void *buf, size_t bytes_per_rank, zt_stream *producer,
+                                  const char *what, zt_comm_handle *h) {
     zt_ctx *ctx = e->ctx;
     void *ready = NULL;
     ZT_TRY(zt_engine_ready_event(e, producer, &ready));
     zt_status st = zt_comm_all_gather_start(comm, NULL, buf, bytes_per_rank, ready, h, &ctx->err);
     zt_event_destroy(ctx->be, ready);
     ZT_TRY(st);
-    snprintf(h->what, sizeof h->what, "unit %s", e->spec->units[unit].name); /* for the watchdog */
+    snprintf(h->what, sizeof h->what, "%s", what); /* for the watchdog */
     if (!e->cfg.overlap_comm) return zt_comm_wait(comm, h, &ctx->err);
     return ZT_OK;
+}
+
+/* What the watchdog names for a gather of unit u. */
+static const char *unit_label(const zt_engine *e, int u, char *buf, size_t cap) {
+    snprintf(buf, cap, "unit %s", e->spec->units[u].name);
+    return buf;
 }
 
 /* hpZ: unit u's part in its secondary group, [P / G'] at the group rank's place. */
@@ -82,7 +86,9 @@ static zt_status start_gather(zt_engine *e, int u) {
      * copy, and every kernel that read a block freed before the buffer was
      * allocated, so reusing a cached block is safe on any stream. Without
      * overlap it has also completed on return. */
-    ZT_TRY(all_gather_on(e, st->gather_comm, st->gathered.data, bytes_per_rank, &ctx->compute, u, &st->gather_handle));
+    char what[48];
+    ZT_TRY(zt_engine_all_gather_on(e, st->gather_comm, st->gathered.data, bytes_per_rank, &ctx->compute,
+                                   unit_label(e, u, what, sizeof what), &st->gather_handle));
     st->phase = e->cfg.overlap_comm ? ZT_UNIT_GATHERING : ZT_UNIT_GATHERED;
     return ZT_OK;
 }
@@ -321,7 +327,8 @@ zt_status zt_engine_ready_event(zt_engine *e, zt_stream *producer, void **ready)
 
 zt_status zt_engine_all_gather_start_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer,
                                            int unit, zt_comm_handle *h) {
-    return all_gather_on(e, e->comm, buf, bytes_per_rank, producer, unit, h);
+    char what[48];
+    return zt_engine_all_gather_on(e, e->comm, buf, bytes_per_rank, producer, unit_label(e, unit, what, sizeof what), h);
 }
 
 zt_status zt_engine_all_gather_finish(zt_engine *e, zt_comm_handle *h) {

@@ -319,12 +319,10 @@ zt_status zt_engine_nvme_copy_shard(zt_engine *e, int u, void *dst, zt_copy_kind
     nv->stage_done[k] = NULL;
     size_t off;
     ZT_TRY(element_offset(e, u, ZT_NVME_PARAMS, 0, e->spec->units[u].shard_numel, &off));
-    zt_nvme_ticket t = {0};
     double t0 = zt_now_s();
-    zt_status s = zt_nvme_submit(&nv->file, 0, nv->stage_at[k], off, zt_nvme_round(bytes), &t, &ctx->err);
-    zt_status w = zt_nvme_wait(&nv->file, &t, &ctx->err);
+    zt_status s = zt_nvme_request(&nv->file, 0, nv->stage_at[k], off, zt_nvme_round(bytes), &ctx->err);
     nv->wait_s += zt_now_s() - t0;
-    ZT_TRY(s != ZT_OK ? s : w);
+    ZT_TRY(s);
     ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, nv->stage_at[k], bytes, kind, &ctx->compute, &ctx->err));
     nv->stage_slot = k ^ 1;
     return zt_event_record(ctx->be, &ctx->compute, &nv->stage_done[k], &ctx->err);

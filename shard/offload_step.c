@@ -196,35 +196,39 @@ zt_status zt_engine_offload_grads_landed(zt_engine *e, int u) {
     return host_grads_ready(e, u, owned_numel(e, u));
 }
 
+/* Unit u's optimizer on its host master and state, the new params (its
+ * [owned] range, params dtype) into out. */
+static zt_status host_update(zt_engine *e, int u, void *out, float clip, float lr, int t) {
+    zt_unit_state *st = &e->units[u];
+    size_t n = owned_numel(e, u), lo = owned_lo(e, u), numel = e->spec->units[u].numel;
+    /* The fused Adam writes fp32 and bf16 copies; fp16, and SGD's, are rounded below. */
+    int written = 0;
+    if (e->cfg.optimizer == ZT_OPT_ADAFACTOR) /* collective: never on the delayed update's thread */
+        ZT_TRY(zt_engine_adafactor_host(e, u, zt_f32(&st->host_grads), clip, lr, t));
+    else
+        written = zt_engine_host_step(e, u, zt_f32(&st->host_grads), e->cfg.dtype == ZT_FP16 ? NULL : out, clip, lr, t);
+    /* Padding never changes, but the device copy is rewritten whole. */
+    const float *p = zt_f32(&st->host_master);
+    for (size_t j = 0; j < n; j++)
+        if (lo + j >= numel || !written) zt_dtype_store(out, e->cfg.dtype, j, p[j]);
+    return ZT_OK;
+}
+
 /* One unit's CPU step: AdamW on the host buffers, the compute-dtype copy
  * written to an h2d slot, then copied into the device parameters. */
 zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr, int t) {
     zt_unit_state *st = &e->units[u];
-    const zt_unit_spec *us = &e->spec->units[u];
-    size_t n = owned_numel(e, u), lo = owned_lo(e, u);
+    size_t n = owned_numel(e, u);
     if (!grads_in_flight(e, st)->data) ZT_TRY(zt_engine_offload_grads(e, u)); /* no bucket carried it */
     int in_place = params_on_host(e, u); /* the shard is the output: nothing to copy to the device */
     if (!in_place) ZT_TRY(retire_next_slot(e));
     ZT_TRY(host_grads_ready(e, u, n));
     zt_tensor *out = &st->params;
     if (!in_place) ZT_TRY(take_next_slot(e, u, &out));
-    if (e->nvme) { /* the state streams through the NVMe tier's buffers */
+    if (e->nvme) /* the state streams through the NVMe tier's buffers */
         ZT_TRY(zt_engine_nvme_step_unit(e, u, zt_f32(&st->host_grads), params_in_file(e, u) ? NULL : out->data, clip,
                                         lr, t));
-        zt_tensor_free(&st->host_grads, &e->ctx->host_mem);
-        return in_place ? ZT_OK : send_slot(e, u);
-    }
-    /* The fused Adam writes fp32 and bf16 copies; fp16, and SGD's, are rounded below. */
-    int written = 0;
-    if (e->cfg.optimizer == ZT_OPT_ADAFACTOR) /* collective: never on the delayed update's thread */
-        ZT_TRY(zt_engine_adafactor_host(e, u, zt_f32(&st->host_grads), clip, lr, t));
-    else
-        written = zt_engine_host_step(e, u, zt_f32(&st->host_grads), e->cfg.dtype == ZT_FP16 ? NULL : out->data, clip,
-                                      lr, t);
-    /* Padding never changes, but the device copy is rewritten whole. */
-    const float *p = zt_f32(&st->host_master);
-    for (size_t j = 0; j < n; j++)
-        if (lo + j >= us->numel || !written) zt_dtype_store(out->data, e->cfg.dtype, j, p[j]);
+    else ZT_TRY(host_update(e, u, out->data, clip, lr, t));
     zt_tensor_free(&st->host_grads, &e->ctx->host_mem);
     return in_place ? ZT_OK : send_slot(e, u);
 }

@@ -98,13 +98,8 @@ static zt_status sum_over_replicas(zt_engine *e, zt_bucket *b) {
         size_t k = n - at < piece ? n - at : piece;
         ZT_TRY(ctx->be->memcpy_async(ctx->be, all + (size_t)rep->rank * k, mine + at, k * sizeof(float), ZT_COPY_D2D,
                                      &ctx->compute, &ctx->err));
-        void *ready = NULL;
         zt_comm_handle h = {0};
-        ZT_TRY(zt_engine_ready_event(e, &ctx->compute, &ready));
-        zt_status st = zt_comm_all_gather_start(rep, NULL, all, k * sizeof(float), ready, &h, &ctx->err);
-        zt_event_destroy(ctx->be, ready);
-        ZT_TRY(st);
-        snprintf(h.what, sizeof h.what, "the replicas' gradient sums of %d unit(s)", b->nunits);
+        ZT_TRY(zt_engine_all_gather_on(e, rep, all, k * sizeof(float), &ctx->compute, "the replicas' gradient sums", &h));
         ZT_TRY(zt_comm_wait_stream(rep, &h, ctx->compute.handle, &ctx->err));
         for (size_t r = 0; r < R; r++) ops->scaled_store(&ctx->compute, total + at, ZT_FP32, all + r * k, 1.0f, r > 0, k);
     }
