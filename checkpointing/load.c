@@ -12,8 +12,13 @@
 /* The manifest describes this model: run.model and every unit's size. */
 static zt_status check_model(const zt_ckpt_info *info, const zt_model_spec *spec, const json_t *expect_model,
                              zt_error *err) {
-    const json_t *model = json_object_get(json_object_get(info->manifest, "run"), "model");
-    if (!json_equal(model, (json_t *)expect_model)) {
+    json_t *model = json_object_get(json_object_get(info->manifest, "run"), "model");
+    /* Checkpoints written before model families were recorded hold a GPT. */
+    json_t *with_family = json_is_object(model) && !json_object_get(model, "family") ? json_copy(model) : NULL;
+    if (with_family) json_object_set_new(with_family, "family", json_string("gpt"));
+    int same = json_equal(with_family ? with_family : model, (json_t *)expect_model);
+    json_decref(with_family);
+    if (!same) {
         char *a = json_dumps(model, JSON_COMPACT | JSON_SORT_KEYS), *b = json_dumps(expect_model, JSON_COMPACT | JSON_SORT_KEYS);
         zt_status st = ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: the checkpoint's model %s differs from this run's %s",
                                info->dir, a ? a : "?", b ? b : "?");

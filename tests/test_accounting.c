@@ -283,8 +283,8 @@ static void test_config(const acct_config *c) {
     if (!ok_or_report(zt_ctx_init(&ctx, ZT_DEVICE_CPU, 1, 0, 0, 1, 1), &ctx, "zt_ctx_init")) return;
     zt_mem *m = &ctx.device_mem;
     if (!ok_or_report(zt_gpt_create(&gpt, &gc, &ctx.err), &ctx, "zt_gpt_create")) goto done;
-    zt_spec_layout(gpt.spec, 1);
-    const zt_model_spec *spec = gpt.spec;
+    zt_spec_layout(gpt.dec.spec, 1);
+    const zt_model_spec *spec = gpt.dec.spec;
 
     /* Parameter count: closed form, per unit and in total. */
     CHECK_EQ(spec->nunits, c->layers + 2);
@@ -292,7 +292,7 @@ static void test_config(const acct_config *c) {
     CHECK_EQ(spec->total_padded_numel, e.P);
     CHECK_EQ(spec->largest_unit_numel, e.largest);
     for (int u = 0; u < spec->nunits; u++) {
-        size_t want = u == gpt.unit_embed ? e.ne : u == gpt.unit_head ? e.nh : e.nb;
+        size_t want = u == gpt.dec.unit_embed ? e.ne : u == gpt.dec.unit_head ? e.nh : e.nb;
         CHECK_EQ(spec->units[u].numel, want);
         CHECK_EQ(spec->units[u].padded_numel, want);
     }
@@ -429,9 +429,9 @@ static limit_outcome run_with_limit(const acct_config *c, size_t limit, char *ms
     zt_mem *m = &ctx.device_mem;
     CHECK_EQ(m->limit_bytes, limit);
     if ((st = zt_gpt_create(&gpt, &gc, &ctx.err)) != ZT_OK) goto done;
-    zt_spec_layout(gpt.spec, 1);
+    zt_spec_layout(gpt.dec.spec, 1);
     zt_mem_set_phase(m, ZT_PHASE_INIT);
-    if ((st = zt_engine_init(&eng, &ctx, test_comm(), gpt.spec, &ec, zt_gpt_init_param, &gpt)) != ZT_OK) goto done;
+    if ((st = zt_engine_init(&eng, &ctx, test_comm(), gpt.dec.spec, &ec, zt_gpt_init_param, &gpt)) != ZT_OK) goto done;
     out = FAILED_FORWARD;
     CHECK_EQ(m->allocated.current, e.persistent);
     zt_mem_set_phase(m, ZT_PHASE_FORWARD);

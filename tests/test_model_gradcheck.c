@@ -197,10 +197,10 @@ static void model_open(model *m, const zt_gpt_config *gc, zt_dtype dtype) {
     memset(m, 0, sizeof *m);
     MUST(zt_ctx_init(&m->ctx, ZT_DEVICE_CPU, 1, 0, 0, 1, 1), &m->ctx);
     MUST(zt_gpt_create(&m->gpt, gc, &m->ctx.err), &m->ctx);
-    zt_spec_layout(m->gpt.spec, 1);
+    zt_spec_layout(m->gpt.dec.spec, 1);
     zt_engine_config ec = {.stage = 0, .dtype = dtype, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                            .weight_decay = 0.1f, .grad_clip = 0.0f};
-    MUST(zt_engine_init(&m->eng, &m->ctx, test_comm(), m->gpt.spec, &ec, zt_gpt_init_param, &m->gpt), &m->ctx);
+    MUST(zt_engine_init(&m->eng, &m->ctx, test_comm(), m->gpt.dec.spec, &ec, zt_gpt_init_param, &m->gpt), &m->ctx);
 }
 
 static void model_close(model *m) {
@@ -256,7 +256,7 @@ static void test_fp32_gradcheck(int tied, int attention_fused) {
            attention_fused ? "fused" : "materialized");
     model m;
     model_open(&m, &gc, ZT_FP32);
-    const zt_model_spec *spec = m.gpt.spec;
+    const zt_model_spec *spec = m.gpt.dec.spec;
     size_t P = spec->total_numel;
     CHECK(spec->total_padded_numel == P, "world size 1 must not pad (%zu vs %zu)", spec->total_padded_numel, P);
 
@@ -303,7 +303,7 @@ static void test_fp32_gradcheck(int tied, int attention_fused) {
     /* Key biases: zero gradient. */
     double key_bias_max = 0.0;
     for (int l = 0; l < gc.layers; l++) {
-        int u = m.gpt.first_block + l;
+        int u = m.gpt.dec.first_block + l;
         size_t ub = 0;
         for (int v = 0; v < u; v++) ub += spec->units[v].numel;
         const zt_param_spec *qb = &spec->units[u].params[GPT_QKV_B];
@@ -364,9 +364,9 @@ static void test_half(zt_dtype dtype, int tied) {
     model m32, m16;
     model_open(&m32, &gc, ZT_FP32);
     model_open(&m16, &gc, dtype);
-    const zt_model_spec *spec = m32.gpt.spec;
+    const zt_model_spec *spec = m32.gpt.dec.spec;
     size_t P = spec->total_numel;
-    CHECK(m16.gpt.spec->total_numel == P, "specs differ");
+    CHECK(m16.gpt.dec.spec->total_numel == P, "specs differ");
     CHECK(m16.eng.compute_dtype == dtype, "%s: the CPU computes in %s", dn, zt_dtype_name(m16.eng.compute_dtype));
 
     int B = gc.micro_batch, T = gc.seq_len - 1; /* a shorter window than seq_len */

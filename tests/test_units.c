@@ -139,9 +139,9 @@ static void test_gpt_order(int tied) {
     zt_engine eng;
     MUST(zt_ctx_init(&ctx, ZT_DEVICE_CPU, 1, 0, 0, 1, 1), &ctx);
     MUST(zt_gpt_create(&gpt, &gc, &ctx.err), &ctx);
-    zt_spec_layout(gpt.spec, 1);
+    zt_spec_layout(gpt.dec.spec, 1);
     zt_engine_config ec = stage3();
-    MUST(zt_engine_init(&eng, &ctx, test_comm(), gpt.spec, &ec, zt_gpt_init_param, &gpt), &ctx);
+    MUST(zt_engine_init(&eng, &ctx, test_comm(), gpt.dec.spec, &ec, zt_gpt_init_param, &gpt), &ctx);
     int32_t tok[16], tgt[16];
     for (int i = 0; i < 16; i++) tok[i] = i % 11, tgt[i] = (i * 3 + 1) % 11;
     for (int step = 0; step < 2; step++) {
@@ -154,13 +154,13 @@ static void test_gpt_order(int tied) {
         MUST(zt_gpt_take_losses(&gpt, &ctx, &loss), &ctx);
     }
     int fwd[8], bwd[8], nf = 0, nb = 0, L = gc.layers;
-    fwd[nf++] = gpt.unit_embed;
-    for (int k = 0; k < L; k++) fwd[nf++] = gpt.first_block + k;
-    fwd[nf++] = gpt.unit_head;
-    if (tied) fwd[nf++] = gpt.unit_embed;
-    bwd[nb++] = gpt.unit_head;
-    if (tied) bwd[nb++] = gpt.unit_embed;
-    for (int k = L - 1; k >= 0; k--) bwd[nb++] = gpt.first_block + k;
+    fwd[nf++] = gpt.dec.unit_embed;
+    for (int k = 0; k < L; k++) fwd[nf++] = gpt.dec.first_block + k;
+    fwd[nf++] = gpt.dec.unit_head;
+    if (tied) fwd[nf++] = gpt.dec.unit_embed;
+    bwd[nb++] = gpt.dec.unit_head;
+    if (tied) bwd[nb++] = gpt.dec.unit_embed;
+    for (int k = L - 1; k >= 0; k--) bwd[nb++] = gpt.dec.first_block + k;
     char what[64];
     snprintf(what, sizeof what, "GPT tied=%d forward", tied);
     check_order(zt_engine_use_order(&eng, ZT_PASS_FORWARD), fwd, nf, what);

@@ -31,6 +31,7 @@ typedef struct {
 
 static const opt_spec options[] = {
     {"config", OPT_STRING, S(config), 0, 0, NULL, "JSON file with any of these options (flags win)"},
+    {"model", OPT_STRING, S(model), 0, 0, NULL, "the model family (gpt, llama: the families this program has)"},
     {"layers", OPT_INT, F(layers), 0, 0, 256, NULL, "transformer blocks"},
     {"d-model", OPT_INT, F(d_model), 0, 1, 65536, NULL, "model width (divisible by --heads)"},
     {"heads", OPT_INT, F(heads), 0, 1, 1024, NULL, "attention heads"},
@@ -40,6 +41,12 @@ static const opt_spec options[] = {
      "F in [0,1): each rank's sequence length per step drawn in [(1-F) seq-len, seq-len]"},
     {"micro-batch", OPT_INT, F(micro_batch), 0, 1, 65536, NULL, "sequences per micro-batch per rank"},
     {"tied", OPT_BOOL, F(tied), 0, 0, 1, NULL, "tie the LM head to the token embedding"},
+    {"kv-heads", OPT_INT, F(kv_heads), 0, 0, 1024, NULL,
+     "llama: key/value heads of grouped-query attention, dividing --heads (0: --heads)"},
+    {"ffn-dim", OPT_INT, F(ffn_dim), 0, 0, 1 << 20, NULL,
+     "llama: the SwiGLU MLP's hidden width (0: the multiple of 64 nearest 8/3 d-model)"},
+    {"norm-eps", OPT_FLOAT, F(norm_eps), 0, 1e-12, 1, NULL, "llama: RMSNorm's epsilon"},
+    {"rope-theta", OPT_FLOAT, F(rope_theta), 0, 1, 1e12, NULL, "llama: the rotary position embedding's base"},
     {"data", OPT_STRING, S(data), 0, 0, NULL, "'markov' (seeded Markov source) or a file read as bytes"},
     {"markov-order", OPT_INT, F(markov_order), 0, 1, 8, NULL, "tokens of context of the Markov source"},
     {"markov-branch", OPT_INT, F(markov_branch), 0, 1, 1 << 20, NULL, "successors per context of the Markov source"},
@@ -184,7 +191,10 @@ _Static_assert(sizeof options / sizeof options[0] <= sizeof(((zt_train_config *)
 void zt_train_config_defaults(zt_train_config *c) {
     memset(c, 0, sizeof *c);
     c->layers = 2;
+    snprintf(c->model, sizeof c->model, "gpt");
     c->d_model = 64;
+    c->norm_eps = 1e-5;
+    c->rope_theta = 10000.0;
     c->heads = 4;
     c->seq_len = 64;
     c->vocab = 64;
@@ -242,15 +252,9 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->trace = 1;
     c->trace_max_events = 200000;
     c->keep_checkpoints = 2;
-    c->test_exit_rank = -1;
-    c->test_exit_step = -1;
-    c->test_stall_rank = -1;
-    c->test_stall_step = -1;
     c->collective_timeout = 300;
     snprintf(c->shard_group, sizeof c->shard_group, "world");
     snprintf(c->reshard_after_forward, sizeof c->reshard_after_forward, "none");
-    c->test_kill_step = -1;
-    c->test_overflow_step = -1;
 }
 
 static const opt_spec *find_option(const char *name, int json_key, int *index) {
@@ -700,4 +704,14 @@ char *zt_train_config_json(const zt_train_config *c) {
     char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(o);
     return text;
+}
+
+zt_status zt_train_config_model(const zt_train_config *c, int vocab, zt_model_settings *s, zt_error *err) {
+    *s = (zt_model_settings){.layers = c->layers, .d_model = c->d_model, .heads = c->heads, .seq_len = c->seq_len,
+                             .vocab = vocab, .micro_batch = c->micro_batch, .kv_heads = c->kv_heads,
+                             .ffn_dim = c->ffn_dim, .tied = c->tied, .norm_eps = c->norm_eps,
+                             .rope_theta = c->rope_theta, .seed = (uint64_t)c->seed,
+                             .attention_fused = strcmp(c->attention, "fused") == 0,
+                             .offload_activations = strcmp(c->offload_activations, "cpu") == 0};
+    return zt_recompute_parse(c->recompute, &s->recompute, err);
 }

@@ -10,10 +10,14 @@
 
 #include "zt_agree.h"
 #include "zt_error.h"
+#include "zt_model_settings.h"
 
 typedef struct {
-    /* model */
+    /* model: the family (--model: one registered with the program) and its shape */
+    char model[16];
     int layers, d_model, heads, seq_len, vocab, micro_batch, tied;
+    int kv_heads, ffn_dim;        /* 0: the family's default */
+    double norm_eps, rope_theta;  /* families with RMSNorm, RoPE */
     /* data */
     char data[512];
     int markov_order, markov_branch;
@@ -48,9 +52,6 @@ typedef struct {
     size_t nvme_block_size;
     int nvme_buffers, nvme_queue_depth;
     char nvme_io[12];
-    /* Tests: ZT_TEST_NVME_FAIL=read|write:N[:RANK] fails that rank's N-th request of that kind (zt_nvme.h). */
-    long test_nvme_fail_read, test_nvme_fail_write;
-    int test_nvme_fail_rank;
     char offload_activations[8]; /* none or cpu: with --recompute full, the blocks' kept inputs in the host pool */
     char offload[16], recompute[16], dtype[16], reduce_dtype[16], device[16], attention[16];
     /* fp16 loss scaling (DeepSpeed's fp16 block) and the non-finite guard */
@@ -74,23 +75,11 @@ typedef struct {
     long long train_batch_size;
     int ds_auto;
     char config_warning[512];
-    /* Fault injection for tests (from the environment, not flags):
-     * ZT_TEST_EXIT_RANK / ZT_TEST_EXIT_STEP make that rank exit abruptly. */
-    int test_exit_rank, test_exit_step;
-    /* ZT_TEST_STALL=RANK:STEP: that rank stops answering (sleeps) before the step's optimizer. */
-    int test_stall_rank, test_stall_step, test_stall_forward; /* forward: before the step's forward instead */
     double collective_timeout; /* --collective-timeout: the collective watchdog's seconds (0: none) */
     char shard_group[16];      /* --shard-group: world, node or G (hybrid sharding) */
     char reshard_after_forward[16]; /* hpZ: none, node or G' (the secondary group kept after forward) */
-    /* ZT_TEST_KILL_SAVE=STEP:RANK:POINT: that rank dies (SIGKILL) at the
-     * POINT-th crash point of that save (zt_ckpt_hooks); ZT_TEST_SAVE_POINTS=1
-     * prints every point a save passes. */
-    int test_kill_step, test_kill_rank, test_kill_point, test_list_points;
-    /* ZT_TEST_OVERFLOW=STEP:RANK: that rank's loss gradient is inf at that
-     * step (1-based), as an fp16 overflow on one rank. */
-    int test_overflow_step, test_overflow_rank;
     /* which options were given (by flag or config file), by option index */
-    unsigned char given[96];
+    unsigned char given[256];
 } zt_train_config;
 
 #define ZT_DS_AUTO_REDUCE_BUCKET 1   /* reduce_bucket_size "auto": d_model^2 elements */
@@ -115,6 +104,9 @@ zt_status zt_train_config_validate(zt_train_config *cfg, zt_error *err);
 zt_status zt_train_config_link(const zt_train_config *cfg, double gbs[2], zt_error *err);
 int zt_train_config_given(const zt_train_config *cfg, const char *name);
 void zt_train_config_print_help(FILE *f, const char *prog);
+/* The model's settings (the family resolves its own defaults) with the
+ * data's vocabulary; refuses a recompute policy it cannot read. */
+zt_status zt_train_config_model(const zt_train_config *cfg, int vocab, zt_model_settings *s, zt_error *err);
 /* The settings every rank must share (zt_agree_settings), resolved: every
  * option except the per-rank ones named in train_config.c. Options that name
  * files are compared by what they refer to, which identity(arg, option)

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "data.h"
-#include "gpt.h"
 #include "metrics.h"
 #include "train_log.h"
 #include "zt_checkpoint.h"
@@ -17,6 +16,8 @@
 #include "zt_rng.h"
 #include "zt_lr_schedule.h"
 #include "zt_step.h"
+#include "zt_train_hooks.h"
+#include "zt_train_model.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -35,7 +36,9 @@ static float lr_at(const zt_train_config *c, int step) {
 
 typedef struct {
     zt_data data;
-    zt_gpt gpt;
+    const zt_train_model *family; /* the model's hooks */
+    void *model;                  /* its instance (family->create) */
+    zt_model_settings settings;   /* what it was created from */
     zt_engine eng;
     /* Hybrid sharding (--shard-group G < world): the shard group of G ranks
      * and the replica group across groups; unused (no ops) otherwise. */
@@ -50,12 +53,13 @@ typedef struct {
 } trainer;
 
 static void trainer_free(trainer *t) {
-    if (zt_engine_context(&t->eng)) zt_gpt_free_activations(&t->gpt, &t->eng); /* engine exists only after init */
+    if (t->model && zt_engine_context(&t->eng)) /* the engine exists only after init */
+        t->family->free_activations(t->model, &t->eng);
     zt_engine_destroy(&t->eng);
     if (t->shard.ops) zt_comm_destroy(&t->shard);
     if (t->replicas.ops) zt_comm_destroy(&t->replicas);
     if (t->secondary.ops) zt_comm_destroy(&t->secondary);
-    zt_gpt_destroy(&t->gpt);
+    if (t->model) t->family->destroy(t->model);
     zt_data_destroy(&t->data);
     free(t->tokens);
     free(t->targets);
@@ -71,17 +75,17 @@ static void trainer_free(trainer *t) {
  * ZT_TEST_KILL_SAVE=STEP:RANK:K kills that rank (SIGKILL, as kill -9 does)
  * at the K-th point of the save of STEP. */
 typedef struct {
-    const zt_train_config *cfg;
+    const zt_train_hooks *hooks;
     int step, index; /* the save in progress and the next point's number */
 } save_points;
 
 static void at_save_point(void *arg, int rank, int step, const char *point) {
     save_points *sp = arg;
-    const zt_train_config *c = sp->cfg;
+    const zt_train_hooks *h = sp->hooks;
     if (sp->step != step) sp->step = step, sp->index = 0;
     int k = sp->index++;
-    if (c->test_list_points) fprintf(stderr, "save point: step %d rank %d #%d %s\n", step, rank, k, point);
-    if (step == c->test_kill_step && rank == c->test_kill_rank && k == c->test_kill_point) {
+    if (h->list_points) fprintf(stderr, "save point: step %d rank %d #%d %s\n", step, rank, k, point);
+    if (step == h->kill_step && rank == h->kill_rank && k == h->kill_point) {
         fprintf(stderr, "test hook: rank %d killed at save point #%d (%s) of step %d\n", rank, k, point, step);
         fflush(stderr);
         raise(SIGKILL);
@@ -227,6 +231,7 @@ static void print_rank_table(const zt_ctx *ctx, int N, const size_t *table, cons
 /* One run's state across its steps. */
 typedef struct {
     const zt_train_config *c;
+    const zt_train_hooks *test; /* fault injection (tests only) */
     zt_ctx *ctx;
     zt_comm *comm;
     trainer *t;
@@ -249,7 +254,7 @@ typedef struct {
     zt_coll_stats shard_before[ZT_COLL_KINDS], replicas_before[ZT_COLL_KINDS], secondary_before[ZT_COLL_KINDS];
     unsigned long long staging_allocs_before;
     zt_transfer_stats xfer_before;
-    zt_gpt_transfers act_before; /* the model's kept inputs (--offload-activations) */
+    zt_model_stats model_before; /* the model's replays and kept inputs' copies (--offload-activations) */
     zt_nvme_stats nvme_before;   /* the NVMe tier's I/O */
     zt_link_stats link_before; /* the modelled link's counters (zeros: none) */
     size_t driver_used, driver_total;
@@ -280,8 +285,8 @@ static zt_status open_data(run_state *r) {
 }
 
 /* The engine's configuration from the options (the model's spec laid out). */
-static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, const zt_model_spec *spec,
-                               zt_engine_config *ec, zt_error *err) {
+static zt_status engine_config(const zt_train_config *c, const zt_train_hooks *test, const zt_ctx *ctx,
+                               const zt_model_spec *spec, zt_engine_config *ec, zt_error *err) {
     int prefetch = c->prefetch;
     if (c->prefetch_bucket_size > 0) /* DeepSpeed's knob counts parameters; ours counts units */
         prefetch = (int)(c->prefetch_bucket_size / (int64_t)spec->largest_unit_numel);
@@ -314,9 +319,9 @@ static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, cons
                           .host_threads = ctx->be->nthreads,
                           .loss = {c->loss_scale, c->initial_scale_power, c->loss_scale_window, c->hysteresis,
                                    c->min_loss_scale}};
-    if (c->test_nvme_fail_rank < 0 || c->test_nvme_fail_rank == ctx->rank) {
-        e.nvme.io.fail_read_at = c->test_nvme_fail_read;
-        e.nvme.io.fail_write_at = c->test_nvme_fail_write;
+    if (test->nvme_fail_rank < 0 || test->nvme_fail_rank == ctx->rank) {
+        e.nvme.io.fail_read_at = test->nvme_fail_read;
+        e.nvme.io.fail_write_at = test->nvme_fail_write;
     }
     if (!zt_dtype_parse(c->dtype, &e.dtype) || !zt_dtype_parse(c->reduce_dtype, &e.reduce_dtype) ||
         !zt_optimizer_parse(c->optimizer, &e.optimizer) || !zt_nvme_io_parse(c->nvme_io, &e.nvme.io.io))
@@ -386,30 +391,38 @@ static zt_status make_secondary(run_state *r) {
     return zt_engine_set_secondary(&r->t->eng, &r->t->secondary);
 }
 
+/* The model's instance, its spec laid out over the shard group. */
+static zt_status build_model(run_state *r, zt_comm **shard) {
+    const zt_train_config *c = r->c;
+    zt_error *err = &r->ctx->err;
+    trainer *t = r->t;
+    ZT_TRY(zt_train_config_model(c, t->data.vocab, &t->settings, err));
+    ZT_TRY(t->family->resolve(&t->settings, err));
+    ZT_TRY(t->family->create(&t->model, &t->settings, err));
+    ZT_TRY(t->family->freeze(t->model, c->freeze, err));
+    ZT_TRY(make_groups(r));
+    *shard = t->groups > 1 ? &t->shard : r->comm;
+    zt_spec_layout(t->family->spec(t->model), (*shard)->world_size);
+    return ZT_OK;
+}
+
 /* The model and the engine, resumed from a checkpoint when asked; sets r->start. */
 static zt_status create_model(run_state *r) {
     const zt_train_config *c = r->c;
     zt_ctx *ctx = r->ctx;
     zt_error *err = &ctx->err;
     trainer *t = r->t;
-    zt_gpt_config gc = {.layers = c->layers, .d_model = c->d_model, .heads = c->heads, .seq_len = c->seq_len,
-                        .vocab = t->data.vocab, .micro_batch = c->micro_batch, .tied = c->tied,
-                        .seed = (uint64_t)c->seed, .attention_fused = strcmp(c->attention, "fused") == 0,
-                        .offload_activations = strcmp(c->offload_activations, "cpu") == 0};
-    ZT_TRY(zt_recompute_parse(c->recompute, &gc.recompute, err));
-    ZT_TRY(zt_gpt_create(&t->gpt, &gc, err));
-    ZT_TRY(zt_gpt_freeze(&t->gpt, c->freeze, err));
-    ZT_TRY(make_groups(r));
-    zt_comm *shard = t->groups > 1 ? &t->shard : r->comm;
-    zt_spec_layout(t->gpt.spec, shard->world_size);
+    zt_comm *shard;
+    ZT_TRY(build_model(r, &shard));
+    zt_model_spec *spec = t->family->spec(t->model);
     zt_engine_config ec;
-    ZT_TRY(engine_config(c, ctx, t->gpt.spec, &ec, err));
+    ZT_TRY(engine_config(c, r->test, ctx, spec, &ec, err));
     zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_INIT);
-    ZT_TRY(zt_engine_init_hybrid(&t->eng, ctx, shard, t->groups > 1 ? &t->replicas : NULL, r->comm, t->gpt.spec, &ec,
-                                 zt_gpt_init_param, &t->gpt));
+    ZT_TRY(zt_engine_init_hybrid(&t->eng, ctx, shard, t->groups > 1 ? &t->replicas : NULL, r->comm, spec, &ec,
+                                 t->family->init_param, t->model));
     ZT_TRY(make_secondary(r));
-    zt_log_rank0(&ctx->log, "model: %zu parameters in %d units (largest %zu padded), dtype %s, ZeRO stage %d on %d "
-                 "rank(s)", t->gpt.spec->total_numel, t->gpt.spec->nunits, t->gpt.spec->largest_unit_numel, c->dtype,
+    zt_log_rank0(&ctx->log, "model: %s, %zu parameters in %d units (largest %zu padded), dtype %s, ZeRO stage %d on "
+                 "%d rank(s)", t->family->family, spec->total_numel, spec->nunits, spec->largest_unit_numel, c->dtype,
                  c->stage, r->comm->world_size);
     zt_nvme_stats nv = zt_engine_nvme_stats(&t->eng);
     if (nv.path)
@@ -417,9 +430,8 @@ static zt_status create_model(run_state *r) {
                      strcmp(c->offload_params, "nvme") == 0 ? ", state and parameter shards" : ", state", nv.path,
                      nv.file_bytes, c->nvme_buffers, c->nvme_block_size);
     /* What a checkpoint must agree with to be loaded, and what it records. */
-    t->run_info = json_pack("{s:{s:i,s:i,s:i,s:i,s:i,s:b},s:I,s:s,s:i}", "model", "layers", c->layers, "d_model",
-                            c->d_model, "heads", c->heads, "seq_len", c->seq_len, "vocab", t->data.vocab, "tied",
-                            c->tied, "seed", (json_int_t)c->seed, "data", c->data, "micro_batch", c->micro_batch);
+    t->run_info = json_pack("{s:o,s:I,s:s,s:i}", "model", t->family->describe(&t->settings), "seed",
+                            (json_int_t)c->seed, "data", c->data, "micro_batch", c->micro_batch);
     if (!t->run_info) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot describe the run");
     r->start = 0;
     if (!c->resume[0]) return ZT_OK;
@@ -452,8 +464,8 @@ static zt_status open_outputs(run_state *r) {
         zt_trace_watch_mem(&t->trace, &ctx->device_mem);
         zt_trace_watch_mem(&t->trace, &ctx->host_mem);
     }
-    r->points = (save_points){c, -1, 0};
-    r->hooks = (zt_ckpt_hooks){c->test_list_points || c->test_kill_step >= 0 ? at_save_point : NULL, &r->points};
+    r->points = (save_points){r->test, -1, 0};
+    r->hooks = (zt_ckpt_hooks){r->test->list_points || r->test->kill_step >= 0 ? at_save_point : NULL, &r->points};
     return ZT_OK;
 }
 
@@ -468,35 +480,36 @@ static int seq_len_at(const zt_train_config *c, int rank, int step) {
     return lo + (int)zt_rng_below(&jr, (uint32_t)(T - lo + 1));
 }
 
-/* The GPT's half of a step (zt_step_model): each micro-batch's data, then
- * its forward and backward. */
+/* The model's half of a step (zt_step_model): each micro-batch's data,
+ * then its forward and backward. */
 typedef struct {
     run_state *r;
     int T; /* this rank's sequence length in this step */
-} gpt_step;
+} model_step;
 
-static zt_status gpt_forward(void *arg, int step, int micro) {
-    gpt_step *g = arg;
+static zt_status model_forward(void *arg, int step, int micro) {
+    model_step *g = arg;
     const zt_train_config *c = g->r->c;
     trainer *t = g->r->t;
     zt_data_batch(&t->data, (uint64_t)c->seed, g->r->ctx->rank, step, micro, c->micro_batch, g->T, t->tokens,
                   t->targets);
-    return zt_gpt_forward(&t->gpt, &t->eng, t->tokens, t->targets, c->micro_batch, g->T, NULL);
+    return t->family->forward(t->model, &t->eng, t->tokens, t->targets, c->micro_batch, g->T);
 }
 
-static zt_status gpt_backward(void *arg, int step, int micro, float loss_scale) {
+static zt_status model_backward(void *arg, int step, int micro, float loss_scale) {
     (void)micro;
-    gpt_step *g = arg;
+    model_step *g = arg;
     const zt_train_config *c = g->r->c;
+    const zt_train_hooks *test = g->r->test;
     /* The mean's gradient over the step's tokens, times the loss scale. */
     float dloss = loss_scale / ((float)c->micro_batch * (float)g->T * (float)c->grad_accum);
-    if (step + 1 == c->test_overflow_step && g->r->ctx->rank == c->test_overflow_rank) dloss = INFINITY;
-    return zt_gpt_backward(&g->r->t->gpt, &g->r->t->eng, dloss);
+    if (step + 1 == test->overflow_step && g->r->ctx->rank == test->overflow_rank) dloss = INFINITY;
+    return g->r->t->family->backward(g->r->t->model, &g->r->t->eng, dloss);
 }
 
-static zt_status gpt_take_losses(void *arg, double *sum) {
-    gpt_step *g = arg;
-    return zt_gpt_take_losses(&g->r->t->gpt, g->r->ctx, sum);
+static zt_status model_take_losses(void *arg, double *sum) {
+    model_step *g = arg;
+    return g->r->t->family->take_losses(g->r->t->model, g->r->ctx, sum);
 }
 
 /* ZT_TEST_EXIT_STEP/RANK: that rank dies between backward and the optimizer;
@@ -504,11 +517,12 @@ static zt_status gpt_take_losses(void *arg, double *sum) {
  * then wait for it: the watchdog's case). */
 static void exit_hook(void *arg, int step) {
     run_state *r = arg;
-    if (r->c->test_stall_step == step + 1 && r->c->test_stall_rank == r->ctx->rank && !r->c->test_stall_forward) {
+    const zt_train_hooks *test = r->test;
+    if (test->stall_step == step + 1 && test->stall_rank == r->ctx->rank && !test->stall_forward) {
         zt_log_error(&r->ctx->log, "test hook: rank %d stalls at step %d", r->ctx->rank, step + 1);
         for (;;) sleep(60);
     }
-    if (r->c->test_exit_step != step + 1 || r->c->test_exit_rank != r->ctx->rank) return;
+    if (test->exit_step != step + 1 || test->exit_rank != r->ctx->rank) return;
     zt_log_error(&r->ctx->log, "test hook: rank %d exits abruptly at step %d", r->ctx->rank, step + 1);
     _exit(7);
 }
@@ -517,24 +531,24 @@ static void exit_hook(void *arg, int step) {
 static zt_status train_step(run_state *r, step_record *s) {
     const zt_train_config *c = r->c;
     trainer *t = r->t;
-    if (c->test_stall_forward && c->test_stall_step == s->step + 1 && c->test_stall_rank == r->ctx->rank) {
+    const zt_train_hooks *test = r->test;
+    if (test->stall_forward && test->stall_step == s->step + 1 && test->stall_rank == r->ctx->rank) {
         zt_log_error(&r->ctx->log, "test hook: rank %d stalls before step %d's forward", r->ctx->rank, s->step + 1);
         for (;;) sleep(60);
     }
-    t->gpt.recompute_time_s = 0.0;
     memcpy(s->comm_before, r->comm->stats, sizeof s->comm_before);
     memcpy(s->shard_before, r->t->shard.stats, sizeof s->shard_before);
     memcpy(s->replicas_before, r->t->replicas.stats, sizeof s->replicas_before);
     memcpy(s->secondary_before, r->t->secondary.stats, sizeof s->secondary_before);
     s->staging_allocs_before = r->comm->staging.pinned_allocs;
     s->xfer_before = zt_engine_transfers(&t->eng);
-    s->act_before = t->gpt.moved;
+    s->model_before = t->family->stats(t->model);
     s->nvme_before = zt_engine_nvme_stats(&t->eng);
     if (r->ctx->be->link) s->link_before = *r->ctx->be->link;
     s->T = seq_len_at(c, r->ctx->rank, s->step);
     s->lr = lr_at(c, s->step);
-    gpt_step g = {r, s->T};
-    zt_step_model model = {&g, gpt_forward, gpt_backward, gpt_take_losses};
+    model_step g = {r, s->T};
+    zt_step_model model = {&g, model_forward, model_backward, model_take_losses};
     zt_step_options opt = {c->grad_accum, s->lr, c->max_skipped_steps, exit_hook, r};
     ZT_TRY(zt_train_step(&t->eng, &model, &opt, s->step, &s->r));
     zt_backend_driver_mem(r->ctx->be, &s->driver_used, &s->driver_total); /* once per step */
@@ -551,10 +565,11 @@ static zt_status train_step(run_state *r, step_record *s) {
  * (--offload-activations): what crosses the link for offload. */
 static zt_transfer_stats all_transfers(const trainer *t) {
     zt_transfer_stats x = zt_engine_transfers(&t->eng);
-    x.d2h_bytes += t->gpt.moved.d2h_bytes;
-    x.d2h_s += t->gpt.moved.d2h_s;
-    x.h2d_bytes += t->gpt.moved.h2d_bytes;
-    x.h2d_s += t->gpt.moved.h2d_s;
+    zt_model_transfers moved = t->family->stats(t->model).moved;
+    x.d2h_bytes += moved.d2h_bytes;
+    x.d2h_s += moved.d2h_s;
+    x.h2d_bytes += moved.h2d_bytes;
+    x.h2d_s += moved.h2d_s;
     return x;
 }
 
@@ -562,15 +577,16 @@ static zt_transfer_stats all_transfers(const trainer *t) {
  * inputs' part of them, locked host bytes). */
 static json_t *offload_json(const zt_ctx *ctx, const trainer *t, const step_record *s) {
     zt_transfer_stats now = all_transfers(t), before = s->xfer_before;
-    before.d2h_bytes += s->act_before.d2h_bytes;
-    before.d2h_s += s->act_before.d2h_s;
-    before.h2d_bytes += s->act_before.h2d_bytes;
-    before.h2d_s += s->act_before.h2d_s;
+    zt_model_transfers moved = t->family->stats(t->model).moved, moved_before = s->model_before.moved;
+    before.d2h_bytes += moved_before.d2h_bytes;
+    before.d2h_s += moved_before.d2h_s;
+    before.h2d_bytes += moved_before.h2d_bytes;
+    before.h2d_s += moved_before.h2d_s;
     double d2h = now.d2h_bytes - before.d2h_bytes, d2h_s = now.d2h_s - before.d2h_s;
     double h2d = now.h2d_bytes - before.h2d_bytes, h2d_s = now.h2d_s - before.h2d_s;
     json_t *x = json_object();
-    json_object_set_new(x, "activations_d2h_bytes", json_real(t->gpt.moved.d2h_bytes - s->act_before.d2h_bytes));
-    json_object_set_new(x, "activations_h2d_bytes", json_real(t->gpt.moved.h2d_bytes - s->act_before.h2d_bytes));
+    json_object_set_new(x, "activations_d2h_bytes", json_real(moved.d2h_bytes - moved_before.d2h_bytes));
+    json_object_set_new(x, "activations_h2d_bytes", json_real(moved.h2d_bytes - moved_before.h2d_bytes));
     json_object_set_new(x, "d2h_bytes", json_real(d2h));
     json_object_set_new(x, "d2h_gbs", json_real(d2h_s > 0 ? d2h / d2h_s / 1e9 : 0.0));
     json_object_set_new(x, "h2d_bytes", json_real(h2d));
@@ -609,7 +625,8 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
     json_object_set_new(o, "forward_s", json_real(s->r.forward_s));
     json_object_set_new(o, "backward_s", json_real(s->r.backward_s));
     json_object_set_new(o, "optimizer_s", json_real(s->r.optimizer_s));
-    json_object_set_new(o, "recompute_time_s", json_real(t->gpt.recompute_time_s));
+    json_object_set_new(o, "recompute_time_s", json_real(t->family->stats(t->model).recompute_time_s -
+                                                         s->model_before.recompute_time_s));
     json_object_set_new(o, "tokens_per_s", json_real(tps));
     json_object_set_new(o, "seq_len", json_integer(s->T));
     json_object_set_new(o, "memory",
@@ -761,7 +778,7 @@ static zt_status write_summary(const run_state *r, const size_t *table, const ch
         local[k] = (int)table[(size_t)k * RANK_ROW + ROW_LOCAL_RANK];
     }
     const zt_train_config *c = r->c;
-    zt_summary s = {c, N, r->t->gpt.spec->total_numel, c->steps, r->start, r->t->losses, r->floor, tps, median,
+    zt_summary s = {c, N, r->t->family->spec(r->t->model)->total_numel, c->steps, r->start, r->t->losses, r->floor, tps, median,
                     digest, peak, cat, host, osp, hcat, node, local, hosts, r->comm->nnodes};
     zt_status st = zt_summary_write(&s, c->log_dir, &r->ctx->err);
     free(cols);
@@ -820,10 +837,10 @@ static zt_status finish(run_state *r) {
     return st != ZT_OK ? st : merged;
 }
 
-static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, trainer *t) {
+static zt_status run(const zt_train_config *c, const zt_train_hooks *test, zt_ctx *ctx, zt_comm *comm, trainer *t) {
     run_state r;
     memset(&r, 0, sizeof r);
-    r.c = c, r.ctx = ctx, r.comm = comm, r.t = t;
+    r.c = c, r.test = test, r.ctx = ctx, r.comm = comm, r.t = t;
     ZT_TRY(open_data(&r));
     ZT_TRY(create_model(&r));
     ZT_TRY(open_outputs(&r));
@@ -837,10 +854,12 @@ static zt_status run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm, train
     return finish(&r);
 }
 
-zt_status zt_train_run(const zt_train_config *c, zt_ctx *ctx, zt_comm *comm) {
+zt_status zt_train_run(const zt_train_config *c, const zt_train_model *family, const zt_train_hooks *test,
+                       zt_ctx *ctx, zt_comm *comm) {
     trainer t;
     memset(&t, 0, sizeof t);
-    zt_status st = run(c, ctx, comm, &t);
+    t.family = family;
+    zt_status st = run(c, test, ctx, comm, &t);
     /* A collective timed out: the caller aborts the job, and freeing device
      * memory now would wait for the collective that never ends. */
     if (st == ZT_ERR_TIMEOUT) return st;

@@ -5,11 +5,15 @@
 #include "train_config.h"
 #include "zt_comm.h"
 #include "zt_ctx.h"
+#include "zt_train_hooks.h"
+#include "zt_train_model.h"
 
-/* Runs the whole training described by cfg on ctx, this rank's part of it.
+/* Runs the whole training described by cfg of a model of `family` on ctx,
+ * this rank's part of it; `test` arms fault injection (tests only).
  * Collective: every rank of comm calls it. On error, ctx->err says
  * what failed; an OOM leaves ctx->device_mem as it was at the failure so the
  * caller can report it. */
-zt_status zt_train_run(const zt_train_config *cfg, zt_ctx *ctx, zt_comm *comm);
+zt_status zt_train_run(const zt_train_config *cfg, const zt_train_model *family, const zt_train_hooks *test,
+                       zt_ctx *ctx, zt_comm *comm);
 
 #endif

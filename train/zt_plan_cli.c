@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt.h"
-#include "gpt_plan.h"
+#include "zt_train.h"
+#include "zt_train_model.h"
 #include "train_config.h"
 
 typedef struct {
@@ -105,7 +105,8 @@ static zt_status synth_spec(zt_model_spec *spec, const zt_train_config *c, const
 /* What zt-plan plans: the engine's levers and the model's shape. */
 typedef struct {
     zt_plan_input in;
-    zt_gpt_plan_model model;
+    const zt_train_model *family; /* --model */
+    zt_model_plan model;          /* the settings and unit indices the family's walk reads */
     zt_model_spec *spec;
     int rank; /* --rank (-1: the rank with the most optimizer state) */
     int shard_group; /* --shard-group G (0: the world): the state is a G-rank group's */
@@ -141,7 +142,7 @@ static int fullest_rank(const plan_job *j) {
  * the delayed update, whose previous step's gradients live through the
  * whole step, adds the two. */
 static void add_offloaded_inputs(const plan_job *j, zt_plan *p) {
-    size_t act = zt_gpt_plan_offloaded_bytes(&j->model, j->in.compute_dtype);
+    size_t act = j->family->plan_offloaded_bytes(&j->model, j->in.compute_dtype);
     if (!act) return;
     if (!j->in.offload) {
         p->host_bytes = act;
@@ -202,7 +203,7 @@ static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
     j->in.world = world;
     j->in.stage = stage;
     j->in.rank = j->rank >= 0 && j->rank < world ? j->rank : fullest_rank(j);
-    zt_plan_compute(&j->in, zt_gpt_plan_walk, &j->model, out);
+    zt_plan_compute(&j->in, j->family->plan_walk, &j->model, out);
     add_offloaded_inputs(j, out);
 }
 
@@ -266,31 +267,25 @@ static int read_options(int argc, char **argv, plan_flags *pf, zt_train_config *
     return 0;
 }
 
-/* The units: the toy GPT's, or a GPT-shaped model from its totals. */
+/* The units: the family's model, or one shaped like it (embedding, blocks,
+ * head) from its totals. */
 static zt_status model_units(plan_job *j, zt_train_config *c, const plan_flags *pf, zt_error *err) {
     if (c->heads <= 0 || c->d_model % c->heads) c->heads = c->d_model >= 64 ? c->d_model / 64 : 1;
-    zt_gpt_config *gc = &j->model.cfg;
-    *gc = (zt_gpt_config){.layers = c->layers, .d_model = c->d_model, .heads = c->heads, .seq_len = c->seq_len,
-                          .vocab = strcmp(c->data, "markov") == 0 ? c->vocab : 256, .micro_batch = c->micro_batch,
-                          .tied = c->tied, .attention_fused = strcmp(c->attention, "fused") == 0,
-                          .offload_activations = strcmp(c->offload_activations, "cpu") == 0};
-    (void)zt_recompute_parse(c->recompute, &gc->recompute, err); /* checked by zt_train_config_validate */
+    zt_model_settings *s = &j->model.s;
+    ZT_TRY(zt_train_config_model(c, strcmp(c->data, "markov") == 0 ? c->vocab : 256, s, err));
+    ZT_TRY(j->family->resolve(s, err));
     j->spec = calloc(1, sizeof *j->spec);
     if (!j->spec) return ZT_FAIL(err, ZT_ERR_OOM, "no memory");
-    if (pf->params > 0) {
+    if (pf->params > 0)
         return synth_spec(j->spec, c, pf, &j->model.unit_embed, &j->model.first_block, &j->model.unit_head, err);
-    }
-    zt_gpt gpt;
-    memset(&gpt, 0, sizeof gpt);
-    zt_status st = zt_gpt_create(&gpt, gc, err);
-    if (st == ZT_OK) st = zt_gpt_freeze(&gpt, c->freeze, err);
+    void *model = NULL;
+    zt_status st = j->family->create(&model, s, err);
+    if (st == ZT_OK) st = j->family->freeze(model, c->freeze, err);
     if (st == ZT_OK) {
-        memcpy(j->spec, gpt.spec, sizeof *j->spec);
-        j->model.unit_embed = gpt.unit_embed;
-        j->model.first_block = gpt.first_block;
-        j->model.unit_head = gpt.unit_head;
+        memcpy(j->spec, j->family->spec(model), sizeof *j->spec);
+        j->family->plan_units(model, &j->model);
     }
-    zt_gpt_destroy(&gpt);
+    if (model) j->family->destroy(model);
     return st;
 }
 
@@ -380,7 +375,7 @@ static plan_transfers transfers_of(const plan_job *j, const zt_plan *p, const zt
     plan_transfers t;
     memset(&t, 0, sizeof t);
     double BT = (double)c->micro_batch * c->seq_len, accum = c->grad_accum;
-    double inputs = (double)zt_gpt_plan_offloaded_bytes(&j->model, j->in.compute_dtype);
+    double inputs = (double)j->family->plan_offloaded_bytes(&j->model, j->in.compute_dtype);
     t.bytes[ZT_LINK_H2D] = (double)p->transfer_bytes[ZT_LINK_H2D] +
                            accum * ((double)p->shard_bytes_per_micro + 2 * BT * 4 + inputs);
     t.bytes[ZT_LINK_D2H] = (double)p->transfer_bytes[ZT_LINK_D2H] + accum * (BT * 4 + inputs) + 8.0 * j->spec->nunits;
@@ -433,7 +428,7 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     json_object_set_new(o, "host_bytes", json_integer((json_int_t)p->host_bytes));
     /* --offload-activations cpu: the kept inputs' part of the host pool (its activations category) */
     json_object_set_new(o, "host_activations_bytes",
-                        json_integer((json_int_t)zt_gpt_plan_offloaded_bytes(&j->model, j->in.compute_dtype)));
+                        json_integer((json_int_t)j->family->plan_offloaded_bytes(&j->model, j->in.compute_dtype)));
     zt_alloc_mode mode = allocator_of(c);
     zt_plan_band band = zt_plan_reserved_band(mode);
     json_t *reserved = json_object();
@@ -519,7 +514,7 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
     printf("  expected reserved (%s allocator, uncapped): %s; measured runs fell within %+.0f%% .. %+.0f%% of "
            "this figure (docs/memory.md)\n", zt_alloc_mode_name(mode), a, 100 * band.lo, 100 * band.hi);
     gb(a, sizeof a, (double)p->host_bytes);
-    size_t inputs = zt_gpt_plan_offloaded_bytes(&j->model, j->in.compute_dtype);
+    size_t inputs = j->family->plan_offloaded_bytes(&j->model, j->in.compute_dtype);
     gb(b2, sizeof b2, (double)inputs);
     if (inputs) printf("  host pool (offload): %s, of which the blocks' kept inputs %s (--offload-activations cpu)\n", a, b2);
     else printf("  host pool (offload): %s\n", a);
@@ -543,23 +538,29 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
     printf("  host<->device per step: %s in, %s out; at %g,%g GB/s (%s): %.3f ms in, %.3f ms out\n", a, b2,
            t.gbs[ZT_LINK_H2D], t.gbs[ZT_LINK_D2H], t.link_given ? "the given link" : "PCIe 4.0, --link pcie4",
            1e3 * t.seconds[ZT_LINK_H2D], 1e3 * t.seconds[ZT_LINK_D2H]);
-    if (pf->device_mem) print_verdict(p, pf, &j->model.cfg.recompute, j->model.cfg.attention_fused, minw, fits);
+    if (pf->device_mem) print_verdict(p, pf, &j->model.s.recompute, j->model.s.attention_fused, minw, fits);
     if (largest[0] >= 0) printf("  the largest micro-batch that fits: %d\n", largest[0]);
     if (largest[1] >= 0) printf("  the longest sequence that fits: %d\n", largest[1]);
 }
 
-int main(int argc, char **argv) {
+int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int nmodels) {
     plan_flags pf = {.world = 1, .rank = -1};
     zt_train_config c;
     int rc = read_options(argc, argv, &pf, &c);
     if (rc >= 0) return rc;
     zt_error err = {0};
+    plan_job j;
+    memset(&j, 0, sizeof j);
+    j.family = zt_train_model_find(models, nmodels, c.model);
+    if (!j.family || !j.family->plan_walk) {
+        fprintf(stderr, "zt-plan: error: --model %s: %s\n", c.model,
+                j.family ? "this family has no planner walk" : "not a model family of this program");
+        return 2;
+    }
     if ((pf.max_micro_batch || pf.max_seq_len) && !pf.device_mem) {
         fprintf(stderr, "zt-plan: error: --max-micro-batch and --max-seq-len need --device-mem\n");
         return 2;
     }
-    plan_job j;
-    memset(&j, 0, sizeof j);
     if (model_units(&j, &c, &pf, &err) != ZT_OK) {
         fprintf(stderr, "zt-plan: error: %s\n", err.msg);
         free(j.spec);

@@ -1,4 +1,5 @@
-/* zt-train: the command-line driver. Only this file decides exit codes:
+/* zt-train's command line (zt_train_main, for a program built with a list
+ * of model families). Only this file decides exit codes:
  * 0 success, 1 runtime failure, 2 bad input (flags, config, checkpoint,
  * ranks that disagree, an option not available), 3 out of memory.
  *
@@ -21,6 +22,7 @@
 #include "train_config.h"
 #include "train_log.h"
 #include "trainer.h"
+#include "zt_train.h"
 #include "zt_agree.h"
 #include "zt_checkpoint.h"
 #include "zt_comm.h"
@@ -153,30 +155,43 @@ static int env_int(const char *name, int fallback) {
     return v && *v ? atoi(v) : fallback;
 }
 
-static void read_test_hooks(zt_train_config *cfg) {
-    cfg->test_exit_rank = env_int("ZT_TEST_EXIT_RANK", -1);
-    cfg->test_exit_step = env_int("ZT_TEST_EXIT_STEP", -1);
+zt_train_hooks zt_train_hooks_from_env(void) {
+    zt_train_hooks h = zt_train_hooks_none();
+    h.exit_rank = env_int("ZT_TEST_EXIT_RANK", -1);
+    h.exit_step = env_int("ZT_TEST_EXIT_STEP", -1);
     const char *stall = getenv("ZT_TEST_STALL");
     char where[16] = "";
-    int got = stall ? sscanf(stall, "%d:%d:%15s", &cfg->test_stall_rank, &cfg->test_stall_step, where) : 0;
-    if (stall && got < 2) cfg->test_stall_step = -1;
-    cfg->test_stall_forward = got == 3 && strcmp(where, "forward") == 0;
-    cfg->test_list_points = env_int("ZT_TEST_SAVE_POINTS", 0);
+    int got = stall ? sscanf(stall, "%d:%d:%15s", &h.stall_rank, &h.stall_step, where) : 0;
+    if (stall && got < 2) h.stall_step = -1;
+    h.stall_forward = got == 3 && strcmp(where, "forward") == 0;
+    h.list_points = env_int("ZT_TEST_SAVE_POINTS", 0);
     const char *kill = getenv("ZT_TEST_KILL_SAVE");
-    if (kill && sscanf(kill, "%d:%d:%d", &cfg->test_kill_step, &cfg->test_kill_rank, &cfg->test_kill_point) != 3)
-        cfg->test_kill_step = -1;
+    if (kill && sscanf(kill, "%d:%d:%d", &h.kill_step, &h.kill_rank, &h.kill_point) != 3) h.kill_step = -1;
     /* read|write:N[:RANK]: the N-th request of that kind fails (every rank without RANK) */
     const char *nvme = getenv("ZT_TEST_NVME_FAIL");
     char kind[8] = "";
     long nth = 0;
-    cfg->test_nvme_fail_rank = -1;
-    if (nvme && sscanf(nvme, "%7[a-z]:%ld:%d", kind, &nth, &cfg->test_nvme_fail_rank) >= 2) {
-        if (strcmp(kind, "read") == 0) cfg->test_nvme_fail_read = nth;
-        if (strcmp(kind, "write") == 0) cfg->test_nvme_fail_write = nth;
+    if (nvme && sscanf(nvme, "%7[a-z]:%ld:%d", kind, &nth, &h.nvme_fail_rank) >= 2) {
+        if (strcmp(kind, "read") == 0) h.nvme_fail_read = nth;
+        if (strcmp(kind, "write") == 0) h.nvme_fail_write = nth;
     }
     const char *overflow = getenv("ZT_TEST_OVERFLOW");
-    if (overflow && sscanf(overflow, "%d:%d", &cfg->test_overflow_step, &cfg->test_overflow_rank) != 2)
-        cfg->test_overflow_step = -1;
+    if (overflow && sscanf(overflow, "%d:%d", &h.overflow_step, &h.overflow_rank) != 2) h.overflow_step = -1;
+    return h;
+}
+
+/* --model: one of the families this program was built with. */
+static zt_status find_family(const zt_train_config *cfg, const zt_train_model *const *models, int nmodels,
+                             const zt_train_model **family, zt_error *err) {
+    *family = zt_train_model_find(models, nmodels, cfg->model);
+    if (*family) return ZT_OK;
+    char names[256] = "";
+    for (int k = 0; k < nmodels; k++) {
+        size_t n = strlen(names);
+        snprintf(names + n, sizeof names - n, "%s%s", k ? ", " : "", models[k]->family);
+    }
+    return ZT_FAIL(err, ZT_ERR_INVALID, "--model %s: not a model family of this program (it has %s)", cfg->model,
+                   names);
 }
 
 /* ---- what the ranks agree on ---- */
@@ -377,7 +392,7 @@ static int print_config(const job *j, const zt_train_config *cfg) {
     return 0;
 }
 
-int main(int argc, char **argv) {
+int zt_train_main(int argc, char **argv, const zt_train_model *const *models, int nmodels) {
     MPI_Init(&argc, &argv);
     const char *alone = getenv("ZT_FAIL_ALONE_AFTER_S");
     job j = {"zt-train", 0, 1, MPI_COMM_NULL, alone && atof(alone) > 0 ? atof(alone) : FAIL_ALONE_AFTER_S};
@@ -387,11 +402,13 @@ int main(int argc, char **argv) {
 
     zt_train_config cfg;
     zt_train_config_defaults(&cfg);
-    read_test_hooks(&cfg);
+    zt_train_hooks hooks = zt_train_hooks_from_env();
     zt_error err = {0};
     int want_help = 0;
+    const zt_train_model *family = NULL;
     zt_status st = zt_train_config_parse(&cfg, argc, argv, &want_help, &err);
     if (st == ZT_OK && !want_help) st = zt_train_config_validate(&cfg, &err);
+    if (st == ZT_OK && !want_help) st = find_family(&cfg, models, nmodels, &family, &err);
     long long batch = (long long)cfg.micro_batch * cfg.grad_accum * j.world;
     if (st == ZT_OK && cfg.train_batch_size > 0 && cfg.train_batch_size != batch)
         st = ZT_FAIL(&err, ZT_ERR_INVALID,
@@ -415,7 +432,7 @@ int main(int argc, char **argv) {
     memset(&comm, 0, sizeof comm);
     code = start(&j, &cfg, &comm, &ctx);
     if (code == 0) {
-        st = zt_train_run(&cfg, &ctx, &comm);
+        st = zt_train_run(&cfg, family, &hooks, &ctx, &comm);
         abort_on_timeout(&j, st, &ctx.err, &comm);
         if (st == ZT_ERR_OOM) report_oom(&ctx, &cfg);
         code = settle(&j, st, &ctx.err, "");

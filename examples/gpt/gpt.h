@@ -1,17 +1,16 @@
 /* The toy GPT: a GPT-2-style decoder (token + position embedding, L pre-LN
  * blocks of causal self-attention and a GELU MLP, final LayerNorm, LM head,
- * tied or untied). It declares its parameters in units (embedding, each block,
- * final norm + head) and runs unit by unit through the engine's gather /
- * grad_buffer / grads_ready API; it knows nothing of ranks or stages. */
+ * tied or untied). It declares its parameters in units (embedding, each
+ * block, final norm + head) and gives the decoder scaffold
+ * (train/zt_decoder.h) its layers; it knows nothing of ranks or stages. */
 #ifndef ZT_GPT_H
 #define ZT_GPT_H
 
 #include <stdint.h>
 
+#include "zt_decoder.h"
 #include "zt_engine.h"
 #include "zt_recompute.h"
-#include "zt_tensor.h"
-#include "zt_units.h"
 
 typedef struct {
     int layers, d_model, heads, seq_len, vocab, micro_batch;
@@ -45,56 +44,10 @@ typedef struct {
     size_t total;
 } zt_gpt_block_layout;
 
-/* Host memory that copies to and from the device go through within a step:
- * pinned where the backend provides it (raw_host), so the copies are truly
- * asynchronous (from pageable memory a host-to-device copy first waits for
- * the stream). Filled front to back and emptied only after a stream sync, so
- * no queued copy ever sees its bytes reused. */
 typedef struct {
-    char *buf;
-    size_t cap, used; /* bytes */
-    zt_raw_allocator alloc;
-} zt_host_staging;
-
-/* Bytes and host seconds (issuing the copies and waiting for them) of the
- * kept inputs' copies under --offload-activations cpu, per direction. */
-typedef struct {
-    double d2h_bytes, h2d_bytes, d2h_s, h2d_s;
-} zt_gpt_transfers;
-
-typedef struct {
+    zt_decoder dec; /* the scaffold: spec, units, activations, losses (train/zt_decoder.h) */
     zt_gpt_config cfg;
-    zt_model_spec *spec; /* heap: the unit table is large */
-    int unit_embed, unit_head, first_block;
-    int p_wte, p_wpe, p_lnf_w, p_lnf_b, p_lm_head; /* p_lm_head < 0 when tied */
-
-    /* Per micro-batch state between forward and backward. */
-    int B, T;                  /* shapes of the current micro-batch */
-    zt_dtype act;              /* compute dtype of its activations (the engine's) */
-    zt_tensor tokens;          /* [B,T] int32 (as fp32-sized words), category other */
-    zt_tensor targets;         /* [B,T] int32 */
-    zt_tensor encoded;         /* [B,T,C] act: embedding output */
-    zt_tensor *block_acts;     /* [layers] one buffer each, laid out by zt_gpt_block_layout */
-    zt_tensor *block_out;      /* [layers] what a recomputed block keeps: its output [B,T,C]
-                                * (full) or its GEMM outputs (selective, zt_gpt_kept_layout) */
-    double recompute_time_s;   /* forward replays since the last reset */
-    /* --offload-activations cpu (zt_gpt_offload_*, docs/memory.md): block
-     * l's kept input while it is in the host pool, and the event of its
-     * copy out (forward) or back (backward) that its next step waits on. */
-    zt_tensor *input_host;     /* [layers] [B,T,C] act, host pool, category activations */
-    void **input_copy;         /* [layers] backend events; NULL: none in flight */
-    zt_gpt_transfers moved;    /* the kept inputs' copies since creation */
-    zt_tensor head_acts;       /* zt_gpt_head_layout: lnf, lnf_mean, lnf_rstd, probs, losses */
-
-    /* Per-position losses of the micro-batches forwarded since the last
-     * zt_gpt_take_losses, copied to the host behind the compute stream so
-     * that reading them (a wait) happens once per step, not between forward
-     * and backward; and the token ids of those micro-batches on their way
-     * to the device. Both are emptied by zt_gpt_take_losses. */
-    zt_host_staging losses_host; /* fp32 [positions of the pending micro-batches] */
-    zt_host_staging ids_host;    /* int32 [2 x positions]: tokens, targets per micro-batch */
-    size_t *loss_micro_n;      /* [loss_micros_cap] positions of each pending micro-batch */
-    int loss_micros, loss_micros_cap;
+    int p_wte, p_wpe, p_lnf_w, p_lnf_b, p_lm_head; /* parameter indices; p_lm_head < 0 when tied */
 } zt_gpt;
 
 zt_status zt_gpt_create(zt_gpt *gpt, const zt_gpt_config *cfg, zt_error *err);

@@ -1,9 +1,9 @@
-/* --freeze: which of the GPT's units are not trained. */
+/* freeze: which of a decoder's units are not trained. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt.h"
+#include "zt_decoder.h"
 
 /* "blocks", "blocks:K" or "blocks:A-B" (inclusive) into [*lo, *hi]; 0 when malformed. */
 static int block_range(const char *item, int layers, int *lo, int *hi) {
@@ -23,35 +23,35 @@ static int block_range(const char *item, int layers, int *lo, int *hi) {
 }
 
 /* One item of the list. */
-static zt_status freeze_item(zt_gpt *g, const char *item, zt_error *err) {
-    int L = g->cfg.layers, lo, hi;
+static zt_status freeze_item(zt_decoder *d, const char *item, zt_error *err) {
+    int L = d->cfg.layers, lo, hi;
     if (strcmp(item, "embedding") == 0) {
-        g->spec->units[g->unit_embed].frozen = 1;
+        d->spec->units[d->unit_embed].frozen = 1;
         return ZT_OK;
     }
     if (strcmp(item, "head") == 0) {
-        g->spec->units[g->unit_head].frozen = 1;
+        d->spec->units[d->unit_head].frozen = 1;
         return ZT_OK;
     }
     if (!block_range(item, L, &lo, &hi))
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--freeze: '%s' is not embedding, head, blocks, blocks:K or blocks:A-B",
+        return ZT_FAIL(err, ZT_ERR_INVALID, "freeze: '%s' is not embedding, head, blocks, blocks:K or blocks:A-B",
                        item);
     if (hi >= L)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--freeze: '%s' names block %d; the model has blocks 0-%d", item, hi,
+        return ZT_FAIL(err, ZT_ERR_INVALID, "freeze: '%s' names block %d; the model has blocks 0-%d", item, hi,
                        L - 1);
-    for (int k = lo; k <= hi; k++) g->spec->units[g->first_block + k].frozen = 1;
+    for (int k = lo; k <= hi; k++) d->spec->units[d->first_block + k].frozen = 1;
     return ZT_OK;
 }
 
-zt_status zt_gpt_freeze(zt_gpt *g, const char *list, zt_error *err) {
+zt_status zt_decoder_freeze(zt_decoder *d, const char *list, zt_error *err) {
     char buf[256];
     if (!list || !list[0] || strcmp(list, "none") == 0) return ZT_OK;
     if (snprintf(buf, sizeof buf, "%s", list) >= (int)sizeof buf)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--freeze: the list is longer than %zu characters", sizeof buf - 1);
+        return ZT_FAIL(err, ZT_ERR_INVALID, "freeze: the list is longer than %zu characters", sizeof buf - 1);
     for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save))
-        ZT_TRY(freeze_item(g, item, err));
+        ZT_TRY(freeze_item(d, item, err));
     int trained = 0;
-    for (int u = 0; u < g->spec->nunits; u++) trained += !g->spec->units[u].frozen;
-    if (!trained) return ZT_FAIL(err, ZT_ERR_INVALID, "--freeze %s leaves nothing to train", list);
+    for (int u = 0; u < d->spec->nunits; u++) trained += !d->spec->units[u].frozen;
+    if (!trained) return ZT_FAIL(err, ZT_ERR_INVALID, "freeze %s leaves nothing to train", list);
     return ZT_OK;
 }

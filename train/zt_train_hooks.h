@@ -1,0 +1,37 @@
+/* Fault injection for tests, kept apart from the user's options: zt-train
+ * reads these from ZT_TEST_* environment variables (never from flags or
+ * config files) and hands them to zt_train_run. A run without them passes
+ * zt_train_hooks_none(). */
+#ifndef ZT_TRAIN_HOOKS_H
+#define ZT_TRAIN_HOOKS_H
+
+typedef struct {
+    /* ZT_TEST_EXIT_RANK / ZT_TEST_EXIT_STEP: that rank exits abruptly
+     * between backward and the optimizer of that step (1-based). */
+    int exit_rank, exit_step;
+    /* ZT_TEST_STALL=RANK:STEP[:forward]: that rank stops answering (sleeps)
+     * before the step's optimizer, or before its forward. */
+    int stall_rank, stall_step, stall_forward;
+    /* ZT_TEST_KILL_SAVE=STEP:RANK:POINT: that rank dies (SIGKILL) at the
+     * POINT-th crash point of that save (zt_ckpt_hooks);
+     * ZT_TEST_SAVE_POINTS=1 prints every point a save passes. */
+    int kill_step, kill_rank, kill_point, list_points;
+    /* ZT_TEST_OVERFLOW=STEP:RANK: that rank's loss gradient is inf at that
+     * step, as an fp16 overflow on one rank. */
+    int overflow_step, overflow_rank;
+    /* ZT_TEST_NVME_FAIL=read|write:N[:RANK]: that rank's (every rank's
+     * when -1) N-th request of that kind fails (zt_nvme.h). */
+    long nvme_fail_read, nvme_fail_write;
+    int nvme_fail_rank;
+} zt_train_hooks;
+
+/* No hook armed. */
+static inline zt_train_hooks zt_train_hooks_none(void) {
+    return (zt_train_hooks){.exit_rank = -1, .exit_step = -1, .stall_rank = -1, .stall_step = -1,
+                            .kill_step = -1, .overflow_step = -1, .nvme_fail_rank = -1};
+}
+
+/* The hooks the ZT_TEST_* variables of this process arm. */
+zt_train_hooks zt_train_hooks_from_env(void);
+
+#endif
