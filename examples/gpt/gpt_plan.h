@@ -5,6 +5,7 @@
 #define ZT_GPT_PLAN_H
 
 #include "gpt.h"
+#include "zt_decoder_plan.h"
 #include "zt_plan.h"
 
 typedef struct {
