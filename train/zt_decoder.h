@@ -149,4 +149,17 @@ size_t zt_decoder_input_bytes(int d_model, int B, int T, zt_dtype act);
 /* Zeroes n elements of `size` bytes of device memory on stream s. */
 void zt_decoder_zero(zt_stream *s, void *p, size_t n, size_t size);
 
+/* The model interface's hooks every decoder family shares: `self` is the
+ * family's instance, whose first member is its zt_decoder. */
+zt_model_spec *zt_decoder_model_spec(void *self);
+zt_status zt_decoder_model_freeze(void *self, const char *list, zt_error *err);
+zt_status zt_decoder_model_forward(void *self, zt_engine *eng, const int32_t *tokens, const int32_t *targets, int B,
+                                   int T);
+zt_status zt_decoder_model_backward(void *self, zt_engine *eng, float dloss);
+zt_status zt_decoder_model_take_losses(void *self, zt_ctx *ctx, double *sum_of_means);
+void zt_decoder_model_free_activations(void *self, zt_engine *eng);
+zt_model_stats zt_decoder_model_stats(const void *self);
+int zt_decoder_model_tensors(void *self, zt_model_tensor *out, int cap);
+void zt_decoder_model_plan_units(void *self, zt_model_plan *out);
+
 #endif

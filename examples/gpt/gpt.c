@@ -4,6 +4,7 @@
 #include "gpt.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,3 +367,4 @@ zt_status zt_gpt_take_losses(zt_gpt *g, zt_ctx *ctx, double *sum_of_means) {
 void zt_gpt_free_activations(zt_gpt *g, zt_engine *eng) { zt_decoder_free_activations(&g->dec, eng); }
 
 zt_status zt_gpt_freeze(zt_gpt *g, const char *list, zt_error *err) { return zt_decoder_freeze(&g->dec, list, err); }
+_Static_assert(offsetof(zt_gpt, dec) == 0, "the decoder scaffold's shared hooks take a zt_gpt as its zt_decoder");
