@@ -29,20 +29,26 @@ typedef enum { ZT_COPY_H2D, ZT_COPY_D2H, ZT_COPY_D2D, ZT_COPY_H2H } zt_copy_kind
 /* Kernel table of one compute dtype (`dtype`). The model's tensors, its
  * activations, their gradients and the gathered parameters, are `void *` in
  * that dtype; parameter gradients (`float *` dw, db, dbias, dwte, dwpe),
- * layernorm mean/rstd, attention log-sum-exp, its datt scratch and the
- * losses are fp32 in every dtype, and every kernel accumulates in fp32.
- * All tensors are contiguous on the backend's device. Backward kernels
- * ACCUMULATE (+=) into parameter gradients and into input gradients, so
- * callers zero those buffers once; forward kernels overwrite their outputs.
- * Shapes are in the comments: B batch, T sequence, C channels, NH heads,
- * V vocabulary, N rows. The engine's operations at the end (adamw ..
- * sum_squares) are the same in every table. */
+ * layernorm mean/rstd, rmsnorm rstd, attention log-sum-exp, its datt
+ * scratch and the losses are fp32 in every dtype, and every kernel
+ * accumulates in fp32. All tensors are contiguous on the backend's device.
+ * Backward kernels ACCUMULATE (+=) into parameter gradients and into input
+ * gradients, so callers zero those buffers once, except where a comment
+ * says "overwritten" (matmul's dinp, gelu_bwd, swiglu_bwd, the in-place
+ * rope_bwd); forward kernels overwrite their outputs. Shapes are in the
+ * comments: B batch, T sequence, C channels, NH query heads, NKV key/value
+ * heads, HD head size, F hidden size of the MLP, V vocabulary, N rows. The
+ * engine's operations at the end (adamw .. sum_squares) are the same in
+ * every table. */
 typedef struct {
     zt_dtype dtype;
-    /* out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :] */
+    /* out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]; wpe[T,C] may be NULL
+     * (no position embedding: a Llama encodes positions with RoPE), then
+     * out = wte[tokens[b,t], :], copied bit for bit */
     void (*embedding_fwd)(zt_stream *s, void *out, const int32_t *tokens, const void *wte, const void *wpe, int B,
                           int T, int C);
-    /* dwte[V,C] += scatter(dout), dwpe[T,C] += sum_b dout */
+    /* dwte[V,C] += scatter(dout), dwpe[T,C] += sum_b dout (dwpe may be NULL:
+     * no position embedding) */
     void (*embedding_bwd)(zt_stream *s, float *dwte, float *dwpe, const void *dout, const int32_t *tokens, int B,
                           int T, int C);
     /* out[N,C] = (inp - mean) * rstd * w + b; mean[N], rstd[N] saved for backward */
@@ -100,6 +106,52 @@ typedef struct {
     /* dlogits[N,V] = (probs - onehot(targets)) * dloss (overwrite; may alias probs) */
     void (*softmax_xent_bwd)(zt_stream *s, void *dlogits, const void *probs, const int32_t *targets, int N, int V,
                              float dloss);
+    /* ---- the Llama kernels (RMSNorm, RoPE, SwiGLU, grouped-query attention) ---- */
+    /* out[N,C] = inp * rstd * w, rstd[N] = 1 / sqrt(mean_c(inp^2) + eps)
+     * (fp32, saved for backward); w[C] */
+    void (*rmsnorm_fwd)(zt_stream *s, void *out, float *rstd, const void *inp, const void *w, int N, int C,
+                        float eps);
+    /* dinp[N,C] += ..., dw[C] += ... from dout[N,C], inp[N,C], w[C] and the
+     * forward's rstd[N] */
+    void (*rmsnorm_bwd)(zt_stream *s, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                        const float *rstd, int N, int C);
+    /* IN PLACE on qkv[B,T,(NH+2*NKV)*HD], per token [q: NH heads | k: NKV
+     * heads | v: NKV heads] of HD each (HD even): every q and k head at
+     * position t is rotated as Hugging Face transformers' Llama does
+     * (rotate-half: element i pairs with i + HD/2), v is untouched. For
+     * i < HD/2, in this order:
+     *   e   = (float)(2i) / (float)HD                       fp32
+     *   f_i = (float)(1.0 / pow((double)theta, (double)e))   rounded once to fp32
+     *   a   = (float)t * f_i                                 fp32 product
+     *   c   = (float)cos((double)a), s = (float)sin((double)a)
+     *   (x_i, x_{i+HD/2}) <- (x_i c - x_{i+HD/2} s, x_{i+HD/2} c + x_i s)   fp32, rounded once
+     * HF computes f_i and the angle in fp32 too. f, cos and sin through
+     * double are correctly rounded nearly always, so the CPU and CUDA tables
+     * agree to the bit almost everywhere, by an fp32 ulp of f, c or s at
+     * worst. In 16-bit dtypes c and s stay fp32 and the result is rounded
+     * once (HF's bf16 model rounds c, s and each product to bf16). */
+    void (*rope_fwd)(zt_stream *s, void *qkv, int B, int T, int NH, int NKV, int HD, float theta);
+    /* IN PLACE on dqkv[B,T,(NH+2*NKV)*HD]: the transposed rotation (angle
+     * -a, the same c and s as rope_fwd) of the q and k parts; v untouched.
+     * Overwrites: rope is a linear map, and its gradient is applied in place. */
+    void (*rope_bwd)(zt_stream *s, void *dqkv, int B, int T, int NH, int NKV, int HD, float theta);
+    /* out[N,F] = silu(gate) * up, gate_up[N,2F] per row [gate (F) | up (F)],
+     * silu(x) = x / (1 + exp(-x)) */
+    void (*swiglu_fwd)(zt_stream *s, void *out, const void *gate_up, int N, int F);
+    /* dgate_up[N,2F] = [dout * up * silu'(gate) | dout * silu(gate)]
+     * (overwritten, as gelu_bwd) from gate_up[N,2F] and dout[N,F] */
+    void (*swiglu_bwd)(zt_stream *s, void *dgate_up, const void *gate_up, const void *dout, int N, int F);
+    /* Grouped-query attention through attention_fwd/bwd (and the fused
+     * pair) on C = NH*HD: qkv[N,(NH+2*NKV)*HD] -> qkv_full[N,3*NH*HD]
+     * (overwritten), q copied, and k and v head j (of NKV) copied into query
+     * heads j*G .. j*G+G-1, G = NH/NKV (NH a multiple of NKV). N = B*T. */
+    void (*gqa_expand)(zt_stream *s, void *qkv_full, const void *qkv, int N, int NH, int NKV, int HD);
+    /* The transpose of gqa_expand: dqkv[N,(NH+2*NKV)*HD] += ... from
+     * dqkv_full[N,3*NH*HD]: the q part added; k and v head j get the fp32
+     * sum over its G query heads (in head order), added once (one rounding
+     * in a 16-bit dtype) */
+    void (*gqa_reduce)(zt_stream *s, void *dqkv, const void *dqkv_full, int N, int NH, int NKV, int HD);
+    /* ---- the engine's operations ---- */
     /* AdamW on n contiguous elements, t = 1-based step for bias correction:
      * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p) */

@@ -9,7 +9,7 @@
  *                fp32 results are bit for bit what they were
  *   KFN(name)    the kernel's name in this dtype
  * Every kernel reads and writes ACT and accumulates in fp32; parameter
- * gradients, layernorm statistics, log-sum-exp and losses are fp32 in every
+ * gradients, layernorm and rmsnorm statistics, log-sum-exp and losses are fp32 in every
  * dtype (see zt_ops). Kernels never allocate; 16-bit tiles widened for a
  * GEMM live on the stack (ops_matmul.inc). */
 #ifndef ZT_CPU_KERNELS_H
@@ -28,7 +28,10 @@
         .attention_fused_fwd = KFN(attention_fused_fwd), .attention_fused_bwd = KFN(attention_fused_bwd), \
         .gelu_fwd = KFN(gelu_fwd), .gelu_bwd = KFN(gelu_bwd), .residual_fwd = KFN(residual_fwd),  \
         .residual_bwd = KFN(residual_bwd), .softmax_xent_fwd = KFN(softmax_xent_fwd),              \
-        .softmax_xent_bwd = KFN(softmax_xent_bwd), .adamw = zt_cpu_adamw, .sgd = zt_cpu_sgd, .cast = zt_cpu_cast,     \
+        .softmax_xent_bwd = KFN(softmax_xent_bwd), .rmsnorm_fwd = KFN(rmsnorm_fwd),                \
+        .rmsnorm_bwd = KFN(rmsnorm_bwd), .rope_fwd = KFN(rope_fwd), .rope_bwd = KFN(rope_bwd),     \
+        .swiglu_fwd = KFN(swiglu_fwd), .swiglu_bwd = KFN(swiglu_bwd), .gqa_expand = KFN(gqa_expand), \
+        .gqa_reduce = KFN(gqa_reduce), .adamw = zt_cpu_adamw, .sgd = zt_cpu_sgd, .cast = zt_cpu_cast,     \
         .adam8bit = zt_cpu_adam8bit, .factor_stats = zt_cpu_factor_stats,                          \
         .adafactor_precondition = zt_cpu_adafactor_precondition, .adafactor_apply = zt_cpu_adafactor_apply, \
         .scale = zt_cpu_scale, .scaled_store = zt_cpu_scaled_store, .sum_squares = zt_cpu_sum_squares, \

@@ -14,5 +14,9 @@
 #include "ops_attention_fused.inc"
 #include "ops_gelu_residual.inc"
 #include "ops_loss.inc"
+#include "ops_rmsnorm.inc"
+#include "ops_rope.inc"
+#include "ops_swiglu.inc"
+#include "ops_gqa.inc"
 
 const zt_ops zt_cpu_ops_fp16 = ZT_CPU_OPS_TABLE(ZT_FP16);

@@ -166,6 +166,18 @@ void zt_cuda_softmax_xent_fwd(zt_stream *s, zt_dtype dt, float *losses, void *pr
                               const int32_t *targets, int N, int V);
 void zt_cuda_softmax_xent_bwd(zt_stream *s, zt_dtype dt, void *dlogits, const void *probs, const int32_t *targets,
                               int N, int V, float dloss);
+void zt_cuda_rmsnorm_fwd(zt_stream *s, zt_dtype dt, void *out, float *rstd, const void *inp, const void *w, int N,
+                         int C, float eps);
+void zt_cuda_rmsnorm_bwd(zt_stream *s, zt_dtype dt, void *dinp, float *dw, const void *dout, const void *inp,
+                         const void *w, const float *rstd, int N, int C);
+void zt_cuda_rope_fwd(zt_stream *s, zt_dtype dt, void *qkv, int B, int T, int NH, int NKV, int HD, float theta);
+void zt_cuda_rope_bwd(zt_stream *s, zt_dtype dt, void *dqkv, int B, int T, int NH, int NKV, int HD, float theta);
+void zt_cuda_swiglu_fwd(zt_stream *s, zt_dtype dt, void *out, const void *gate_up, int N, int F);
+void zt_cuda_swiglu_bwd(zt_stream *s, zt_dtype dt, void *dgate_up, const void *gate_up, const void *dout, int N,
+                        int F);
+void zt_cuda_gqa_expand(zt_stream *s, zt_dtype dt, void *qkv_full, const void *qkv, int N, int NH, int NKV, int HD);
+void zt_cuda_gqa_reduce(zt_stream *s, zt_dtype dt, void *dqkv, const void *dqkv_full, int N, int NH, int NKV,
+                        int HD);
 /* The engine's operations, the same in every table. */
 void zt_cuda_adamw(zt_stream *s, float *p, const float *g, float *m, float *v, size_t n, float lr,
                    float beta1, float beta2, float eps, float wd, int t);

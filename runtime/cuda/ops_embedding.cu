@@ -1,5 +1,7 @@
 /* Token + position embedding, in each storage type S (cuda_common.cuh):
- * wte, wpe and out in S, the gradients dwte, dwpe fp32. */
+ * wte, wpe and out in S, the gradients dwte, dwpe fp32. Without a position
+ * table (wpe, dwpe NULL: a Llama's RoPE encodes positions) the token's row
+ * is copied bit for bit and no position gradient is summed. */
 #include "cuda_common.cuh"
 
 /* One thread per output element; the sum in fp32, rounded once. */
@@ -11,7 +13,8 @@ __global__ static void embedding_fwd_kernel(S *out, const int32_t *tokens, const
         size_t bt = i / (size_t)C;
         int c = (int)(i % (size_t)C);
         int t = (int)(bt % (size_t)T);
-        out[i] = zt_st<S>(zt_ld(wte[(size_t)tokens[bt] * C + c]) + zt_ld(wpe[(size_t)t * C + c]));
+        const S te = wte[(size_t)tokens[bt] * C + c];
+        out[i] = wpe ? zt_st<S>(zt_ld(te) + zt_ld(wpe[(size_t)t * C + c])) : te;
     }
 }
 
@@ -66,6 +69,7 @@ static void embedding_bwd(zt_stream *s, float *dwte, float *dwpe, const S *dout,
     void (*kte)(float *, const S *, const int32_t *, size_t, int) = embedding_bwd_wte_kernel<S>;
     kte<<<(C + EMB_COLS - 1) / EMB_COLS, EMB_COLS * EMB_WARPS, 0, st>>>(dwte, dout, tokens, (size_t)B * T, C);
     ZT_CUDA_LAUNCHED(s, "embedding_bwd (wte)");
+    if (!dwpe) return;
     void (*kpe)(float *, const S *, int, int, int) = embedding_bwd_wpe_kernel<S>;
     kpe<<<zt_ew_blocks((size_t)T * C), ZT_EW_THREADS, 0, st>>>(dwpe, dout, B, T, C);
     ZT_CUDA_LAUNCHED(s, "embedding_bwd (wpe)");

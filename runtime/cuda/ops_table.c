@@ -74,6 +74,32 @@
                                        int N, int V, float dloss) {                                                  \
         zt_cuda_softmax_xent_bwd(s, DT, dlogits, probs, targets, N, V, dloss);                                      \
     }                                                                                                                \
+    static void rmsnorm_fwd_##SFX(zt_stream *s, void *out, float *rstd, const void *inp, const void *w, int N,       \
+                                 int C, float eps) {                                                                 \
+        zt_cuda_rmsnorm_fwd(s, DT, out, rstd, inp, w, N, C, eps);                                                    \
+    }                                                                                                                \
+    static void rmsnorm_bwd_##SFX(zt_stream *s, void *dinp, float *dw, const void *dout, const void *inp,            \
+                                 const void *w, const float *rstd, int N, int C) {                                   \
+        zt_cuda_rmsnorm_bwd(s, DT, dinp, dw, dout, inp, w, rstd, N, C);                                              \
+    }                                                                                                                \
+    static void rope_fwd_##SFX(zt_stream *s, void *qkv, int B, int T, int NH, int NKV, int HD, float theta) {        \
+        zt_cuda_rope_fwd(s, DT, qkv, B, T, NH, NKV, HD, theta);                                                      \
+    }                                                                                                                \
+    static void rope_bwd_##SFX(zt_stream *s, void *dqkv, int B, int T, int NH, int NKV, int HD, float theta) {       \
+        zt_cuda_rope_bwd(s, DT, dqkv, B, T, NH, NKV, HD, theta);                                                     \
+    }                                                                                                                \
+    static void swiglu_fwd_##SFX(zt_stream *s, void *out, const void *gate_up, int N, int F) {                       \
+        zt_cuda_swiglu_fwd(s, DT, out, gate_up, N, F);                                                               \
+    }                                                                                                                \
+    static void swiglu_bwd_##SFX(zt_stream *s, void *dgate_up, const void *gate_up, const void *dout, int N, int F) {\
+        zt_cuda_swiglu_bwd(s, DT, dgate_up, gate_up, dout, N, F);                                                    \
+    }                                                                                                                \
+    static void gqa_expand_##SFX(zt_stream *s, void *qkv_full, const void *qkv, int N, int NH, int NKV, int HD) {    \
+        zt_cuda_gqa_expand(s, DT, qkv_full, qkv, N, NH, NKV, HD);                                                    \
+    }                                                                                                                \
+    static void gqa_reduce_##SFX(zt_stream *s, void *dqkv, const void *dqkv_full, int N, int NH, int NKV, int HD) {  \
+        zt_cuda_gqa_reduce(s, DT, dqkv, dqkv_full, N, NH, NKV, HD);                                                  \
+    }                                                                                                                \
     static const zt_ops cuda_ops_##SFX = {                                                                           \
         .dtype = DT,                                                                                                 \
         .embedding_fwd = embedding_fwd_##SFX,                                                                        \
@@ -92,6 +118,14 @@
         .residual_bwd = residual_bwd_##SFX,                                                                          \
         .softmax_xent_fwd = softmax_xent_fwd_##SFX,                                                                  \
         .softmax_xent_bwd = softmax_xent_bwd_##SFX,                                                                  \
+        .rmsnorm_fwd = rmsnorm_fwd_##SFX,                                                                            \
+        .rmsnorm_bwd = rmsnorm_bwd_##SFX,                                                                            \
+        .rope_fwd = rope_fwd_##SFX,                                                                                  \
+        .rope_bwd = rope_bwd_##SFX,                                                                                  \
+        .swiglu_fwd = swiglu_fwd_##SFX,                                                                              \
+        .swiglu_bwd = swiglu_bwd_##SFX,                                                                              \
+        .gqa_expand = gqa_expand_##SFX,                                                                              \
+        .gqa_reduce = gqa_reduce_##SFX,                                                                              \
         .adamw = zt_cuda_adamw, .sgd = zt_cuda_sgd,                                                                  \
         .adam8bit = zt_cuda_adam8bit, .factor_stats = zt_cuda_factor_stats,                                          \
         .adafactor_precondition = zt_cuda_adafactor_precondition,                                                    \
