@@ -260,7 +260,8 @@ static int read_options(int argc, char **argv, plan_flags *pf, zt_train_config *
            "Predicts per-rank device memory by category at the peak, host memory, whether it fits in\n"
            "--device-mem, and for each stage the smallest world size at which it fits; with\n"
            "--max-micro-batch / --max-seq-len, the largest micro-batch / sequence length that fits.\n"
-           "Without --params the model is zt-train's toy GPT with the given flags. --rank plans that\n"
+           "Without --params the model is the --model family (default gpt) with the given flags;\n"
+           "with --params, one shaped like it (embedding, blocks, head) from the totals. --rank plans that\n"
            "rank's memory (default: the rank with the most optimizer state; ranks differ only under\n"
            "adafactor and adam8bit, whose state follows the parameters a rank's slices touch).\n\n");
     zt_train_config_print_help(stdout, "zt-plan (zt-train options)");
