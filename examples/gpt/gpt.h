@@ -50,6 +50,9 @@ typedef struct {
     int p_wte, p_wpe, p_lnf_w, p_lnf_b, p_lm_head; /* parameter indices; p_lm_head < 0 when tied */
 } zt_gpt;
 
+/* The GPT's layers for the decoder scaffold (gpt_layers.c). */
+extern const zt_decoder_ops gpt_decoder_ops;
+
 zt_status zt_gpt_create(zt_gpt *gpt, const zt_gpt_config *cfg, zt_error *err);
 void zt_gpt_destroy(zt_gpt *gpt);
 /* Initial parameter values (GPT-2 style), a zt_param_init_fn; arg is the zt_gpt. */

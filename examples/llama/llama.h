@@ -60,6 +60,9 @@ typedef struct {
 
 /* Fills in kv_heads (heads), ffn_dim (the multiple of 64 nearest 8/3
  * d_model) and checks the shapes; errors name the setting. */
+/* The family's layers for the decoder scaffold (llama_layers.c). */
+extern const zt_decoder_ops llama_decoder_ops;
+
 zt_status zt_llama_resolve(zt_model_settings *s, zt_error *err);
 zt_status zt_llama_create(zt_llama *m, const zt_model_settings *resolved, zt_error *err);
 void zt_llama_destroy(zt_llama *m);
@@ -68,6 +71,10 @@ void zt_llama_init_param(void *arg, int unit, int param, float *dst);
 
 zt_llama_block_layout zt_llama_block_layout_for(const zt_model_settings *s, int B, int T, zt_dtype act);
 zt_llama_head_layout zt_llama_head_layout_for(const zt_model_settings *s, int B, int T, zt_dtype act);
+/* 1: grouped-query attention (fewer key/value heads than query heads). */
+static inline int zt_llama_gqa(const zt_model_settings *s) { return s->kv_heads != s->heads; }
+/* The kept GEMM outputs' bytes, in the order qkv, res2, gu, res3. */
+void zt_llama_kept_sizes(const zt_model_settings *s, int B, int T, zt_dtype act, size_t n[4]);
 /* Selective recomputation keeps the GEMM outputs: qkv (rotated), res2, gu, res3. */
 size_t zt_llama_kept_bytes(const zt_model_settings *s, int B, int T, zt_dtype act);
 /* The backward's workspace: dres, drn, datty [N,C]; dqkv_full [N,3C]; dqkv
