@@ -162,4 +162,17 @@ zt_model_stats zt_decoder_model_stats(const void *self);
 int zt_decoder_model_tensors(void *self, zt_model_tensor *out, int cap);
 void zt_decoder_model_plan_units(void *self, zt_model_plan *out);
 
+/* The shared hooks in a family's zt_train_model table (its main.c). */
+#define ZT_DECODER_MODEL_HOOKS                                                                              \
+    .spec = zt_decoder_model_spec, .freeze = zt_decoder_model_freeze, .forward = zt_decoder_model_forward,   \
+    .backward = zt_decoder_model_backward, .take_losses = zt_decoder_model_take_losses,                    \
+    .free_activations = zt_decoder_model_free_activations, .stats = zt_decoder_model_stats,                \
+    .tensors = zt_decoder_model_tensors, .plan_units = zt_decoder_model_plan_units
+
+/* Initial values of one parameter [n]: normal(0, stddev) draws from a
+ * stream keyed by (seed, family_key, unit, param) when stddev > 0, else
+ * `fill` everywhere. */
+void zt_decoder_init_values(uint64_t seed, uint32_t family_key, int unit, int param, float stddev, float fill,
+                            float *dst, size_t n);
+
 #endif

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zt_rng.h"
 
 
 static zt_status add_param(zt_gpt *g, int unit, const char *name, int ndim, int64_t d0, int64_t d1, int decay,
@@ -81,8 +80,7 @@ void zt_gpt_init_param(void *arg, int unit, int param, float *dst) {
     } else if (unit == g->dec.unit_embed || param == g->p_lm_head) {
         stddev = 0.02f;
     }
-    zt_rng r = zt_rng_keyed(g->cfg.seed, 0x1417u, (uint64_t)unit, (uint64_t)param);
-    for (size_t i = 0; i < ps->numel; i++) dst[i] = stddev > 0.0f ? stddev * zt_rng_normal(&r) : fill;
+    zt_decoder_init_values(g->cfg.seed, 0x1417u, unit, param, stddev, fill, dst, ps->numel);
 }
 
 zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act) {

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "zt_rng.h"
 
 zt_status zt_llama_resolve(zt_model_settings *s, zt_error *err) {
     if (s->heads < 1 || s->d_model % s->heads != 0)
@@ -86,8 +85,7 @@ void zt_llama_init_param(void *arg, int unit, int param, float *dst) {
     } else {
         stddev = 0.02f; /* the token embedding, an untied head */
     }
-    zt_rng r = zt_rng_keyed(m->cfg.seed, 0x11a3u, (uint64_t)unit, (uint64_t)param);
-    for (size_t i = 0; i < ps->numel; i++) dst[i] = stddev > 0.0f ? stddev * zt_rng_normal(&r) : fill;
+    zt_decoder_init_values(m->cfg.seed, 0x11a3u, unit, param, stddev, fill, dst, ps->numel);
 }
 
 zt_llama_block_layout zt_llama_block_layout_for(const zt_model_settings *s, int B, int T, zt_dtype act) {

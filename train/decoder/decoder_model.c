@@ -3,6 +3,8 @@
  * `self` is one. */
 #include "zt_decoder.h"
 
+#include "zt_rng.h"
+
 zt_model_spec *zt_decoder_model_spec(void *self) { return ((zt_decoder *)self)->spec; }
 
 zt_status zt_decoder_model_freeze(void *self, const char *list, zt_error *err) {
@@ -35,4 +37,10 @@ void zt_decoder_model_plan_units(void *self, zt_model_plan *out) {
     out->unit_embed = d->unit_embed;
     out->first_block = d->first_block;
     out->unit_head = d->unit_head;
+}
+
+void zt_decoder_init_values(uint64_t seed, uint32_t family_key, int unit, int param, float stddev, float fill,
+                            float *dst, size_t n) {
+    zt_rng r = zt_rng_keyed(seed, family_key, (uint64_t)unit, (uint64_t)param);
+    for (size_t i = 0; i < n; i++) dst[i] = stddev > 0.0f ? stddev * zt_rng_normal(&r) : fill;
 }
