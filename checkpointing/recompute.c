@@ -18,7 +18,7 @@ zt_status zt_recompute_parse(const char *text, zt_recompute_policy *out, zt_erro
             return ZT_OK;
         }
     }
-    return ZT_FAIL(err, ZT_ERR_INVALID, "--recompute: '%s' is not none, full, selective or every-K (K >= 1)", text);
+    return ZT_FAIL(err, ZT_ERR_INVALID, "`recompute`: '%s' is not none, full, selective or every-K (K >= 1)", text);
 }
 
 zt_keep zt_recompute_keep(const zt_recompute_policy *p, int block) {

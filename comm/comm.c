@@ -243,7 +243,7 @@ void zt_coll_bandwidth(const zt_coll_stats *s, zt_coll_kind k, int world_size, d
 #ifndef ZT_HAVE_NCCL
 zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
     memset(c, 0, sizeof *c);
-    return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--device cuda: this build has no NCCL (configure with CUDA to get it)");
+    return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "`device` cuda: this build has no NCCL (configure with CUDA to get it)");
 }
 #endif
 

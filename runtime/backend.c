@@ -50,8 +50,8 @@ int zt_cuda_devices_visible(void) {
 
 zt_status zt_backend_set_link(zt_backend *be, double h2d_gbs, double d2h_gbs, zt_error *err) {
     if (be->device != ZT_DEVICE_CPU)
-        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--link-gbs / --link model a host-device link on the CPU backend; "
-                       "on %s the real link is used (drop the flag)", be->name);
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "`link_gbs` / `link` model a host-device link on the CPU backend; "
+                       "on %s the real link is used (drop the setting)", be->name);
     if (!(h2d_gbs > 0) || !(d2h_gbs > 0))
         return ZT_FAIL(err, ZT_ERR_INVALID, "a modelled link needs bandwidths > 0 (got %g,%g GB/s)", h2d_gbs, d2h_gbs);
     if (be->event_record || be->link)

@@ -104,6 +104,9 @@ zt_status zt_train_config_validate(zt_train_config *cfg, zt_error *err);
 zt_status zt_train_config_link(const zt_train_config *cfg, double gbs[2], zt_error *err);
 int zt_train_config_given(const zt_train_config *cfg, const char *name);
 void zt_train_config_print_help(FILE *f, const char *prog);
+/* A library message with its settings (`offload_params`, in backquotes)
+ * shown as the command line's flags (--offload-params), into out[cap]. */
+void zt_settings_as_flags(const char *msg, char *out, size_t cap);
 /* The model's settings (the family resolves its own defaults) with the
  * data's vocabulary; refuses a recompute policy it cannot read. */
 zt_status zt_train_config_model(const zt_train_config *cfg, int vocab, zt_model_settings *s, zt_error *err);

@@ -236,6 +236,12 @@ static void gb(char *buf, size_t cap, double bytes) {
     else snprintf(buf, cap, "%s", bin);
 }
 
+static void print_plan_error(const zt_error *err) {
+    char shown[sizeof err->msg + 256];
+    zt_settings_as_flags(err->msg, shown, sizeof shown);
+    fprintf(stderr, "zt-plan: error: %s\n", shown);
+}
+
 /* Options, as zt-train reads them, and zt-plan's own; 2 on bad input,
  * 0 after --help, -1 to go on. */
 static int read_options(int argc, char **argv, plan_flags *pf, zt_train_config *c) {
@@ -246,7 +252,7 @@ static int read_options(int argc, char **argv, plan_flags *pf, zt_train_config *
     if (!rest || !take_flags(argc, argv, pf, rest, &nrest, &err) ||
         zt_train_config_parse(c, nrest, rest, &want_help, &err) != ZT_OK ||
         (!want_help && zt_train_config_validate(c, &err) != ZT_OK)) {
-        fprintf(stderr, "zt-plan: error: %s\n", err.msg);
+        print_plan_error(&err);
         free(rest);
         return 2;
     }
@@ -563,7 +569,7 @@ int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int
         return 2;
     }
     if (model_units(&j, &c, &pf, &err) != ZT_OK) {
-        fprintf(stderr, "zt-plan: error: %s\n", err.msg);
+        print_plan_error(&err);
         free(j.spec);
         return 2;
     }

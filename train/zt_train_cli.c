@@ -57,7 +57,9 @@ static int exit_code_for(zt_status st) {
 }
 
 static void print_error(const char *who, zt_status code, const char *where, const char *msg) {
-    fprintf(stderr, "%s: error: %s\n  (%s at %s)\n", who, msg, zt_status_name(code), where[0] ? where : "?");
+    char shown[sizeof((zt_error *)0)->msg + 256];
+    zt_settings_as_flags(msg, shown, sizeof shown);
+    fprintf(stderr, "%s: error: %s\n  (%s at %s)\n", who, shown, zt_status_name(code), where[0] ? where : "?");
 }
 
 /* Rank 0: each distinct error once, with the ranks it came from unless

@@ -359,7 +359,7 @@ int zt_backend_cuda_device_count(void) {
 zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_error *err) {
     *out = NULL;
     if (nthreads < 1) return ZT_FAIL(err, ZT_ERR_INVALID, "threads must be >= 1 (got %d)", nthreads);
-    if (device < 0) return ZT_FAIL(err, ZT_ERR_INVALID, "--device cuda: device index must be >= 0 (got %d)", device);
+    if (device < 0) return ZT_FAIL(err, ZT_ERR_INVALID, "`device` cuda: device index must be >= 0 (got %d)", device);
     int count = 0;
     cudaError_t rc = cudaGetDeviceCount(&count);
     if (rc != cudaSuccess || count <= 0) {

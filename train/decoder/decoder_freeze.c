@@ -34,10 +34,10 @@ static zt_status freeze_item(zt_decoder *d, const char *item, zt_error *err) {
         return ZT_OK;
     }
     if (!block_range(item, L, &lo, &hi))
-        return ZT_FAIL(err, ZT_ERR_INVALID, "freeze: '%s' is not embedding, head, blocks, blocks:K or blocks:A-B",
+        return ZT_FAIL(err, ZT_ERR_INVALID, "`freeze`: '%s' is not embedding, head, blocks, blocks:K or blocks:A-B",
                        item);
     if (hi >= L)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "freeze: '%s' names block %d; the model has blocks 0-%d", item, hi,
+        return ZT_FAIL(err, ZT_ERR_INVALID, "`freeze`: '%s' names block %d; the model has blocks 0-%d", item, hi,
                        L - 1);
     for (int k = lo; k <= hi; k++) d->spec->units[d->first_block + k].frozen = 1;
     return ZT_OK;
@@ -47,11 +47,11 @@ zt_status zt_decoder_freeze(zt_decoder *d, const char *list, zt_error *err) {
     char buf[256];
     if (!list || !list[0] || strcmp(list, "none") == 0) return ZT_OK;
     if (snprintf(buf, sizeof buf, "%s", list) >= (int)sizeof buf)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "freeze: the list is longer than %zu characters", sizeof buf - 1);
+        return ZT_FAIL(err, ZT_ERR_INVALID, "`freeze`: the list is longer than %zu characters", sizeof buf - 1);
     for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save))
         ZT_TRY(freeze_item(d, item, err));
     int trained = 0;
     for (int u = 0; u < d->spec->nunits; u++) trained += !d->spec->units[u].frozen;
-    if (!trained) return ZT_FAIL(err, ZT_ERR_INVALID, "freeze %s leaves nothing to train", list);
+    if (!trained) return ZT_FAIL(err, ZT_ERR_INVALID, "`freeze` %s leaves nothing to train", list);
     return ZT_OK;
 }
