@@ -34,6 +34,10 @@
  * 16-bit outputs, 1e-5 for fp32 ones, bit for bit where the arithmetic is
  * the same), each with its negative twin.
  *
+ * The Llama kernels (rmsnorm, rope, swiglu, gqa_expand/gqa_reduce, and
+ * embedding without a position table) in all three tables: see "the Llama
+ * kernels" below for their bounds.
+ *
  * Also: sum_squares (double) with host and device result pointers against
  * the CPU (relative 1e-12), the bf16 GEMM outside zt_ops against a double
  * reference, mem_info, and the sticky error: a launch that fails inside a
@@ -1381,6 +1385,141 @@ static void test16_softmax_xent(zt_dtype dt, int N, int V) {
     dfree_all();
 }
 
+/* ---- the Llama kernels, in every dtype ------------------------------------
+ * The same 16-bit helpers hold fp32 tensors too (dt = ZT_FP32). An output in
+ * the table's dtype is held to TOL (normwise) in fp32 and to ULPS16 in 16
+ * bits (the CUDA kernels do the CPU's fp32 operations, except where noted:
+ * RMSNorm's sums run in another order, SwiGLU's exp is CUDA's, not SLEEF's,
+ * and RoPE's cos and sin come from CUDA's double-precision libm); fp32
+ * outputs (rstd, dw) are held to TOL; the copies and GQA's sums must match
+ * bit for bit. */
+
+static void check_act(const char *what, zt_dtype dt, const void *d, const void *cpu, size_t n) {
+    if (dt == ZT_FP32) check32(what, dt, d, cpu, n, TOL);
+    else check16(what, dt, d, cpu, n, ULPS16);
+}
+
+static void test_llama_rmsnorm(zt_dtype dt, int N, int C) {
+    size_t n = (size_t)N * C, e = esz(dt);
+    char what[96];
+    void *inp = hrand(dt, n, -2, 3), *w = hrand(dt, C, 0.5f, 1.5f);
+    void *d_inp = dcopy(inp, n * e), *d_w = dcopy(w, C * e);
+    void *out = hnan(dt, n), *d_out = dnan16(dt, n);
+    float *rstd = fnan(N), *d_rstd = dnan(N);
+    cpu16(dt)->rmsnorm_fwd(&g_cs, out, rstd, inp, w, N, C, 1e-5f);
+    gpu16(dt)->rmsnorm_fwd(&g_gs, d_out, d_rstd, d_inp, d_w, N, C, 1e-5f);
+    snprintf(what, sizeof what, "rmsnorm_fwd out N=%d C=%d", N, C);
+    check_act(what, dt, d_out, out, n);
+    void *g_out = fetch_bytes(d_out, n * e, what);
+    snprintf(what, sizeof what, "rmsnorm_fwd rstd N=%d C=%d", N, C);
+    check32(what, dt, d_rstd, rstd, N, TOL);
+    gpu16(dt)->rmsnorm_fwd(&g_gs, d_out, d_rstd, d_inp, d_w, N, C, 1e-5f);
+    check_repeat16("rmsnorm_fwd out", d_out, g_out, n * e);
+
+    /* Backward from the CPU's rstd on both sides. */
+    void *dout = hrand(dt, n, -1, 1), *dinp = hrand(dt, n, -1, 1), *dinp0 = hdup(dinp, n * e);
+    float *dw = frand(C, -1, 1), *dw0 = fdup(dw, C);
+    void *d_dout = dcopy(dout, n * e), *d_dinp = dcopy(dinp, n * e);
+    float *d_dw = dcopyf(dw, C);
+    h2d(d_rstd, rstd, N * sizeof(float));
+    cpu16(dt)->rmsnorm_bwd(&g_cs, dinp, dw, dout, inp, w, rstd, N, C);
+    gpu16(dt)->rmsnorm_bwd(&g_gs, d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
+    snprintf(what, sizeof what, "rmsnorm_bwd dinp N=%d C=%d", N, C);
+    check_act(what, dt, d_dinp, dinp, n);
+    void *g_dinp = fetch_bytes(d_dinp, n * e, what);
+    float *g_dw = fetch(d_dw, C, what);
+    snprintf(what, sizeof what, "rmsnorm_bwd dw N=%d C=%d", N, C);
+    check32(what, dt, d_dw, dw, C, TOL);
+    h2d(d_dinp, dinp0, n * e);
+    h2d(d_dw, dw0, C * sizeof(float));
+    gpu16(dt)->rmsnorm_bwd(&g_gs, d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
+    check_repeat16("rmsnorm_bwd dinp", d_dinp, g_dinp, n * e);
+    check_repeat16("rmsnorm_bwd dw", d_dw, g_dw, C * sizeof(float));
+    free(inp), free(w), free(out), free(rstd), free(g_out), free(dout), free(dinp), free(dinp0), free(dw), free(dw0);
+    free(g_dinp), free(g_dw);
+    dfree_all();
+}
+
+/* Forward and backward in place on the same random qkv, theta 500000 (a
+ * Llama 3's). */
+static void test_llama_rope(zt_dtype dt, int B, int T, int NH, int NKV, int HD) {
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HD, e = esz(dt);
+    char what[96];
+    void *qkv = hrand(dt, n, -2, 2), *d_qkv = dcopy(qkv, n * e);
+    for (int dir = 0; dir < 2; dir++) {
+        void *x = hdup(qkv, n * e);
+        h2d(d_qkv, qkv, n * e);
+        if (dir == 0) {
+            cpu16(dt)->rope_fwd(&g_cs, x, B, T, NH, NKV, HD, 500000.0f);
+            gpu16(dt)->rope_fwd(&g_gs, d_qkv, B, T, NH, NKV, HD, 500000.0f);
+        } else {
+            cpu16(dt)->rope_bwd(&g_cs, x, B, T, NH, NKV, HD, 500000.0f);
+            gpu16(dt)->rope_bwd(&g_gs, d_qkv, B, T, NH, NKV, HD, 500000.0f);
+        }
+        snprintf(what, sizeof what, "rope_%s B=%d T=%d NH=%d NKV=%d HD=%d", dir ? "bwd" : "fwd", B, T, NH, NKV, HD);
+        check_act(what, dt, d_qkv, x, n);
+        free(x);
+    }
+    free(qkv);
+    dfree_all();
+}
+
+static void test_llama_swiglu(zt_dtype dt, int N, int F) {
+    size_t n = (size_t)N * F, e = esz(dt);
+    char what[96];
+    void *gu = hrand(dt, 2 * n, -8, 8), *d_gu = dcopy(gu, 2 * n * e);
+    void *out = hnan(dt, n), *d_out = dnan16(dt, n);
+    cpu16(dt)->swiglu_fwd(&g_cs, out, gu, N, F);
+    gpu16(dt)->swiglu_fwd(&g_gs, d_out, d_gu, N, F);
+    snprintf(what, sizeof what, "swiglu_fwd N=%d F=%d", N, F);
+    check_act(what, dt, d_out, out, n);
+    void *dout = hrand(dt, n, -1, 1), *d_dout = dcopy(dout, n * e);
+    void *dgu = hnan(dt, 2 * n), *d_dgu = dnan16(dt, 2 * n);
+    cpu16(dt)->swiglu_bwd(&g_cs, dgu, gu, dout, N, F);
+    gpu16(dt)->swiglu_bwd(&g_gs, d_dgu, d_gu, d_dout, N, F);
+    snprintf(what, sizeof what, "swiglu_bwd N=%d F=%d", N, F);
+    check_act(what, dt, d_dgu, dgu, 2 * n);
+    free(gu), free(out), free(dout), free(dgu);
+    dfree_all();
+}
+
+static void test_llama_gqa(zt_dtype dt, int N, int NH, int NKV, int HD) {
+    size_t nsmall = (size_t)N * (NH + 2 * NKV) * HD, nfull = (size_t)N * 3 * NH * HD, e = esz(dt);
+    char what[96];
+    void *qkv = hrand(dt, nsmall, -2, 2), *d_qkv = dcopy(qkv, nsmall * e);
+    void *full = hnan(dt, nfull), *d_full = dnan16(dt, nfull);
+    cpu16(dt)->gqa_expand(&g_cs, full, qkv, N, NH, NKV, HD);
+    gpu16(dt)->gqa_expand(&g_gs, d_full, d_qkv, N, NH, NKV, HD);
+    snprintf(what, sizeof what, "gqa_expand N=%d NH=%d NKV=%d HD=%d", N, NH, NKV, HD);
+    check16_bits(what, dt, d_full, full, nfull);
+    void *dfull = hrand(dt, nfull, -1, 1), *d_dfull = dcopy(dfull, nfull * e);
+    void *dqkv = hrand(dt, nsmall, -1, 1), *d_dqkv = dcopy(dqkv, nsmall * e);
+    cpu16(dt)->gqa_reduce(&g_cs, dqkv, dfull, N, NH, NKV, HD);
+    gpu16(dt)->gqa_reduce(&g_gs, d_dqkv, d_dfull, N, NH, NKV, HD);
+    snprintf(what, sizeof what, "gqa_reduce N=%d NH=%d NKV=%d HD=%d", N, NH, NKV, HD);
+    check16_bits(what, dt, d_dqkv, dqkv, nsmall);
+    free(qkv), free(full), free(dfull), free(dqkv);
+    dfree_all();
+}
+
+/* embedding_fwd/bwd with wpe and dwpe NULL: the token rows, bit for bit. */
+static void test_embedding_no_wpe(zt_dtype dt, int B, int T, int C, int V) {
+    size_t BT = (size_t)B * T, n = BT * C, e = esz(dt);
+    int32_t *tok = irand(BT, V), *d_tok = dcopy(tok, BT * sizeof(int32_t));
+    void *wte = hrand(dt, (size_t)V * C, -1, 1), *d_wte = dcopy(wte, (size_t)V * C * e);
+    void *out = hnan(dt, n), *d_out = dnan16(dt, n);
+    cpu16(dt)->embedding_fwd(&g_cs, out, tok, wte, NULL, B, T, C);
+    gpu16(dt)->embedding_fwd(&g_gs, d_out, d_tok, d_wte, NULL, B, T, C);
+    check16_bits("embedding_fwd without wpe", dt, d_out, out, n);
+    void *dout = hrand(dt, n, -1, 1), *d_dout = dcopy(dout, n * e);
+    float *dwte = frand((size_t)V * C, -1, 1), *d_dwte = dcopyf(dwte, (size_t)V * C);
+    cpu16(dt)->embedding_bwd(&g_cs, dwte, NULL, dout, tok, B, T, C);
+    gpu16(dt)->embedding_bwd(&g_gs, d_dwte, NULL, d_dout, d_tok, B, T, C);
+    check16_bits("embedding_bwd dwte without dwpe (fp32)", ZT_FP32, d_dwte, dwte, (size_t)V * C);
+    free(tok), free(wte), free(out), free(dout), free(dwte);
+    dfree_all();
+}
+
 /* The tables themselves: one per dtype, each of its dtype, the engine's
  * operations shared. */
 static void test16_tables(void) {
@@ -1398,7 +1537,7 @@ static void test16_tables(void) {
  * name contains one of them run (the basics always do):
  * `test_cuda_ops attention_fused` under a sanitizer, say. */
 static const char *g_only;
-static const char *g_groups[32]; /* every group name main() offers, for the check below */
+static const char *g_groups[48]; /* every group name main() offers, for the check below */
 static int g_ngroups;
 /* Whether `group` contains the n-character word w. */
 static int group_has(const char *group, const char *w, size_t n) {
@@ -1409,7 +1548,7 @@ static int group_has(const char *group, const char *w, size_t n) {
 static int wanted(const char *group) {
     int known = 0;
     for (int i = 0; i < g_ngroups; i++) known |= strcmp(g_groups[i], group) == 0;
-    if (!known && g_ngroups < 32) g_groups[g_ngroups++] = group;
+    if (!known && g_ngroups < 48) g_groups[g_ngroups++] = group;
     if (!g_only) return 1;
     for (const char *w = g_only; *w;) {
         size_t n = strcspn(w, ",");
@@ -1524,6 +1663,19 @@ int main(int argc, char **argv) {
         RUN("pointwise16", test16_pointwise(dt, 100003));
         RUN("softmax_xent16", test16_softmax_xent(dt, 23, 37));
         RUN("softmax_xent16", test16_softmax_xent(dt, 9, 5003));
+    }
+    for (int d = 0; d < ZT_NDTYPES; d++) {
+        zt_dtype dt = (zt_dtype)d;
+        RUN("embedding_no_wpe", test_embedding_no_wpe(dt, 3, 17, 40, 53));
+        RUN("llama_rmsnorm", test_llama_rmsnorm(dt, 37, 48));
+        RUN("llama_rmsnorm", test_llama_rmsnorm(dt, 130, 770));
+        RUN("llama_rope", test_llama_rope(dt, 2, 19, 4, 2, 16));
+        RUN("llama_rope", test_llama_rope(dt, 1, 300, 3, 1, 128)); /* positions of many turns */
+        RUN("llama_swiglu", test_llama_swiglu(dt, 37, 101));
+        RUN("llama_swiglu", test_llama_swiglu(dt, 3, 5000));
+        RUN("llama_gqa", test_llama_gqa(dt, 37, 6, 2, 16));
+        RUN("llama_gqa", test_llama_gqa(dt, 37, 4, 4, 8));
+        RUN("llama_gqa", test_llama_gqa(dt, 19, 8, 1, 10));
     }
     RUN("gemm_bf16", test_gemm_bf16(37, 45, 64));
     RUN("gemm_bf16", test_gemm_bf16(64, 128, 256));

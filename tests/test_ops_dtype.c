@@ -23,6 +23,11 @@
  *    search. ops->scaled_store in fp32, bf16 and fp16, with and without
  *    accumulate, bit for bit against zt_dtype_load / zt_dtype_store.
  *
+ * The Llama kernels (rmsnorm, rope, swiglu, gqa_expand/gqa_reduce, and
+ * embedding without a position table: "-wpe") run the same way, after both
+ * dtypes' other cases. rope's buffer is its input and its output (in place:
+ * ACC below); exact copies (gqa_expand, embedding_fwd-wpe) must score 0.
+ *
  * The shapes exercise the 16-bit GEMM tiling of ops_matmul.inc (TM = TN = 64,
  * TK = 128; no edge a multiple), odd sizes elsewhere, and T > 64 once in
  * each attention. (The fp32 table's own values, gradients and thread
@@ -90,6 +95,20 @@ static const bound_row BOUNDS[] = {
     {"softmax_xent_fwd",             "losses",  1e-6, 1e-6, 0}, /* 0 / 0 */
     {"softmax_xent_fwd",             "probs",   4e-3, 5e-4, 2}, /* 3.5e-3 / 4.3e-4 */
     {"softmax_xent_bwd",             "dlogits", 4e-3, 5e-4, 2}, /* 1.8e-3 / 2.7e-4 */
+    /* The Llama kernels. An exact copy (embedding without wpe, gqa_expand)
+     * must score 0: its twin keeps one bit less. */
+    {"embedding_fwd-wpe",            "out",     1e-7, 1e-7, 1}, /* 0 / 0 */
+    {"embedding_bwd-wpe",            "dwte",    1e-6, 1e-6, 0}, /* 0 / 0 */
+    {"rmsnorm_fwd",                  "out",     4e-3, 5e-4, 2}, /* 3.0e-3 / 3.7e-4 */
+    {"rmsnorm_fwd",                  "rstd",    1e-6, 1e-6, 0}, /* 0 / 0 */
+    {"rmsnorm_bwd",                  "dinp",    4e-3, 5e-4, 2}, /* 2.2e-3 / 2.7e-4 */
+    {"rmsnorm_bwd",                  "dw",      1e-6, 1e-6, 0}, /* 0 / 0 */
+    {"rope_fwd",                     "qkv",     4e-3, 5e-4, 2}, /* 2.9e-3 / 3.5e-4 */
+    {"rope_bwd",                     "dqkv",    4e-3, 5e-4, 2}, /* 2.8e-3 / 3.5e-4 */
+    {"swiglu_fwd",                   "out",     4e-3, 5e-4, 2}, /* 3.6e-3 / 3.9e-4 */
+    {"swiglu_bwd",                   "dgate_up", 4e-3, 5e-4, 2}, /* 2.5e-3 / 3.0e-4 */
+    {"gqa_expand",                   "qkv_full", 1e-7, 1e-7, 1}, /* 0 / 0 */
+    {"gqa_reduce",                   "dqkv",    4e-3, 5e-4, 2}, /* 2.6e-3 / 3.3e-4 */
 };
 
 /* The row of (case, output); NULL when the table has none. */
@@ -128,8 +147,9 @@ struct op_case {
     const char *kase; /* the kernel, and its variant: "matmul_bwd+dinp+dbias" */
     char shape[64];   /* printed with every result */
     int B, T, C, NH, N, OC, V;
+    int NKV, HD, F; /* the Llama kernels: key/value heads, head size, MLP hidden size */
     int32_t *ints; /* tokens [B,T] or targets [N] */
-    int variant;   /* matmul: bias / dinp and dbias; attention backward: a scratch */
+    int variant;   /* matmul: bias / dinp and dbias; attention backward: a scratch; embedding: no wpe */
     int nbuf;
     buf_spec buf[MAXBUF];
     /* Sets derived inputs (probabilities, statistics) in p, the fp32 form,
@@ -306,29 +326,30 @@ static void run_case(const op_case *c, zt_dtype d, const zt_ops *ops, const env 
 /* embedding: tokens [B,T] in [0, V) */
 enum { EMB_OUT, EMB_WTE, EMB_WPE, EMB_NBUF };
 static void run_embedding_fwd(const op_case *c, const zt_ops *ops, zt_stream *s, void **p) {
-    ops->embedding_fwd(s, p[EMB_OUT], c->ints, p[EMB_WTE], p[EMB_WPE], c->B, c->T, c->C);
+    ops->embedding_fwd(s, p[EMB_OUT], c->ints, p[EMB_WTE], c->variant ? NULL : p[EMB_WPE], c->B, c->T, c->C);
 }
 enum { EMB_DWTE, EMB_DWPE, EMB_DOUT, EMB_BWD_NBUF };
 static void run_embedding_bwd(const op_case *c, const zt_ops *ops, zt_stream *s, void **p) {
-    ops->embedding_bwd(s, p[EMB_DWTE], p[EMB_DWPE], p[EMB_DOUT], c->ints, c->B, c->T, c->C);
+    ops->embedding_bwd(s, p[EMB_DWTE], c->variant ? NULL : p[EMB_DWPE], p[EMB_DOUT], c->ints, c->B, c->T, c->C);
 }
 
-static void cases_embedding(zt_dtype d, const zt_ops *ops, const env *e, int B, int T, int C, int V) {
-    size_t BT = (size_t)B * T, BTC = BT * C;
+/* no_wpe: wpe and dwpe NULL (a Llama's embedding: RoPE encodes positions). */
+static void cases_embedding(zt_dtype d, const zt_ops *ops, const env *e, int B, int T, int C, int V, int no_wpe) {
+    size_t BT = (size_t)B * T, BTC = BT * C, TC = no_wpe ? 0 : (size_t)T * C;
     int32_t *tokens = xmalloc(BT * sizeof(int32_t)); /* [B,T] */
     for (size_t i = 0; i < BT; i++) tokens[i] = rng_int(V);
     tokens[BT - 1] = tokens[0]; /* a repeat: dwte's scatter adds */
-    op_case fwd = {.kase = "embedding_fwd", .B = B, .T = T, .C = C, .V = V, .ints = tokens, .nbuf = EMB_NBUF,
-                   .run = run_embedding_fwd,
+    op_case fwd = {.kase = no_wpe ? "embedding_fwd-wpe" : "embedding_fwd", .B = B, .T = T, .C = C, .V = V,
+                   .ints = tokens, .variant = no_wpe, .nbuf = EMB_NBUF, .run = run_embedding_fwd,
                    .buf = {[EMB_OUT] = {"out [B,T,C]", OUT, DT, BTC},
                            [EMB_WTE] = {"wte [V,C]", IN, DT, (size_t)V * C, -1, 1},
-                           [EMB_WPE] = {"wpe [T,C]", IN, DT, (size_t)T * C, -1, 1}}};
+                           [EMB_WPE] = {"wpe [T,C]", IN, DT, TC, -1, 1}}};
     snprintf(fwd.shape, sizeof fwd.shape, "B=%d T=%d C=%d V=%d", B, T, C, V);
     run_case(&fwd, d, ops, e);
-    op_case bwd = {.kase = "embedding_bwd", .B = B, .T = T, .C = C, .V = V, .ints = tokens, .nbuf = EMB_BWD_NBUF,
-                   .run = run_embedding_bwd,
+    op_case bwd = {.kase = no_wpe ? "embedding_bwd-wpe" : "embedding_bwd", .B = B, .T = T, .C = C, .V = V,
+                   .ints = tokens, .variant = no_wpe, .nbuf = EMB_BWD_NBUF, .run = run_embedding_bwd,
                    .buf = {[EMB_DWTE] = {"dwte [V,C]", ACC, F32, (size_t)V * C, -1, 1},
-                           [EMB_DWPE] = {"dwpe [T,C]", ACC, F32, (size_t)T * C, -1, 1},
+                           [EMB_DWPE] = {"dwpe [T,C]", ACC, F32, TC, -1, 1},
                            [EMB_DOUT] = {"dout [B,T,C]", IN, DT, BTC, -1, 1}}};
     memcpy(bwd.shape, fwd.shape, sizeof bwd.shape);
     run_case(&bwd, d, ops, e);
@@ -602,6 +623,119 @@ static void cases_xent(zt_dtype d, const zt_ops *ops, const env *e, int N, int V
     free(targets);
 }
 
+/* ---- the Llama kernels ------------------------------------------------------ */
+
+/* rmsnorm, eps 1e-5 */
+enum { RMS_OUT, RMS_RSTD, RMS_INP, RMS_W, RMS_NBUF };
+static void run_rmsnorm_fwd(const op_case *c, const zt_ops *ops, zt_stream *s, void **p) {
+    ops->rmsnorm_fwd(s, p[RMS_OUT], p[RMS_RSTD], p[RMS_INP], p[RMS_W], c->N, c->C, 1e-5f);
+}
+enum { RMSB_DINP, RMSB_DW, RMSB_DOUT, RMSB_INP, RMSB_W, RMSB_RSTD, RMSB_NBUF };
+static void run_rmsnorm_bwd(const op_case *c, const zt_ops *ops, zt_stream *s, void **p) {
+    ops->rmsnorm_bwd(s, p[RMSB_DINP], p[RMSB_DW], p[RMSB_DOUT], p[RMSB_INP], p[RMSB_W], p[RMSB_RSTD], c->N, c->C);
+}
+/* rstd of the (rounded) input, as the forward saved it. */
+static void prepare_rmsnorm_bwd(const op_case *c, zt_dtype d, const zt_ops *fp32, zt_stream *s, void **p) {
+    (void)d;
+    float *out = xmalloc((size_t)c->N * c->C * sizeof(float)); /* [N,C] */
+    fp32->rmsnorm_fwd(s, out, p[RMSB_RSTD], p[RMSB_INP], p[RMSB_W], c->N, c->C, 1e-5f);
+    free(out);
+}
+
+static void cases_rmsnorm(zt_dtype d, const zt_ops *ops, const env *e, int N, int C) {
+    size_t NC = (size_t)N * C;
+    op_case fwd = {.kase = "rmsnorm_fwd", .N = N, .C = C, .nbuf = RMS_NBUF, .run = run_rmsnorm_fwd,
+                   .buf = {[RMS_OUT] = {"out [N,C]", OUT, DT, NC},
+                           [RMS_RSTD] = {"rstd [N]", OUT, F32, (size_t)N},
+                           [RMS_INP] = {"inp [N,C]", IN, DT, NC, -2, 2},
+                           [RMS_W] = {"w [C]", IN, DT, (size_t)C, 0.5f, 1.5f}}};
+    snprintf(fwd.shape, sizeof fwd.shape, "N=%d C=%d", N, C);
+    run_case(&fwd, d, ops, e);
+    op_case bwd = {.kase = "rmsnorm_bwd", .N = N, .C = C, .nbuf = RMSB_NBUF, .prepare = prepare_rmsnorm_bwd,
+                   .run = run_rmsnorm_bwd,
+                   .buf = {[RMSB_DINP] = {"dinp [N,C]", ACC, DT, NC, -0.5f, 0.5f},
+                           [RMSB_DW] = {"dw [C]", ACC, F32, (size_t)C, -1, 1},
+                           [RMSB_DOUT] = {"dout [N,C]", IN, DT, NC, -1, 1},
+                           [RMSB_INP] = {"inp [N,C]", IN, DT, NC, -2, 2},
+                           [RMSB_W] = {"w [C]", IN, DT, (size_t)C, 0.5f, 1.5f},
+                           [RMSB_RSTD] = {"rstd [N]", IN, F32, (size_t)N}}};
+    memcpy(bwd.shape, fwd.shape, sizeof bwd.shape);
+    run_case(&bwd, d, ops, e);
+}
+
+/* rope, theta 10000, in place: the buffer is the input and the output */
+enum { ROPE_QKV, ROPE_NBUF };
+static void run_rope_fwd(const op_case *c, const zt_ops *ops, zt_stream *s, void **p) {
+    ops->rope_fwd(s, p[ROPE_QKV], c->B, c->T, c->NH, c->NKV, c->HD, 10000.0f);
+}
+static void run_rope_bwd(const op_case *c, const zt_ops *ops, zt_stream *s, void **p) {
+    ops->rope_bwd(s, p[ROPE_QKV], c->B, c->T, c->NH, c->NKV, c->HD, 10000.0f);
+}
+
+static void cases_rope(zt_dtype d, const zt_ops *ops, const env *e, int B, int T, int NH, int NKV, int HD) {
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HD;
+    op_case cs[] = {
+        {.kase = "rope_fwd", .run = run_rope_fwd, .buf = {[ROPE_QKV] = {"qkv [B,T,(NH+2NKV)HD]", ACC, DT, n, -2, 2}}},
+        {.kase = "rope_bwd", .run = run_rope_bwd, .buf = {[ROPE_QKV] = {"dqkv [B,T,(NH+2NKV)HD]", ACC, DT, n, -1, 1}}},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        cs[i].B = B, cs[i].T = T, cs[i].NH = NH, cs[i].NKV = NKV, cs[i].HD = HD, cs[i].nbuf = ROPE_NBUF;
+        snprintf(cs[i].shape, sizeof cs[i].shape, "B=%d T=%d NH=%d NKV=%d HD=%d", B, T, NH, NKV, HD);
+        run_case(&cs[i], d, ops, e);
+    }
+}
+
+/* swiglu: gate_up [N,2F] */
+enum { SW_OUT, SW_GATE_UP, SW_NBUF };
+static void run_swiglu_fwd(const op_case *c, const zt_ops *ops, zt_stream *s, void **p) {
+    ops->swiglu_fwd(s, p[SW_OUT], p[SW_GATE_UP], c->N, c->F);
+}
+enum { SWB_DGATE_UP, SWB_GATE_UP, SWB_DOUT, SWB_NBUF };
+static void run_swiglu_bwd(const op_case *c, const zt_ops *ops, zt_stream *s, void **p) {
+    ops->swiglu_bwd(s, p[SWB_DGATE_UP], p[SWB_GATE_UP], p[SWB_DOUT], c->N, c->F);
+}
+
+static void cases_swiglu(zt_dtype d, const zt_ops *ops, const env *e, int N, int F) {
+    size_t NF = (size_t)N * F;
+    op_case fwd = {.kase = "swiglu_fwd", .N = N, .F = F, .nbuf = SW_NBUF, .run = run_swiglu_fwd,
+                   .buf = {[SW_OUT] = {"out [N,F]", OUT, DT, NF},
+                           [SW_GATE_UP] = {"gate_up [N,2F]", IN, DT, 2 * NF, -6, 6}}};
+    snprintf(fwd.shape, sizeof fwd.shape, "N=%d F=%d", N, F);
+    run_case(&fwd, d, ops, e);
+    op_case bwd = {.kase = "swiglu_bwd", .N = N, .F = F, .nbuf = SWB_NBUF, .run = run_swiglu_bwd,
+                   .buf = {[SWB_DGATE_UP] = {"dgate_up [N,2F]", OUT, DT, 2 * NF},
+                           [SWB_GATE_UP] = {"gate_up [N,2F]", IN, DT, 2 * NF, -6, 6},
+                           [SWB_DOUT] = {"dout [N,F]", IN, DT, NF, -1, 1}}};
+    memcpy(bwd.shape, fwd.shape, sizeof bwd.shape);
+    run_case(&bwd, d, ops, e);
+}
+
+/* gqa_expand / gqa_reduce over N = B*T rows */
+enum { GQ_FULL, GQ_QKV, GQ_NBUF };
+static void run_gqa_expand(const op_case *c, const zt_ops *ops, zt_stream *s, void **p) {
+    ops->gqa_expand(s, p[GQ_FULL], p[GQ_QKV], c->N, c->NH, c->NKV, c->HD);
+}
+enum { GQR_DQKV, GQR_DFULL, GQR_NBUF };
+static void run_gqa_reduce(const op_case *c, const zt_ops *ops, zt_stream *s, void **p) {
+    ops->gqa_reduce(s, p[GQR_DQKV], p[GQR_DFULL], c->N, c->NH, c->NKV, c->HD);
+}
+
+static void cases_gqa(zt_dtype d, const zt_ops *ops, const env *e, int N, int NH, int NKV, int HD) {
+    size_t nsmall = (size_t)N * (NH + 2 * NKV) * HD, nfull = (size_t)N * 3 * NH * HD;
+    op_case fwd = {.kase = "gqa_expand", .N = N, .NH = NH, .NKV = NKV, .HD = HD, .nbuf = GQ_NBUF,
+                   .run = run_gqa_expand,
+                   .buf = {[GQ_FULL] = {"qkv_full [N,3 NH HD]", OUT, DT, nfull},
+                           [GQ_QKV] = {"qkv [N,(NH+2NKV)HD]", IN, DT, nsmall, -2, 2}}};
+    snprintf(fwd.shape, sizeof fwd.shape, "N=%d NH=%d NKV=%d HD=%d", N, NH, NKV, HD);
+    run_case(&fwd, d, ops, e);
+    op_case bwd = {.kase = "gqa_reduce", .N = N, .NH = NH, .NKV = NKV, .HD = HD, .nbuf = GQR_NBUF,
+                   .run = run_gqa_reduce,
+                   .buf = {[GQR_DQKV] = {"dqkv [N,(NH+2NKV)HD]", ACC, DT, nsmall, -0.5f, 0.5f},
+                           [GQR_DFULL] = {"dqkv_full [N,3 NH HD]", IN, DT, nfull, -1, 1}}};
+    memcpy(bwd.shape, fwd.shape, sizeof bwd.shape);
+    run_case(&bwd, d, ops, e);
+}
+
 /* ---- casts and scaled_store ----------------------------------------------- */
 
 static uint32_t bits_of(float f) {
@@ -717,7 +851,7 @@ static void test_scaled_store(const zt_ops *ops, zt_stream *s, zt_dtype d) {
 /* ---- main ------------------------------------------------------------------ */
 
 static void test_dtype(zt_dtype d, const zt_ops *ops, const env *e) {
-    cases_embedding(d, ops, e, 3, 37, 70, 101);
+    cases_embedding(d, ops, e, 3, 37, 70, 101, 0);
     cases_layernorm(d, ops, e, 67, 203);
     cases_matmul(d, ops, e, 150, 200, 130); /* 3 x 64 rows, 2 x 128 deep (dw: 2 x 128), 3 x 64 wide */
     cases_attention(d, ops, e, 2, 19, 48, 4);
@@ -727,6 +861,18 @@ static void test_dtype(zt_dtype d, const zt_ops *ops, const env *e) {
     cases_attention_fused(d, ops, e, 1, 77, 30, 3);
     cases_pointwise(d, ops, e, 1003);
     cases_xent(d, ops, e, 37, 1003);
+}
+
+/* The Llama kernels, run after every dtype's cases above, so that those
+ * draw the random inputs their measured errors were taken with. */
+static void test_llama_dtype(zt_dtype d, const zt_ops *ops, const env *e) {
+    cases_embedding(d, ops, e, 3, 37, 70, 101, 1);
+    cases_rmsnorm(d, ops, e, 67, 203);
+    cases_rope(d, ops, e, 2, 37, 4, 2, 10);
+    cases_rope(d, ops, e, 1, 300, 3, 3, 64); /* positions past 256: angles of many turns */
+    cases_swiglu(d, ops, e, 37, 101);
+    cases_gqa(d, ops, e, 37, 6, 2, 10);
+    cases_gqa(d, ops, e, 37, 4, 4, 10);
 }
 
 int main(void) {
@@ -749,6 +895,8 @@ int main(void) {
               ops ? (int)ops->dtype : -1);
         if (ops && ops->dtype == d) test_dtype(d, ops, &e);
     }
+    for (size_t k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++)
+        if (be->ops_for[dtypes[k]]) test_llama_dtype(dtypes[k], be->ops_for[dtypes[k]], &e);
     test_cast_fp16(be->ops, &s1);
     for (int d = 0; d < ZT_NDTYPES; d++) test_scaled_store(be->ops, &s1, (zt_dtype)d);
 

@@ -9,3 +9,12 @@ foreach(zt_unit_test test_ops_gradcheck test_ops_dtype test_adamw test_optim_ker
   add_test(NAME ${zt_unit_test} COMMAND ${zt_unit_test})
   set_tests_properties(${zt_unit_test} PROPERTIES LABELS "unit" TIMEOUT 300)
 endforeach()
+
+# The Llama kernels of the CPU's fp32 table (tests/test_llama_ops.c):
+# finite-difference gradients of RMSNorm, RoPE, SwiGLU, the GQA head
+# expansion and rope -> gqa -> attention, against double references. A few
+# seconds: labelled quick as well.
+add_executable(test_llama_ops ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_ops.c)
+target_link_libraries(test_llama_ops PRIVATE zt_runtime)
+add_test(NAME test_llama_ops COMMAND test_llama_ops)
+set_tests_properties(test_llama_ops PROPERTIES LABELS "unit;quick" TIMEOUT 120)
