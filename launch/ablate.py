@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Ablation sweep of the toy GPT: ZeRO stage x optimizer offload x recompute
-(x optimizer x frozen units x allocator x dtype).
+"""Ablation sweep of a model family (the toy GPT by default): ZeRO stage x
+optimizer offload x recompute (x optimizer x frozen units x allocator x dtype).
 
-    python3 launch/ablate.py [--preset zero] [--np 2] [--steps 30] [--out out/ablation]
+    python3 launch/ablate.py [--model gpt|llama] [--preset zero] [--np 2] [--steps 30] [--out out/ablation]
                              [--offload none,cpu[,params,nvme,nvme-params,activations]]
                              [--recompute none,full[,selective,every-K]]
                              [--optimizer adamw[,sgd,...]] [--freeze LIST [--freeze LIST ...]]
@@ -19,11 +19,12 @@ each frozen-unit list of --freeze, each optimizer of --optimizer, each
 device allocator of --allocator and each dtype of --dtype (defaults: none,
 adamw, simple, fp32), each as
 
-    launch/zt-run -np NP zt-train --stage S --offload O --recompute R --dtype D
+    launch/zt-run -np NP zt-train --model M --stage S --offload O --recompute R --dtype D
                   --optimizer OPT --freeze F --allocator A --steps K EXTRA...
                   --log-dir OUT/runs/NAME --quiet
 
-and reads OUT/runs/NAME/summary.json, labels_rank0.json and every rank's
+(M: --model, one family for the whole sweep, recorded in the CSV's
+`model` column and the Markdown's opening line) and reads OUT/runs/NAME/summary.json, labels_rank0.json and every rank's
 rank<r>.jsonl. A configuration that fails (out of memory: exit 3 or an
 oom_rank<r>.txt report; an optimizer or allocator zt-train does not know;
 any other exit status) is recorded as a failed row and the sweep goes on.
@@ -68,7 +69,8 @@ flag given twice, so `-- --layers 4` overrides the preset's model too):
           2 + 14/N and 16/N bytes/param.
 
 Flags after `--` go to every run (model size, --mem-limit, --threads, ...);
-the flags the sweep sets itself are refused there. --dry-run prints each
+the flags the sweep sets itself (--model among them: the family a row
+records must be the one that ran) are refused there. --dry-run prints each
 configuration's command and runs none. The exit status is 0 when the sweep
 ran, whatever the configurations did; 2 for bad arguments or a missing
 program; 1 when writing the results or plotting fails.
@@ -124,7 +126,9 @@ RECOMPUTES = ["none", "full"]  # the default --recompute
 # turn the ablation into 16 runs of one configuration (or mix their logs).
 AXIS_FLAGS = ["--stage", "--offload", "--offload-params", "--offload-activations", "--nvme-path", "--recompute", "--dtype", "--optimizer", "--freeze", "--allocator",
               "--steps"]
-OWNED_FLAGS = AXIS_FLAGS + ["--log-dir"]
+# Flags of the sweep's own that hold for every run: one value, recorded in each row.
+SWEEP_FLAGS = ["--model"]
+OWNED_FLAGS = AXIS_FLAGS + SWEEP_FLAGS + ["--log-dir"]
 DTYPES = ["fp32", "bf16", "fp16"]
 MIB = 1024.0 * 1024.0
 
@@ -144,7 +148,7 @@ PRESETS = {
     },
 }
 
-COLUMNS = (["name", "stage", "offload", "recompute", "optimizer", "freeze", "allocator", "dtype", "status",
+COLUMNS = (["name", "model", "stage", "offload", "recompute", "optimizer", "freeze", "allocator", "dtype", "status",
             "peak_mean_bytes", "peak_max_bytes", "imbalance_max_over_mean"]
            + [f"peak_{c}_mean_bytes" for c in CATEGORIES]
            + ["host_peak_mean_bytes", "host_peak_max_bytes", "reserved_peak_max_bytes",
@@ -235,13 +239,18 @@ def build_parser(here):
     p = argparse.ArgumentParser(
         prog="ablate.py",
         description="Sweep ZeRO stage {0,1,2,3} x offload x recompute policies (x optimizers x frozen units "
-                    "x allocators x dtypes) on the toy GPT and tabulate and plot memory and throughput.",
+                    "x allocators x dtypes) on a model family (--model) and tabulate and plot memory and "
+                    "throughput.",
         epilog="Flags after `--` are passed to every zt-train run, e.g. "
                "`-- --layers 4 --d-model 128 --mem-limit 8MiB`.")
     p.add_argument("--preset", choices=sorted(PRESETS),
                    help="defaults for the flags below and model flags before those after `--` "
                         "(zero: bf16, np 4, a model whose state is most of the stage-0 peak; "
                         "see the module docstring); explicit flags still win")
+    p.add_argument("--model", default="gpt",
+                   help="the model family every run trains, passed to zt-train's --model as it is (gpt, llama: "
+                        "the families zt-train has; zt-train refuses another, and every row then fails) "
+                        "[default: gpt]")
     p.add_argument("--np", type=int, default=2, help="ranks per run [default: 2]")
     p.add_argument("--steps", type=int, default=30, help="optimizer steps per run [default: 30]")
     p.add_argument("--out", default=os.path.join("out", "ablation"),
@@ -322,7 +331,7 @@ def parse_args(argv):
         for f in OWNED_FLAGS:
             if a == f or a.startswith(f + "="):
                 p.error(f"{f} is set by the sweep; it cannot be passed after `--`"
-                        + (f" (use ablate.py {f})" if f in AXIS_FLAGS and f != "--stage" else ""))
+                        + (f" (use ablate.py {f})" if f in AXIS_FLAGS + SWEEP_FLAGS and f != "--stage" else ""))
     args.user_extra = extra
     args.extra = preset.get("model", []) + extra
     args.configs = [(s, o, r, d, opt, fr, al) for d in args.dtypes for al in args.allocators for opt in args.optimizers
@@ -444,7 +453,7 @@ def config_command(args, out, config):
     stage, offload, recompute, dtype, optimizer, freeze, allocator = config
     name = config_name(stage, offload, recompute, dtype, optimizer, freeze, allocator)
     run_dir = os.path.join(out, "runs", name)
-    cmd = ([args.zt_run, "-np", str(args.np), args.zt_train,
+    cmd = ([args.zt_run, "-np", str(args.np), args.zt_train, "--model", args.model,
             "--stage", str(stage)] + tier_flags(offload, out)
            + ["--recompute", recompute, "--dtype", dtype,
             "--optimizer", optimizer, "--freeze", freeze, "--allocator", allocator, "--steps", str(args.steps)]
@@ -457,7 +466,7 @@ def run_config(args, out, config, index, total):
     name, run_dir, cmd = config_command(args, out, config)
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)  # a stale summary.json must not pass for this run's
-    row = {"name": name, "stage": stage, "offload": offload, "recompute": recompute, "dtype": dtype,
+    row = {"name": name, "model": args.model, "stage": stage, "offload": offload, "recompute": recompute, "dtype": dtype,
            "optimizer": optimizer, "freeze": freeze, "allocator": allocator, "run_dir": run_dir,
            "command": shlex.join(cmd), "mpirun": ""}
     # The closed form holds for the device's model state without offload and
@@ -573,8 +582,9 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
                      + (f", then `{shlex.join(args.user_extra)}` from the command line" if args.user_extra else "")
                      + ".")
         lines.append("")
-    lines.append(f"{args.np} rank(s), {args.steps} steps per configuration, extra zt-train flags: "
-                 + (f"`{shlex.join(args.extra)}`" if args.extra else "none (the default toy GPT)")
+    lines.append(f"Model family `{args.model}`, {args.np} rank(s), {args.steps} steps per configuration, "
+                 "extra zt-train flags: "
+                 + (f"`{shlex.join(args.extra)}`" if args.extra else f"none (the default {args.model})")
                  + f"; {len(ok)} of {len(rows)} configurations ran to the end.")
     lines.append("")
     lines.append("Memory is the tracked device memory of each rank (MiB = 2^20 bytes): *peak* is the "
@@ -956,14 +966,15 @@ def main(argv):
         return 0
     try:
         os.makedirs(os.path.join(out, "runs"), exist_ok=True)
-        print(f"ablate: {len(configs)} configurations, np {args.np}, {args.steps} steps, zt-train {args.zt_train}"
+        print(f"ablate: {len(configs)} configurations of {args.model}, np {args.np}, {args.steps} steps, "
+              f"zt-train {args.zt_train}"
               + (f", preset {args.preset}" if args.preset else "")
               + (f", extra flags: {shlex.join(args.extra)}" if args.extra else ""), flush=True)
         rows = [run_config(args, out, c, i + 1, len(configs)) for i, c in enumerate(configs)]
 
-        subtitle = (f"np {args.np}, {args.steps} steps"
+        subtitle = (f"{args.model}, np {args.np}, {args.steps} steps"
                     + (f", preset {args.preset}" if args.preset else "")
-                    + (f", {shlex.join(args.extra)}" if args.extra else ", default toy GPT"))
+                    + (f", {shlex.join(args.extra)}" if args.extra else f", default {args.model}"))
         scripts = [write_memory_plot(out, rows, subtitle, cap), write_throughput_plot(out, rows, subtitle),
                    write_bytes_per_param_plot(out, rows, args.np, subtitle)]
         plot_cmds = [f"cd {shlex.quote(out)}"] + [f"{args.gnuplot} {s}" for s in scripts]

@@ -22,6 +22,10 @@ Runs the 16-configuration sweep at np 2 on a small model twice:
    with, the CSV and Markdown carry the allocator, the reserved peak and the
    fragmentation at peak, and the two allocators agree on the allocated peak
    and the loss.
+6. with --model llama --dry-run: every configuration's zt-train command
+   line carries `--model llama` (and `--model gpt` without the flag, which
+   run 1 records in the CSV's model column and the Markdown); `--model`
+   after `--` is refused.
 Also checks that a missing zt-train is a tooling error (exit 2).
 """
 import csv
@@ -40,7 +44,7 @@ MODEL = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "16", 
 STEPS = 3
 CATEGORIES = ["params", "grads", "master_params", "optimizer", "activations",
               "gathered_params", "comm_buffers", "workspace", "other"]
-EXPECTED_COLUMNS = (["name", "stage", "offload", "recompute", "status", "peak_mean_bytes", "peak_max_bytes",
+EXPECTED_COLUMNS = (["name", "model", "stage", "offload", "recompute", "status", "peak_mean_bytes", "peak_max_bytes",
                      "imbalance_max_over_mean"]
                     + [f"peak_{c}_mean_bytes" for c in CATEGORIES]
                     + ["host_peak_mean_bytes", "reserved_peak_max_bytes", "step_time_median_s", "tokens_per_s",
@@ -152,7 +156,11 @@ def case_uncapped(ctx):
             fail(f"{r['name']}: no summary.json in its run directory")
     if num(rows["s3"], "peak_params_mean_bytes") >= num(rows["s0"], "peak_params_mean_bytes"):
         fail("stage 3 does not hold fewer parameter bytes per rank than stage 0")
-    check_files(out, rows)
+    if {r["model"] for r in rows.values()} != {"gpt"}:
+        fail(f"the CSV's model column is not gpt (the default) in every row: {[r['model'] for r in rows.values()]}")
+    md = check_files(out, rows)
+    if "Model family `gpt`" not in md:
+        fail("ablation.md does not record the model family")
     print(f"ok: uncapped sweep: 16 configurations ok, CSV/Markdown/PNGs written ({out})")
     return rows
 
@@ -275,6 +283,36 @@ def case_allocator_axis(ctx):
           f"fragmentation at peak in the CSV and Markdown ({out})")
 
 
+def dry_run_commands(ctx, own, extra=()):
+    """{config name: its zt-train command as a list} from --dry-run."""
+    cmd = ([sys.executable, ctx["ablate"], "--np", "2", "--steps", "2", "--out", os.path.join(ctx["work"], "dry"),
+            "--zt-train", ctx["zt"], "--zt-run", ctx["zt_run"], "--dry-run"] + list(own) + ["--"] + MODEL
+           + list(extra))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        fail(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr}")
+    return {name: line.split() for name, _, line in (l.partition(": ") for l in p.stdout.splitlines())}
+
+
+def case_model_flag(ctx):
+    """--model reaches every zt-train command line, right after zt-train, and
+    once: zt-train keeps a flag's last value, so a second one would win."""
+    for own, family in (([], "gpt"), (["--model", "llama"], "llama")):
+        cmds = dry_run_commands(ctx, own + ["--recompute", "none,full,selective"])
+        if len(cmds) != 24:
+            fail(f"--dry-run {' '.join(own)}: {len(cmds)} configurations, expected 24: {sorted(cmds)}")
+        for name, c in cmds.items():
+            at = c.index(ctx["zt"]) if ctx["zt"] in c else -1
+            if c[at + 1:at + 3] != ["--model", family] or c.count("--model") != 1:
+                fail(f"{name}: the command does not pass --model {family} once, after zt-train: {' '.join(c)}")
+    p = subprocess.run([sys.executable, ctx["ablate"], "--zt-train", ctx["zt"], "--zt-run", ctx["zt_run"],
+                        "--dry-run", "--", "--model", "llama"], capture_output=True, text=True, timeout=60)
+    if p.returncode != 2 or "use ablate.py --model" not in p.stderr:
+        fail(f"--model after `--`: exit {p.returncode}, expected 2 with a hint\n{p.stderr}")
+    print("ok: --model llama (and the default gpt) reaches every zt-train command line of the dry run; "
+          "--model after `--` is refused")
+
+
 def case_tool_error(ctx):
     cmd = [sys.executable, ctx["ablate"], "--out", os.path.join(ctx["work"], "none"),
            "--zt-train", os.path.join(ctx["work"], "no-such-zt-train"), "--zt-run", ctx["zt_run"]]
@@ -307,6 +345,7 @@ if __name__ == "__main__":
     ok = False
     try:
         case_tool_error(ctx)
+        case_model_flag(ctx)
         base = case_uncapped(ctx)
         case_capped(ctx, base)
         case_dtype_axis(ctx, base)
