@@ -568,8 +568,6 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
                        c->recompute);
     if (c->save_every > 0 && !c->save_dir[0])
         return ZT_FAIL(err, ZT_ERR_INVALID, "--save-every %d needs --save-dir", c->save_every);
-    if (c->d_model % c->heads != 0)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--d-model %d is not divisible by --heads %d", c->d_model, c->heads);
     if (c->layers < 0) return ZT_FAIL(err, ZT_ERR_INVALID, "--layers must be >= 0");
     if (strcmp(c->data, "markov") == 0 && c->markov_branch > c->vocab)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--markov-branch %d exceeds --vocab %d", c->markov_branch, c->vocab);
@@ -624,7 +622,8 @@ static void value_text(const zt_train_config *c, const opt_spec *o, int exact, c
 void zt_train_config_print_help(FILE *f, const char *prog) {
     zt_train_config d;
     zt_train_config_defaults(&d);
-    fprintf(f, "usage: %s [--option value ...]\n\nTrains the toy GPT. Options (JSON keys in --config use '_' for '-'):\n", prog);
+    fprintf(f, "usage: %s [--option value ...]\n\nTrains a model of a family this program has (--model; listed at the end).\n"
+               "Options (JSON keys in --config use '_' for '-'):\n", prog);
     for (int i = 0; i < NOPTIONS; i++) {
         const opt_spec *o = &options[i];
         char def[96];

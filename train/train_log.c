@@ -107,6 +107,7 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     const zt_train_config *c = s->cfg;
     json_t *o = json_object();
     json_object_set_new(o, "world_size", json_integer(s->world_size));
+    if (s->model) json_object_set(o, "model", s->model);
     json_object_set_new(o, "stage", json_integer(c->stage));
     json_object_set_new(o, "offload", json_string(c->offload));
     json_object_set_new(o, "recompute", json_string(c->recompute));

@@ -43,6 +43,7 @@ typedef struct {
     const int *rank_node, *rank_local;
     const char *rank_host;
     int nnodes;
+    json_t *model; /* the family and its hyperparameters (zt_train_model.describe) */
 } zt_summary;
 
 /* Writes DIR/summary.json (via a temporary file and a rename). */

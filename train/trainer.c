@@ -778,8 +778,9 @@ static zt_status write_summary(const run_state *r, const size_t *table, const ch
         local[k] = (int)table[(size_t)k * RANK_ROW + ROW_LOCAL_RANK];
     }
     const zt_train_config *c = r->c;
-    zt_summary s = {c, N, r->t->family->spec(r->t->model)->total_numel, c->steps, r->start, r->t->losses, r->floor, tps, median,
-                    digest, peak, cat, host, osp, hcat, node, local, hosts, r->comm->nnodes};
+    zt_summary s = {c,      N,    r->t->family->spec(r->t->model)->total_numel, c->steps, r->start, r->t->losses,
+                    r->floor, tps, median, digest, peak, cat, host, osp, hcat, node, local, hosts, r->comm->nnodes,
+                    json_object_get(r->t->run_info, "model")};
     zt_status st = zt_summary_write(&s, c->log_dir, &r->ctx->err);
     free(cols);
     free(node);

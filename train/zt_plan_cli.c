@@ -1,5 +1,5 @@
 /* zt-plan: predicts per-rank memory for a training configuration, from the
- * toy GPT's flags (the same as zt-train's) or from a general description of a
+ * model family's flags (the same as zt-train's) or from a general description of a
  * GPT-shaped model (--params, --largest-unit-params with the shape flags).
  * Exit codes: 0 fits, 1 does not fit, 2 bad input. */
 #include <jansson.h>
@@ -325,7 +325,7 @@ static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_
 
 /* What the allocator reserves beyond the planned (allocated) peak: each
  * live block rounded up to zt_mem's 512 bytes, for at most this many
- * blocks at once (a step of the toy GPT holds far fewer). */
+ * blocks at once (a step of the decoder families holds far fewer). */
 #define ZT_PLAN_BLOCKS_MARGIN(nunits) ((size_t)(64 + 16 * (nunits)) * 512)
 
 /* Does the configuration with micro-batch B (or sequence length T, when
@@ -554,14 +554,18 @@ int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int
     plan_flags pf = {.world = 1, .rank = -1};
     zt_train_config c;
     int rc = read_options(argc, argv, &pf, &c);
+    if (rc == 0) zt_train_print_families(stdout, models, nmodels); /* after --help */
     if (rc >= 0) return rc;
     zt_error err = {0};
     plan_job j;
     memset(&j, 0, sizeof j);
+    if (!zt_train_config_given(&c, "model") && nmodels > 0) /* the program's first family */
+        snprintf(c.model, sizeof c.model, "%s", models[0]->family);
     j.family = zt_train_model_find(models, nmodels, c.model);
     if (!j.family || !j.family->plan_walk) {
         fprintf(stderr, "zt-plan: error: --model %s: %s\n", c.model,
                 j.family ? "this family has no planner walk" : "not a model family of this program");
+        zt_train_print_families(stderr, models, nmodels);
         return 2;
     }
     if ((pf.max_micro_batch || pf.max_seq_len) && !pf.device_mem) {

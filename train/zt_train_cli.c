@@ -182,9 +182,16 @@ zt_train_hooks zt_train_hooks_from_env(void) {
     return h;
 }
 
-/* --model: one of the families this program was built with. */
-static zt_status find_family(const zt_train_config *cfg, const zt_train_model *const *models, int nmodels,
+void zt_train_print_families(FILE *f, const zt_train_model *const *models, int nmodels) {
+    fprintf(f, "\nModel families (--model; the first is the default):\n");
+    for (int k = 0; k < nmodels; k++) fprintf(f, "  %-28s %s\n", models[k]->family, models[k]->description);
+}
+
+/* --model: one of the families this program was built with (default: its first). */
+static zt_status find_family(zt_train_config *cfg, const zt_train_model *const *models, int nmodels,
                              const zt_train_model **family, zt_error *err) {
+    if (!zt_train_config_given(cfg, "model") && nmodels > 0) /* the program's first family */
+        snprintf(cfg->model, sizeof cfg->model, "%s", models[0]->family);
     *family = zt_train_model_find(models, nmodels, cfg->model);
     if (*family) return ZT_OK;
     char names[256] = "";
@@ -423,6 +430,7 @@ int zt_train_main(int argc, char **argv, const zt_train_model *const *models, in
                 cfg.config_warning);
     if (want_help) {
         if (j.rank == 0) zt_train_config_print_help(stdout, j.prog);
+        if (j.rank == 0) zt_train_print_families(stdout, models, nmodels);
         return finish(&j, 0);
     }
     if (cfg.print_config) return finish(&j, print_config(&j, &cfg));

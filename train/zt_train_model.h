@@ -7,11 +7,16 @@
  * A family declares its parameters in units (shard/zt_units.h) and runs
  * forward and backward unit by unit through the engine's gather /
  * grad_buffer / grads_ready calls; it knows nothing of ranks or stages.
- * Parameters are initialised element by element straight into each rank's
- * shard (init_param), so no rank materialises the whole model.
+ * The engine asks for initial values one unit at a time (init_param), so
+ * no rank ever holds more than one unit's initial values beside its shard.
  *
- * Every hook takes the instance `self` that create returned. Optional
- * hooks may be NULL; the table says which. */
+ * Every hook takes the instance `self` that create returned (init_param's
+ * `arg` is that instance too). Every hook is required except the three
+ * planner hooks, which may all be NULL (zt-plan then refuses the family).
+ * Forward, backward and take_losses run on the engine's context
+ * (zt_engine_context(eng)); the host arrays forward receives are the
+ * trainer's and are overwritten for the next micro-batch, so a model that
+ * copies them asynchronously stages them first. */
 #ifndef ZT_TRAIN_MODEL_H
 #define ZT_TRAIN_MODEL_H
 
@@ -38,7 +43,7 @@ typedef struct {
     zt_model_transfers moved; /* its kept inputs' copies since creation */
 } zt_model_stats;
 
-/* One tensor for export (users' formats map these to their names): which
+/* One tensor for export (zt-export's users' formats map these names) (users' formats map these to their names): which
  * unit and parameter of the spec holds it, its shape as stored, and how
  * its elements are laid out there. */
 typedef struct {
@@ -51,7 +56,8 @@ typedef struct {
 
 /* The planner's view of a model: the settings and the spec's unit indices
  * of the embedding, the first block and the head (families laid out as
- * embedding, L blocks, head; a model planned from totals uses the same). */
+ * embedding, L blocks, head; a model planned from totals uses the same:
+ * a family of another shape gives no planner hooks). */
 typedef struct {
     zt_model_settings s;
     int unit_embed, first_block, unit_head;
@@ -68,7 +74,8 @@ typedef struct zt_train_model {
     zt_status (*create)(void **self, const zt_model_settings *s, zt_error *err);
     void (*destroy)(void *self);
     zt_model_spec *(*spec)(void *self);
-    /* Initial value of one element of (unit, param): a zt_param_init_fn. */
+    /* Initial values of parameter (unit, param), all of its elements: a
+     * zt_param_init_fn (arg: self); a pure function of (unit, param). */
     zt_param_init_fn init_param;
     /* Marks units frozen from a list of names ("none" or "": nothing);
      * refuses names it does not know and a list that leaves nothing to train. */
@@ -76,7 +83,9 @@ typedef struct zt_train_model {
     /* Forward of a [B,T] micro-batch (host token ids): keeps what backward
      * needs; the losses stay pending for take_losses. */
     zt_status (*forward)(void *self, zt_engine *eng, const int32_t *tokens, const int32_t *targets, int B, int T);
-    /* Backward of the last forward with dloss per position. */
+    /* Backward of the last forward. dloss is the gradient of the step's
+     * objective with respect to each position's loss: the loss scale over
+     * (B x T x grad_accum), the mean over every position of the step. */
     zt_status (*backward)(void *self, zt_engine *eng, float dloss);
     /* Waits and returns the sum over pending micro-batches of their mean losses. */
     zt_status (*take_losses)(void *self, zt_ctx *ctx, double *sum_of_means);

@@ -15,12 +15,12 @@ static zt_gpt_config gpt_config_of(const zt_model_settings *s) {
 
 zt_status zt_gpt_model_resolve(zt_model_settings *s, zt_error *err) {
     if (s->heads < 1 || s->d_model % s->heads != 0)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "gpt: d_model %d is not divisible by heads %d", s->d_model, s->heads);
+        return ZT_FAIL(err, ZT_ERR_INVALID, "gpt: `d_model` %d is not divisible by `heads` %d", s->d_model, s->heads);
     if (s->kv_heads != 0 && s->kv_heads != s->heads)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "gpt: kv_heads %d: the GPT has one key/value head per query head",
+        return ZT_FAIL(err, ZT_ERR_INVALID, "gpt: `kv_heads` %d: the GPT has one key/value head per query head",
                        s->kv_heads);
     if (s->ffn_dim != 0 && s->ffn_dim != 4 * s->d_model)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "gpt: ffn_dim %d: the GPT's MLP is 4 x d_model = %d wide", s->ffn_dim,
+        return ZT_FAIL(err, ZT_ERR_INVALID, "gpt: `ffn_dim` %d: the GPT's MLP is 4 x `d_model` = %d wide", s->ffn_dim,
                        4 * s->d_model);
     s->kv_heads = s->heads;
     s->ffn_dim = 4 * s->d_model;

@@ -11,19 +11,19 @@
 
 zt_status zt_llama_resolve(zt_model_settings *s, zt_error *err) {
     if (s->heads < 1 || s->d_model % s->heads != 0)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "llama: d_model %d is not divisible by heads %d", s->d_model, s->heads);
+        return ZT_FAIL(err, ZT_ERR_INVALID, "llama: `d_model` %d is not divisible by `heads` %d", s->d_model, s->heads);
     if ((s->d_model / s->heads) % 2 != 0)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "llama: the head dimension d_model / heads = %d must be even (rotary "
+        return ZT_FAIL(err, ZT_ERR_INVALID, "llama: the head dimension `d_model` / `heads` = %d must be even (rotary "
                        "embedding rotates pairs)", s->d_model / s->heads);
     if (s->kv_heads == 0) s->kv_heads = s->heads;
     if (s->kv_heads < 1 || s->heads % s->kv_heads != 0)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "llama: kv_heads %d does not divide heads %d", s->kv_heads, s->heads);
+        return ZT_FAIL(err, ZT_ERR_INVALID, "llama: `kv_heads` %d does not divide `heads` %d", s->kv_heads, s->heads);
     if (s->ffn_dim == 0) { /* the multiple of 64 nearest 8/3 d_model (at least 64) */
         long f = ((long)8 * s->d_model + 3 * 32) / (3 * 64) * 64;
         s->ffn_dim = (int)(f > 0 ? f : 64);
     }
-    if (s->norm_eps <= 0) return ZT_FAIL(err, ZT_ERR_INVALID, "llama: norm_eps %g must be > 0", s->norm_eps);
-    if (s->rope_theta <= 0) return ZT_FAIL(err, ZT_ERR_INVALID, "llama: rope_theta %g must be > 0", s->rope_theta);
+    if (s->norm_eps <= 0) return ZT_FAIL(err, ZT_ERR_INVALID, "llama: `norm_eps` %g must be > 0", s->norm_eps);
+    if (s->rope_theta <= 0) return ZT_FAIL(err, ZT_ERR_INVALID, "llama: `rope_theta` %g must be > 0", s->rope_theta);
     return ZT_OK;
 }
 
