@@ -17,15 +17,25 @@ static zt_status check_model(const zt_ckpt_info *info, const zt_model_spec *spec
     json_t *with_family = json_is_object(model) && !json_object_get(model, "family") ? json_copy(model) : NULL;
     if (with_family) json_object_set_new(with_family, "family", json_string("gpt"));
     int same = json_equal(with_family ? with_family : model, (json_t *)expect_model);
-    json_decref(with_family);
+    const char *theirs = json_string_value(json_object_get(with_family ? with_family : model, "family"));
+    const char *ours = json_string_value(json_object_get(expect_model, "family"));
+    if (!same && theirs && ours && strcmp(theirs, ours) != 0) {
+        zt_status st = ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: the checkpoint holds a %s model; this run's "
+                               "`model` is %s", info->dir, theirs, ours);
+        json_decref(with_family); /* after the message: theirs may point into it */
+        return st;
+    }
     if (!same) {
-        char *a = json_dumps(model, JSON_COMPACT | JSON_SORT_KEYS), *b = json_dumps(expect_model, JSON_COMPACT | JSON_SORT_KEYS);
+        size_t flags = JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(9);
+        char *a = json_dumps(model, flags), *b = json_dumps(expect_model, flags);
         zt_status st = ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: the checkpoint's model %s differs from this run's %s",
                                info->dir, a ? a : "?", b ? b : "?");
         free(a);
         free(b);
+        json_decref(with_family);
         return st;
     }
+    json_decref(with_family);
     if (info->nunits != spec->nunits)
         return ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: %d units, this model has %d", info->dir, info->nunits,
                        spec->nunits);
