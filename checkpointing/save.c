@@ -158,7 +158,7 @@ static json_t *manifest_json(const saver *s, const json_t *run_info, const unsig
     json_object_set_new(m, "stage", json_integer(zt_engine_settings(eng)->stage));
     json_object_set_new(m, "dtype", json_string(zt_dtype_name(zt_engine_settings(eng)->dtype)));
     json_object_set_new(m, "offload", json_boolean(zt_engine_settings(eng)->offload));
-    json_object_set_new(m, "optimizer", json_string(zt_optimizer_name(zt_engine_settings(eng)->optimizer)));
+    json_object_set_new(m, "optimizer", json_string(zt_optim_or_default(zt_engine_settings(eng)->optimizer)->name));
     json_object_set_new(m, "run", json_deep_copy(run_info));
     json_object_set_new(m, "units", layout_json(zt_engine_spec(eng)));
     for (int r = 0; r < N; r++) {

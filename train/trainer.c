@@ -16,6 +16,7 @@
 #include "zt_imbalance.h"
 #include "zt_rng.h"
 #include "zt_lr_schedule.h"
+#include "zt_optim.h"
 #include "zt_step.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -319,7 +320,7 @@ static zt_status engine_config(const zt_train_config *c, const zt_ctx *ctx, cons
         e.nvme.io.fail_write_at = c->test_nvme_fail_write;
     }
     if (!zt_dtype_parse(c->dtype, &e.dtype) || !zt_dtype_parse(c->reduce_dtype, &e.reduce_dtype) ||
-        !zt_optimizer_parse(c->optimizer, &e.optimizer) || !zt_nvme_io_parse(c->nvme_io, &e.nvme.io.io))
+        !(e.optimizer = zt_optim_find(c->optimizer)) || !zt_nvme_io_parse(c->nvme_io, &e.nvme.io.io))
         return ZT_FAIL(err, ZT_ERR_INTERNAL, "trainer: dtype %s / reduce dtype %s / optimizer %s", c->dtype,
                        c->reduce_dtype, c->optimizer);
     *ec = e;
