@@ -330,7 +330,8 @@ static size_t af_slot_words(const zt_engine_config *cfg, int slot, const zt_unit
 
 static zt_status af_check(const zt_engine_config *cfg, zt_error *err) {
     if (!(cfg->adafactor_clip > 0.0f))
-        return ZT_FAIL(err, ZT_ERR_INVALID, "adafactor's clip threshold must be > 0 (got %g)", (double)cfg->adafactor_clip);
+        return ZT_FAIL(err, ZT_ERR_INVALID, "adafactor's clip threshold must be > 0 (got %g)",
+                       (double)cfg->adafactor_clip);
     /* eps keeps an all-zero row's statistic, and so its factor, finite */
     if (!(cfg->adafactor_eps > 0.0f))
         return ZT_FAIL(err, ZT_ERR_INVALID, "adafactor's eps must be > 0 (got %g): a row of zero gradients "
@@ -357,7 +358,8 @@ static zt_status af_get_block(zt_engine *e, int u, int b, float *dst) {
     memset(dst, 0, S * sizeof(float));
     for (int i = 0; r == ZT_OK && i < us->nparams; i++) {
         const zt_param_spec *ps = &us->params[i];
-        size_t a = ps->offset > slo ? ps->offset : slo, end = ps->offset + ps->numel < slo + S ? ps->offset + ps->numel : slo + S;
+        size_t a = ps->offset > slo ? ps->offset : slo;
+        size_t end = ps->offset + ps->numel < slo + S ? ps->offset + ps->numel : slo + S;
         size_t rows, cols, first = ps->offset > lo ? ps->offset : lo;
         const float *mine = v + zt_adafactor_v_offset(us, lo, hi, i);
         int factored = zt_param_factored(ps, &rows, &cols);

@@ -63,9 +63,9 @@ static zt_status a8_host_step(const zt_engine *e, int u, float *g, void *out, co
     zt_segment seg;
     while (zt_next_segment(&it, &seg)) {
         size_t j = seg.a - lo;
+        float wd = us->params[seg.param].decay ? e->cfg.weight_decay : 0.0f;
         zt_cpu_adam8bit(&host, p + j, g + j, m8 + j, v8 + j, ms + seg.block, vs + seg.block, seg.b - seg.a, s->lr,
-                        e->cfg.beta1, e->cfg.beta2, e->cfg.eps, us->params[seg.param].decay ? e->cfg.weight_decay : 0.0f,
-                        s->t);
+                        e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, s->t);
     }
     *written = 0;
     return ZT_OK;
@@ -81,7 +81,8 @@ static zt_status a8_get_block(zt_engine *e, int u, int b, float *dst) {
     zt_tensor *codes_t = opt_slot(e, u, is_m ? EXP_AVG_CODES : EXP_AVG_SQ_CODES);
     uint8_t *codes = malloc(zt_tensor_bytes(codes_t) + 1);       /* [owned] */
     float *scales = malloc((2 * blocks + 1) * sizeof(float)), map[ZT_QMAP_LEN]; /* [2 x blocks] */
-    zt_status r = codes && scales ? ZT_OK : ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "adam8bit: cannot allocate a staging buffer");
+    zt_status r = codes && scales ? ZT_OK
+                                  : ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "adam8bit: cannot allocate a staging buffer");
     if (r == ZT_OK) r = zt_engine_fetch_state(e, codes_t, codes);
     if (r == ZT_OK) r = zt_engine_fetch_state(e, opt_slot(e, u, BLOCK_SCALES), scales);
     zt_qmap_fill(map, is_m);
@@ -105,7 +106,8 @@ static zt_status a8_set_block(zt_engine *e, int u, int b, const float *given) {
     const zt_unit_spec *us = &e->spec->units[u];
     size_t lo = owned_lo(e, u), hi = lo + owned_numel(e, u), blocks = zt_owned_qblocks(us, lo, hi), n = hi - lo;
     int is_m = b == 0;
-    zt_tensor *codes_t = opt_slot(e, u, is_m ? EXP_AVG_CODES : EXP_AVG_SQ_CODES), *scales_t = opt_slot(e, u, BLOCK_SCALES);
+    zt_tensor *codes_t = opt_slot(e, u, is_m ? EXP_AVG_CODES : EXP_AVG_SQ_CODES);
+    zt_tensor *scales_t = opt_slot(e, u, BLOCK_SCALES);
     uint8_t *codes = calloc(zt_tensor_bytes(codes_t) + 1, 1);             /* [owned] */
     float *scales = malloc((2 * blocks + 1) * sizeof(float)), map[ZT_QMAP_LEN]; /* [2 x blocks] */
     float *roots = is_m ? NULL : malloc(n * sizeof(float) + 4);           /* [owned] sqrt(exp_avg_sq) */
@@ -119,7 +121,8 @@ static zt_status a8_set_block(zt_engine *e, int u, int b, const float *given) {
     zt_segment_iter it = zt_segments(us, lo, hi);
     zt_segment seg;
     while (r == ZT_OK && zt_next_segment(&it, &seg))
-        zt_quantize(map, vals + (seg.a - lo), seg.b - seg.a, codes + (seg.a - lo), scales + (is_m ? 0 : blocks) + seg.block);
+        zt_quantize(map, vals + (seg.a - lo), seg.b - seg.a, codes + (seg.a - lo),
+                    scales + (is_m ? 0 : blocks) + seg.block);
     if (r == ZT_OK) r = zt_engine_store_state(e, codes_t, codes);
     if (r == ZT_OK) r = zt_engine_store_state(e, scales_t, scales);
     free(codes);

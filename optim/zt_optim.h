@@ -61,20 +61,21 @@ typedef struct {
 
 /* The optional hook between the state update and the apply, for updates
  * that need whole matrices (Muon's orthogonalization, a per-matrix norm):
- * an optimizer with a hook splits its device step in two. For each trained
- * unit the engine runs
- *   update(e, u, s, upd)         the state update; upd [owned] fp32 (device)
- *                                receives the update direction
- *   transform(..., whole)        once per matrix parameter (both dims >= 2,
- *                                zt_param_factored's shape), on the rank
- *                                that owns it (parameter index mod world
- *                                size), on the whole [rows, cols] fp32 update
- *                                gathered to the host from every rank's slice
- *   apply(e, u, s, upd)          the (transformed) update applied to p
- * after which the engine scatters nothing itself: every rank's slice of upd
- * is written back from the owner's result before apply. Vectors are not
- * transformed. The device step path only: an optimizer with a hook refuses
- * offload in its check (the host path has no gather). */
+ * an optimizer with a hook gives it instead of a device_step. For each
+ * trained unit u the engine (optim/matrix_hook.c) runs
+ *   update(e, u, s, upd)       the state update; upd [owned] fp32 (device)
+ *                              receives the update direction
+ *   transform(.., whole)       once per matrix parameter (both dims >= 2,
+ *                              zt_param_factored's shape), on the rank that
+ *                              owns it (parameter index mod world size), on
+ *                              the whole [rows, cols] fp32 update (host),
+ *                              gathered from every rank's slice
+ *   apply(e, u, s, upd)        the step of p with upd, into which the engine
+ *                              has written back this rank's slice of every
+ *                              transformed matrix
+ * Vectors keep their update. The device path only: an optimizer with a hook
+ * refuses offload in its check (the host path has no gather).
+ * docs/optimizers.md, "The matrix hook". */
 typedef struct {
     zt_status (*update)(zt_engine *e, int u, const zt_optim_step *s, float *upd);
     zt_status (*transform)(const zt_engine_config *cfg, int unit, int param, size_t rows, size_t cols,

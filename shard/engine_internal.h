@@ -54,7 +54,7 @@ static inline size_t owned_numel(const zt_engine *e, int u) {
 static inline int frozen(const zt_engine *e, int u) { return e->spec->units[u].frozen; }
 
 /* Parameter i of unit u clipped to the unit range [lo, hi): [*a, *b) and
- * its AdamW weight decay (only where the model asked for it); 0 when they
+ * its weight decay (only where the model asked for it); 0 when they
  * do not overlap. */
 static inline int param_in_range(const zt_engine *e, int u, int i, size_t lo, size_t hi, size_t *a, size_t *b,
                                  float *wd) {
@@ -65,7 +65,7 @@ static inline int param_in_range(const zt_engine *e, int u, int i, size_t lo, si
     return *a < *b;
 }
 
-/* Optimizer-state layout (shard/opt_layout.c). Over an owned range [lo, hi)
+/* Optimizer-state layout (optim/layout.c). Over an owned range [lo, hi)
  * of whole world slices, a segment is one parameter's part [a, b) of one
  * slice; 8-bit Adam's blocks start at each segment (block: the index of
  * its first among the range's), Adafactor sums its statistics per segment. */

@@ -3,11 +3,12 @@
  * parameter shard lie in the rank's swap file, and how the CPU optimizer
  * streams them through a bounded set of host buffers.
  *
- * File layout: per unit, one region per array (master, m, v: [owned] fp32;
- * the parameter shard: [shard] in the params dtype), each starting at a
- * ZT_NVME_ALIGN boundary. The optimizer step walks every unit's owned range
- * in chunks of `chunk` elements ("items", units in order); buffer k of K
- * holds one item: `block_bytes` of each fp32 array and its params. Reads run
+ * File layout: per unit, one region per array (master and the optimizer's
+ * slots: [owned] fp32; the parameter shard: [shard] in the params dtype),
+ * each starting at a ZT_NVME_ALIGN boundary. The optimizer step walks every
+ * unit's owned range in chunks of `chunk` elements ("items", units in
+ * order); buffer k of K holds one item: `block_bytes` of each fp32 array
+ * and its params. Reads run
  * K - 1 items ahead of the update, across unit boundaries, so the reads of
  * unit u + 1 overlap the update of u; an item's writes go out as soon as it
  * is updated and are waited for only when its buffer is needed again. Host

@@ -1,6 +1,6 @@
 /* The memory planner's engine half (zt_plan.h): the engine's buffers at
  * the moments the model's walk names, as shard/gather.c, shard/reduce.c,
- * shard/optimizer.c and shard/offload_step.c allocate them. */
+ * optim/step.c and shard/offload_step.c allocate them. */
 #include "zt_plan.h"
 
 #include <string.h>

@@ -91,8 +91,8 @@ typedef struct {
     int offload_params;
     /* Offload to NVMe: the fp32 master and optimizer state (nvme_optimizer)
      * and, with offload_params, the parameter shards (nvme_params) live in
-     * the swap file instead of the host pool (AdamW and SGD; no delayed
-     * update). */
+     * the swap file instead of the host pool (optimizers kept per element;
+     * no delayed update). */
     int nvme_optimizer, nvme_params;
     zt_nvme_config nvme;
     int host_threads;    /* threads of the CPU optimizer under offload */

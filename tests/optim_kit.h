@@ -47,7 +47,8 @@ static inline void kit_spec(zt_model_spec *spec, int world) {
 static inline void kit_init(void *arg, int unit, int param, float *dst) {
     const zt_model_spec *spec = arg;
     const zt_param_spec *ps = &spec->units[unit].params[param];
-    for (size_t i = 0; i < ps->numel; i++) dst[i] = 0.05f * (float)((int)((i * 7 + (size_t)param * 3 + (size_t)unit) % 13) - 6);
+    for (size_t i = 0; i < ps->numel; i++)
+        dst[i] = 0.05f * (float)((int)((i * 7 + (size_t)param * 3 + (size_t)unit) % 13) - 6);
 }
 
 /* The gradient of element i of unit u at step s: multiples of 2^-10, so a
