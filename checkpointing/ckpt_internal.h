@@ -3,6 +3,7 @@
 #define ZT_CKPT_INTERNAL_H
 
 #include "zt_checkpoint.h"
+#include "zt_optim.h"
 
 #define CKPT_MAGIC "ZTCKPT02"
 #define CKPT_HEADER 32 /* magic 8, version u32, dtype u32, step u64, nunits u64 */

@@ -57,7 +57,7 @@ static int continues_delayed_update(const zt_engine *eng, const zt_ckpt_info *in
  * only when they are the same one (a checkpoint without the key is AdamW's). */
 static zt_status check_optimizer(const zt_ckpt_info *info, const zt_engine *eng, zt_error *err) {
     const char *saved = json_string_value(json_object_get(info->manifest, "optimizer"));
-    const char *mine = zt_optimizer_name(zt_engine_settings(eng)->optimizer);
+    const char *mine = zt_optim_or_default(zt_engine_settings(eng)->optimizer)->name;
     if (!saved) saved = "adamw";
     if (strcmp(saved, mine) != 0)
         return ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: saved with --optimizer %s; this run uses --optimizer %s "
@@ -78,11 +78,11 @@ static zt_status load_owned(zt_engine *eng, const zt_ckpt_info *info, zt_error *
         size_t lo, n, vlo, vn;
         st = zt_engine_owned_range(eng, u, &lo, &n);
         if (st == ZT_OK) st = zt_engine_state_span(eng, u, &vlo, &vn); /* n <= vn <= padded */
-        float *master = buf, *m = buf + n, *v = buf + 2 * n; /* [n], [n], [vn] */
+        float *master = buf, *b0 = buf + n, *b1 = buf + 2 * n; /* [n], [n], [vn]: the optimizer's blocks 0, 1 */
         if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 0, lo, lo + n, master, err);
-        if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 1, lo, lo + n, m, err);
-        if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 2, vlo, vlo + vn, v, err);
-        if (st == ZT_OK) st = zt_engine_set_owned(eng, u, master, m, v);
+        if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 1, lo, lo + n, b0, err);
+        if (st == ZT_OK) st = zt_ckpt_read_range(info, u, 2, vlo, vlo + vn, b1, err);
+        if (st == ZT_OK) st = zt_engine_set_owned(eng, u, master, b0, b1);
         if (st == ZT_OK && behind) st = zt_ckpt_read_range(info, u, 3, lo, lo + n, buf, err); /* [n] dtype */
         if (st == ZT_OK && behind) st = zt_engine_set_owned_params(eng, u, buf);
     }
@@ -128,19 +128,12 @@ static void restore_progress(zt_engine *eng, const zt_ckpt_info *info) {
     zt_engine_set_counters(eng, &p);
 }
 
-/* Resharding is exact for AdamW's and SGD's state. 8-bit Adam's blocks
- * follow the slices, so its m and v are quantized again in the new
- * world's blocks; Adafactor's statistics carry over exactly, but are
- * summed over other slices from here on. */
+/* Resharding is exact for state kept per element; an optimizer whose
+ * state follows the slices (8-bit Adam's blocks, Adafactor's per-slice
+ * sums) says what changed in its table's reshard_note. */
 static void say_what_resharding_changed(zt_engine *eng, int saved, int now) {
-    const zt_logger *log = &zt_engine_context(eng)->log;
-    zt_optimizer_kind k = zt_engine_settings(eng)->optimizer;
-    if (k == ZT_OPT_ADAM8BIT)
-        zt_log_rank0(log, "resharded %d -> %d ranks: 8-bit Adam's m and v were dequantized and quantized again in "
-                     "this world's blocks (each value within half a code step of its block's scale)", saved, now);
-    else if (k == ZT_OPT_ADAFACTOR)
-        zt_log_rank0(log, "resharded %d -> %d ranks: Adafactor's statistics carry over exactly; its sums over a "
-                     "matrix's slices now round as %d slices do", saved, now, now);
+    const char *note = zt_optim_or_default(zt_engine_settings(eng)->optimizer)->reshard_note;
+    if (note) zt_log_rank0(&zt_engine_context(eng)->log, "resharded %d -> %d ranks: %s", saved, now, note);
 }
 
 zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *step_dir, const json_t *expect_model, int *step,

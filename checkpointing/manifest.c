@@ -147,9 +147,8 @@ static const char *header_problem(const json_t *m, zt_ckpt_info *info) {
         return "a missing or out-of-range field (world_size, step, optimizer_steps, stage, dtype or run)";
     if (!scaler_ok(json_object_get(m, "loss_scaler"))) return "a missing or out-of-range loss_scaler";
     const char *opt = json_string_value(json_object_get(m, "optimizer")); /* optional: older ones are AdamW's */
-    zt_optimizer_kind kind;
-    if (json_object_get(m, "optimizer") && (!opt || !zt_optimizer_parse(opt, &kind)))
-        return "an optimizer that is not \"adamw\", \"sgd\", \"adafactor\" or \"adam8bit\"";
+    if (json_object_get(m, "optimizer") && (!opt || !zt_optim_find(opt)))
+        return "an optimizer this zerotrain does not know (optim/registry.c)";
     const json_t *behind = json_object_get(m, "params_behind"); /* optional: older checkpoints lack it */
     if (behind && !json_is_boolean(behind)) return "a params_behind that is not true or false";
     info->world_size = (int)json_integer_value(json_object_get(m, "world_size"));

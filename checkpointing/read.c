@@ -38,7 +38,9 @@ static const char *block_hash(const zt_ckpt_info *info, int r, int u, int kind) 
 }
 
 static const char *kind_name(int kind) {
-    static const char *const names[ZT_CKPT_KINDS] = {"master values", "Adam m", "Adam v", "params"};
+    /* the optimizer's blocks by position: what each holds is its table's ckpt_blocks */
+    static const char *const names[ZT_CKPT_KINDS] = {"master values", "optimizer block 0", "optimizer block 1",
+                                                     "params"};
     return names[kind];
 }
 

@@ -43,8 +43,9 @@ static zt_status put_block(int fd, const void *buf, size_t n, const char *path, 
     return zt_write_all(fd, buf, n, path, err);
 }
 
-/* The rank's file: header, then per unit its slices of master, m, v, params
- * (hashes[u * 4 + kind] their checksums). */
+/* The rank's file: header, then per unit its slices of master, the
+ * optimizer's blocks 0 and 1, params (hashes[u * 4 + kind] their
+ * checksums). */
 static zt_status write_blocks(const saver *s, int fd, const char *path, unsigned long long *hashes) {
     zt_engine *eng = s->eng;
     const zt_model_spec *spec = zt_engine_spec(eng);
@@ -146,8 +147,9 @@ static json_t *manifest_json(const saver *s, const json_t *run_info, const unsig
     json_object_set_new(m, "step", json_integer(s->step));
     zt_engine_state_counters pr = zt_engine_get_counters(eng);
     json_object_set_new(m, "optimizer_steps", json_integer(pr.steps_taken));
-    /* A delayed update's pending part: its master, m, v are after the last
-     * update, its params block holds what the next step computes with. */
+    /* A delayed update's pending part: its master and optimizer state are
+     * after the last update, its params block holds what the next step
+     * computes with. */
     json_object_set_new(m, "params_behind", json_boolean(pr.params_behind));
     const zt_loss_scaler *ls = &pr.scaler;
     json_object_set_new(m, "loss_scaler",
@@ -158,7 +160,7 @@ static json_t *manifest_json(const saver *s, const json_t *run_info, const unsig
     json_object_set_new(m, "stage", json_integer(zt_engine_settings(eng)->stage));
     json_object_set_new(m, "dtype", json_string(zt_dtype_name(zt_engine_settings(eng)->dtype)));
     json_object_set_new(m, "offload", json_boolean(zt_engine_settings(eng)->offload));
-    json_object_set_new(m, "optimizer", json_string(zt_optimizer_name(zt_engine_settings(eng)->optimizer)));
+    json_object_set_new(m, "optimizer", json_string(zt_optim_or_default(zt_engine_settings(eng)->optimizer)->name));
     json_object_set_new(m, "run", json_deep_copy(run_info));
     json_object_set_new(m, "units", layout_json(zt_engine_spec(eng)));
     for (int r = 0; r < N; r++) {

@@ -10,8 +10,13 @@
  *                                byte before that key)
  *   D/step-000010/rank<r>.bin    a 32-byte header, then for every unit rank
  *                                r's world slice (S elements) as four blocks:
- *                                fp32 master values, Adam m, Adam v, and the
- *                                compute-dtype params
+ *                                fp32 master values, the optimizer's blocks 0
+ *                                and 1 (its table's ckpt_blocks: AdamW's
+ *                                exp_avg, exp_avg_sq; SGD's momentum_buf and
+ *                                zeros; optim/zt_optim.h), and the
+ *                                compute-dtype params. The blocks keep these
+ *                                positions whatever the optimizer, so files
+ *                                written before the slots had names read alike
  *
  * A save writes D/.tmp-step-N (each file written, fsynced, renamed; the
  * manifest last), moves an existing step-N aside to step-N.replaced, renames
@@ -35,7 +40,7 @@
 #include "zt_engine.h"
 
 #define ZT_CKPT_VERSION 2
-#define ZT_CKPT_KINDS 4 /* blocks per unit in a rank file: master, m, v, params */
+#define ZT_CKPT_KINDS 4 /* blocks per unit in a rank file: master, optimizer blocks 0 and 1, params */
 #define ZT_CKPT_MANIFEST_MAX ((size_t)64 << 20)
 
 /* Test hook: called at every point of a save where a crash may happen

@@ -32,34 +32,12 @@ zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_
     return alloc_in(e, 1, t, dtype, numel, cat, what, unit);
 }
 
-const char *zt_optimizer_name(zt_optimizer_kind k) {
-    static const char *const names[ZT_NOPTIMIZERS] = {"adamw", "sgd", "adafactor", "adam8bit"};
-    return k >= 0 && k < ZT_NOPTIMIZERS ? names[k] : "?";
-}
-
-int zt_optimizer_parse(const char *name, zt_optimizer_kind *k) {
-    for (int i = 0; i < ZT_NOPTIMIZERS; i++)
-        if (strcmp(name, zt_optimizer_name((zt_optimizer_kind)i)) == 0) return *k = (zt_optimizer_kind)i, 1;
-    return 0;
-}
-
-/* Bytes of optimizer state over owned range [lo, hi) of a unit. */
-static size_t optimizer_state_bytes(const zt_unit_spec *us, const zt_engine_config *cfg, size_t lo, size_t hi) {
-    size_t owned = hi - lo;
-    switch (cfg->optimizer) {
-    case ZT_OPT_SGD: return 4 * owned;
-    case ZT_OPT_ADAM8BIT: return 2 * 4 * ((owned + 3) / 4) + 2 * 4 * zt_owned_qblocks(us, lo, hi);
-    case ZT_OPT_ADAFACTOR:
-        return 4 * zt_adafactor_v_offset(us, lo, hi, us->nparams) + (cfg->adafactor_beta1 > 0.0f ? 4 * owned : 0);
-    default: return 8 * owned;
-    }
-}
-
 zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_config *cfg, int rank) {
     zt_state_bytes b;
     memset(&b, 0, sizeof b);
     size_t d = zt_dtype_size(cfg->dtype);
     int stage = cfg->stage;
+    const zt_optim *optim = zt_optim_or_default(cfg->optimizer);
     for (int u = 0; u < spec->nunits; u++) {
         const zt_unit_spec *us = &spec->units[u];
         size_t P = us->padded_numel, S = us->shard_numel, owned = stage < 1 ? P : S;
@@ -70,11 +48,11 @@ zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_
         else b.params += (full ? P : S) * d;
         if (us->frozen) continue; /* params only */
         b.grads += (stage < 2 ? P : S) * d;
-        size_t opt = optimizer_state_bytes(us, cfg, lo, lo + owned);
+        size_t opt = zt_optim_state_bytes(optim, cfg, us, lo, lo + owned);
         /* Offload keeps an fp32 master of the owned part even in fp32, as the
          * host-side optimizer's copy of the parameters. */
-        if (cfg->nvme_optimizer) { /* master, m (and AdamW's v) regions */
-            b.nvme += (cfg->optimizer == ZT_OPT_ADAMW ? 3 : 2) * zt_nvme_round(owned * 4);
+        if (cfg->nvme_optimizer) { /* master and per-element slot regions */
+            b.nvme += (1 + (size_t)optim->nslots) * zt_nvme_round(owned * 4);
         } else if (cfg->offload) {
             b.host_master_params += owned * 4;
             b.host_optimizer += opt;
@@ -93,10 +71,11 @@ static zt_status check_agreement(zt_engine *e) {
     XXH64_state_t *h = XXH64_createState();
     if (!h) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate hash state");
     XXH64_reset(h, 0);
-    int head[10] = {e->spec->nunits, e->cfg.stage,           (int)e->cfg.dtype,     (int)e->cfg.reduce_dtype,
-                    e->cfg.offload,  e->cfg.offload_delay,   (int)e->cfg.optimizer, e->cfg.offload_params,
-                    e->cfg.nvme_optimizer, e->cfg.nvme_params}; /* NVMe adds the step's agreement */
+    int head[9] = {e->spec->nunits, e->cfg.stage,          (int)e->cfg.dtype,     (int)e->cfg.reduce_dtype,
+                   e->cfg.offload,  e->cfg.offload_delay,  e->cfg.offload_params, e->cfg.nvme_optimizer,
+                   e->cfg.nvme_params}; /* NVMe adds the step's agreement */
     XXH64_update(h, head, sizeof head);
+    XXH64_update(h, optim_of(e)->name, strlen(optim_of(e)->name));
     /* The stage-3 knobs decide which collectives run and in what order. */
     size_t knobs[3] = {e->cfg.persist_threshold, e->cfg.max_live_params, e->cfg.max_reuse_distance};
     XXH64_update(h, knobs, sizeof knobs);
@@ -130,40 +109,31 @@ static zt_status alloc_state(zt_engine *e, zt_tensor *dev, zt_tensor *host, size
     return zt_engine_alloc(e, dev, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
 }
 
-/* m's codes at the signed map's 0 (code 127), not at its -1 (code 0), so
- * that a checkpoint of an untrained state reads back +0. */
-static zt_status zero_codes(zt_engine *e, zt_tensor *codes) {
+/* A slot whose bytes start at a value other than 0 (8-bit Adam's exp_avg
+ * codes at their map's zero). */
+static zt_status fill_slot(zt_engine *e, zt_tensor *t, int value) {
     zt_ctx *ctx = e->ctx;
-    if (!codes->data) return ZT_OK;
+    if (!t->data || value < 0) return ZT_OK;
     if (e->cfg.offload) {
-        memset(codes->data, 127, zt_tensor_bytes(codes));
+        memset(t->data, value, zt_tensor_bytes(t));
         return ZT_OK;
     }
-    return ctx->be->memset_async(ctx->be, codes->data, 127, zt_tensor_bytes(codes), &ctx->compute, &ctx->err);
+    return ctx->be->memset_async(ctx->be, t->data, value, zt_tensor_bytes(t), &ctx->compute, &ctx->err);
 }
 
-/* Unit u's optimizer state (zt_unit_state's adam_m, adam_v, opt_scales). */
+/* Unit u's optimizer state: each slot of the optimizer's table, sized over
+ * the owned part and labelled by its name. */
 static zt_status alloc_optimizer_state(zt_engine *e, int u) {
-    zt_unit_state *st = &e->units[u];
+    zt_unit_state *ust = &e->units[u];
     const zt_unit_spec *us = &e->spec->units[u];
-    size_t owned = owned_numel(e, u), lo = owned_lo(e, u);
-    switch (e->cfg.optimizer) {
-    case ZT_OPT_SGD: return alloc_state(e, &st->adam_m, &st->host_m, owned, "momentum", u);
-    case ZT_OPT_ADAM8BIT: { /* bytes, in 32-bit words */
-        size_t words = (owned + 3) / 4, blocks = zt_owned_qblocks(us, lo, lo + owned);
-        ZT_TRY(alloc_state(e, &st->adam_m, &st->host_m, words, "adam m (8-bit)", u));
-        ZT_TRY(zero_codes(e, e->cfg.offload ? &st->host_m : &st->adam_m));
-        ZT_TRY(alloc_state(e, &st->adam_v, &st->host_v, words, "adam v (8-bit)", u));
-        return alloc_state(e, &st->opt_scales, &st->host_scales, 2 * blocks, "8-bit scales", u);
+    const zt_optim *opt = optim_of(e);
+    size_t lo = owned_lo(e, u), hi = lo + owned_numel(e, u);
+    for (int i = 0; i < opt->nslots; i++) {
+        size_t words = opt->slot_words(&e->cfg, i, us, lo, hi);
+        ZT_TRY(alloc_state(e, &ust->opt_state[i], &ust->host_opt_state[i], words, opt->slots[i].name, u));
+        ZT_TRY(fill_slot(e, opt_slot(e, u, i), opt->slots[i].fill));
     }
-    case ZT_OPT_ADAFACTOR:
-        if (e->cfg.adafactor_beta1 > 0.0f) ZT_TRY(alloc_state(e, &st->adam_m, &st->host_m, owned, "adafactor m", u));
-        return alloc_state(e, &st->adam_v, &st->host_v, zt_adafactor_v_offset(us, lo, lo + owned, us->nparams),
-                           "adafactor v", u);
-    default:
-        ZT_TRY(alloc_state(e, &st->adam_m, &st->host_m, owned, "adam m", u));
-        return alloc_state(e, &st->adam_v, &st->host_v, owned, "adam v", u);
-    }
+    return ZT_OK;
 }
 
 /* Unit u's persistent buffers, as the stage and offload place them (zeroed). */
@@ -214,16 +184,38 @@ static zt_status check_nvme(zt_engine *e, const zt_engine_config *cfg) {
     if (!cfg->offload || (cfg->nvme_params && !cfg->offload_params))
         return ZT_FAIL(err, ZT_ERR_INTERNAL, "nvme: set without offload (%d) or offload_params (%d)", cfg->offload,
                        cfg->offload_params);
-    if (cfg->optimizer != ZT_OPT_ADAMW && cfg->optimizer != ZT_OPT_SGD)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme runs --optimizer adamw or sgd, not %s: its state is "
-                       "streamed in chunks, which 8-bit Adam's blocks and Adafactor's per-matrix statistics do not "
-                       "split into", zt_optimizer_name(cfg->optimizer));
+    const zt_optim *opt = zt_optim_or_default(cfg->optimizer);
+    if (!opt->host_range || opt->nslots > 2) {
+        char names[256] = ""; /* the registry's optimizers that stream */
+        for (int i = 0; i < zt_optim_count(); i++) {
+            const zt_optim *o = zt_optim_at(i);
+            if (!o->host_range) continue;
+            size_t len = strlen(names);
+            snprintf(names + len, sizeof names - len, "%s%s", len ? " or " : "", o->name);
+        }
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme runs --optimizer %s, not %s: its state is streamed in "
+                       "chunks, which a state kept per block or per matrix does not split into", names, opt->name);
+    }
     if (cfg->offload_delay)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme cannot run with --offload-delay 1 (the delayed update's "
                        "thread does not stream the file)");
     if (!cfg->nvme.dir || !cfg->nvme.dir[0])
         return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme needs --nvme-path DIR");
     return ZT_OK;
+}
+
+/* The optimizer's own checks, and what the engine needs of it: a step that
+ * is a collective cannot run on the delayed update's thread. */
+static zt_status check_optimizer(zt_engine *e) {
+    const zt_optim *opt = optim_of(e);
+    zt_error *err = &e->ctx->err;
+    if (e->cfg.offload_delay && opt->collective)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-delay 1 cannot run --optimizer %s: its update sums over the "
+                       "ranks (e.g. each matrix's statistics), a collective the delayed update's thread cannot make",
+                       opt->name);
+    if (!opt->matrix_hook && !opt->device_step)
+        return ZT_FAIL(err, ZT_ERR_INTERNAL, "optimizer %s has neither a device step nor a matrix hook", opt->name);
+    return opt->check ? opt->check(&e->cfg, err) : ZT_OK;
 }
 
 zt_status zt_engine_init(zt_engine *e, zt_ctx *ctx, zt_comm *comm, const zt_model_spec *spec,
@@ -248,6 +240,7 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
                        zt_dtype_name(cfg->reduce_dtype), comm->world_size);
     e->spec = spec;
     e->cfg = *cfg;
+    e->cfg.optimizer = zt_optim_or_default(cfg->optimizer);
     if (cfg->stage < 0 || cfg->stage > 3) return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "ZeRO stage %d", cfg->stage);
     if (cfg->bucket_bytes == 0) e->cfg.bucket_bytes = 1;
     if (cfg->offload_delay && !cfg->offload)
@@ -258,20 +251,7 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
                        "--offload-delay (got stage %d, offload %s, offload-delay %d): the CPU optimizer updates the "
                        "offloaded shards in place", cfg->stage, cfg->offload ? "cpu" : "none", cfg->offload_delay);
     ZT_TRY(check_nvme(e, cfg));
-    if (cfg->offload_delay && cfg->optimizer == ZT_OPT_ADAFACTOR)
-        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "--offload-delay 1 cannot run --optimizer adafactor: its update "
-                       "sums each matrix's statistics over the ranks, a collective the delayed update's thread "
-                       "cannot make");
-    if (cfg->optimizer == ZT_OPT_ADAFACTOR && !(cfg->adafactor_clip > 0.0f))
-        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "adafactor's clip threshold must be > 0 (got %g)",
-                       (double)cfg->adafactor_clip);
-    /* eps keeps an all-zero row's statistic, and so its factor, finite */
-    if (cfg->optimizer == ZT_OPT_ADAFACTOR && !(cfg->adafactor_eps > 0.0f))
-        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "adafactor's eps must be > 0 (got %g): a row of zero gradients "
-                       "would divide by 0", (double)cfg->adafactor_eps);
-    if (cfg->optimizer == ZT_OPT_ADAFACTOR && !(cfg->adafactor_decay >= -1.0f && cfg->adafactor_decay < 0.0f))
-        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "adafactor's decay must be in [-1, 0) (got %g)",
-                       (double)cfg->adafactor_decay);
+    ZT_TRY(check_optimizer(e));
     e->kernels = ctx->be->ops_for[cfg->dtype] ? ctx->be->ops_for[cfg->dtype] : ctx->be->ops;
     e->compute_dtype = e->kernels->dtype;
     e->scaler = zt_loss_scaler_initial(cfg);
@@ -304,11 +284,13 @@ void zt_engine_destroy(zt_engine *e) {
         zt_unit_state *st = &e->units[u];
         if (st->gather_handle.active) zt_comm_wait(st->gather_comm, &st->gather_handle, &ignore);
         zt_tensor_free(&st->params, params_on_host(e, u) ? &e->ctx->host_mem : mem);
-        zt_tensor *all[] = {&st->grads, &st->master,   &st->adam_m, &st->adam_v,   &st->opt_scales,
-                            &st->gathered, &st->view32, &st->grad32, &st->secondary};
+        zt_tensor *all[] = {&st->grads, &st->master, &st->gathered, &st->view32, &st->grad32, &st->secondary};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zt_tensor_free(all[i], mem);
-        zt_tensor *host[] = {&st->host_master, &st->host_m, &st->host_v, &st->host_scales};
-        for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) zt_tensor_free(host[i], &e->ctx->host_mem);
+        zt_tensor_free(&st->host_master, &e->ctx->host_mem);
+        for (int i = 0; i < ZT_OPTIM_MAX_SLOTS; i++) {
+            zt_tensor_free(&st->opt_state[i], mem);
+            zt_tensor_free(&st->host_opt_state[i], &e->ctx->host_mem);
+        }
     }
     zt_engine_offload_release(e);
     zt_engine_nvme_destroy(e);

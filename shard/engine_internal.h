@@ -3,6 +3,7 @@
 #define ZT_ENGINE_INTERNAL_H
 
 #include "zt_engine.h"
+#include "zt_optim.h"
 
 /* Stage 3: does unit u persist (fewer parameters than persist_threshold,
  * DeepSpeed's stage3_param_persistence_threshold)? Its params stay full on
@@ -28,6 +29,14 @@ static inline zt_copy_kind params_copy_kind(const zt_engine *e, int u, zt_copy_k
 }
 static inline int full_optim(const zt_engine *e) { return e->cfg.stage < 1; }
 
+/* The optimizer's table (zt_engine_init resolves a NULL one to AdamW). */
+static inline const zt_optim *optim_of(const zt_engine *e) { return e->cfg.optimizer; }
+/* Unit u's optimizer state slot i where it lives: the host pool under
+ * offload, else the device. */
+static inline zt_tensor *opt_slot(const zt_engine *e, int u, int i) {
+    return e->cfg.offload ? &e->units[u].host_opt_state[i] : &e->units[u].opt_state[i];
+}
+
 /* This rank's slice [lo, hi) of unit u in unit coordinates. */
 static inline size_t shard_lo(const zt_engine *e, int u) {
     return (size_t)e->comm->rank * e->spec->units[u].shard_numel;
@@ -45,7 +54,7 @@ static inline size_t owned_numel(const zt_engine *e, int u) {
 static inline int frozen(const zt_engine *e, int u) { return e->spec->units[u].frozen; }
 
 /* Parameter i of unit u clipped to the unit range [lo, hi): [*a, *b) and
- * its AdamW weight decay (only where the model asked for it); 0 when they
+ * its weight decay (only where the model asked for it); 0 when they
  * do not overlap. */
 static inline int param_in_range(const zt_engine *e, int u, int i, size_t lo, size_t hi, size_t *a, size_t *b,
                                  float *wd) {
@@ -56,7 +65,7 @@ static inline int param_in_range(const zt_engine *e, int u, int i, size_t lo, si
     return *a < *b;
 }
 
-/* Optimizer-state layout (shard/opt_layout.c). Over an owned range [lo, hi)
+/* Optimizer-state layout (optim/layout.c). Over an owned range [lo, hi)
  * of whole world slices, a segment is one parameter's part [a, b) of one
  * slice; 8-bit Adam's blocks start at each segment (block: the index of
  * its first among the range's), Adafactor sums its statistics per segment. */
@@ -110,32 +119,54 @@ zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_
 
 /* Offload: copies unit u's owned reduced gradients device -> host (fp32). */
 zt_status zt_engine_offload_grads(zt_engine *e, int u);
-/* Offload: CPU AdamW of unit u's owned part, new params copied to the device. */
+/* Offload: the CPU optimizer of unit u's owned part, new params copied to the device. */
 zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr, int t);
 /* Offload: unit u's reduced gradients are on the host, in fp32 (host_grads). */
 zt_status zt_engine_offload_grads_landed(zt_engine *e, int u);
-/* The optimizer on host buffers over unit coordinates [lo, hi) of unit u:
- * p, g, m, v (v NULL for SGD) and out (the new params in the params dtype,
- * or NULL) point at element lo. Returns whether out was written (AdamW's
- * fused pass only). */
-int zt_engine_host_step_range(const zt_engine *e, int u, size_t lo, size_t hi, float *p, float *g, float *m, float *v,
-                              void *out, float clip, float lr, int t);
-/* Offload: the optimizer on unit u's host master and m, v with g[owned]
- * (scaled by clip first; SGD scales g in place). AdamW's fused pass also
- * writes the new values in the params dtype to out[owned] when out is not
- * NULL: returns whether it did. Thread-safe per unit. */
+/* Offload: the optimizer's host step on unit u's host master and state
+ * with g[owned] (scaled by clip first); the new values in the params dtype
+ * go to out[owned] when the step writes them (out not NULL): returns
+ * whether it did. Thread-safe per unit (the delayed update's thread). */
 int zt_engine_host_step(const zt_engine *e, int u, float *g, void *out, float clip, float lr, int t);
-/* Adafactor on unit u's owned part (shard/adafactor.c), on the device:
- * p the fp32 values (element 0 is unit element p_at), the gradients
- * unscaled and clipped by mult, wg and wu zt_engine_optimizer_chunk
- * workspaces (wg: 16-bit dtypes only); or, under offload, on the host
- * master with g[owned] fp32 (scaled by clip in place). Collective. */
-zt_status zt_engine_adafactor_device(zt_engine *e, int u, float mult, float lr, int t, float *p, size_t p_at,
-                                     zt_tensor *wg, zt_tensor *wu);
-zt_status zt_engine_adafactor_host(zt_engine *e, int u, float *g, float clip, float lr, int t);
+/* The host_step of an optimizer whose slots are all per element: its
+ * host_range over the owned part (optim/step.c). */
+zt_status zt_optim_host_step_elementwise(const zt_engine *e, int u, float *g, void *out, const zt_optim_step *s,
+                                         int *written);
+
+/* Unit u's gradients over [lo, lo + n) (unit coordinates) as fp32 pieces:
+ * the grads themselves in fp32 (one piece), else widened chunk by chunk
+ * into ws (zt_engine_optimizer_chunk at most, so no fp32 copy of a unit's
+ * gradients ever exists). optim/step.c. */
+typedef struct {
+    zt_engine *e;
+    int u;
+    size_t next, end;
+    zt_tensor *ws;
+} zt_grad_pieces;
+zt_grad_pieces zt_engine_grad_pieces(zt_engine *e, int u, size_t lo, size_t n, zt_tensor *ws);
+/* The next piece: *g holds elements [*at, *at + *n); 0 when none is left. */
+int zt_engine_next_grad_piece(zt_grad_pieces *it, float **g, size_t *at, size_t *n);
+
+/* An optimizer with a matrix hook: unit u's device step through it
+ * (optim/matrix_hook.c). */
+zt_status zt_engine_matrix_step(zt_engine *e, int u, const zt_optim_step *s);
+
+/* A per-element slot's checkpoint block: dst[shard_numel] from this
+ * rank's slice of slot i (zeros where it is not kept); the owned part of
+ * slot i from vals[owned] (ignored where it is not kept). */
+zt_status zt_engine_get_elementwise_block(zt_engine *e, int u, int i, float *dst);
+zt_status zt_engine_set_elementwise_block(zt_engine *e, int u, int i, const float *vals);
+
+/* All of optimizer-state tensor t (device, or the host pool under
+ * offload) into host dst; host src over all of t, waiting for the copy
+ * (shard/state_io.c, for the optimizers' checkpoint blocks). */
+zt_status zt_engine_fetch_state(zt_engine *e, const zt_tensor *t, void *dst);
+zt_status zt_engine_store_state(zt_engine *e, zt_tensor *t, const void *src);
+
 /* The NVMe tier (shard/nvme_state.c). Arrays of a unit in the file: the
- * fp32 master, m, v of the owned part; the parameter shard. */
-typedef enum { ZT_NVME_MASTER = 0, ZT_NVME_M, ZT_NVME_V, ZT_NVME_PARAMS, ZT_NVME_NARRAYS } zt_nvme_array;
+ * fp32 master and the optimizer's slots 0 and 1 (per element) of the owned
+ * part; the parameter shard. */
+typedef enum { ZT_NVME_MASTER = 0, ZT_NVME_SLOT0, ZT_NVME_SLOT1, ZT_NVME_PARAMS, ZT_NVME_NARRAYS } zt_nvme_array;
 /* Lays out the file, creates it and the host buffers (nvme_optimizer only). */
 zt_status zt_engine_nvme_init(zt_engine *e);
 void zt_engine_nvme_destroy(zt_engine *e);

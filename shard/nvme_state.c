@@ -3,20 +3,22 @@
  * parameter shard lie in the rank's swap file, and how the CPU optimizer
  * streams them through a bounded set of host buffers.
  *
- * File layout: per unit, one region per array (master, m, v: [owned] fp32;
- * the parameter shard: [shard] in the params dtype), each starting at a
- * ZT_NVME_ALIGN boundary. The optimizer step walks every unit's owned range
- * in chunks of `chunk` elements ("items", units in order); buffer k of K
- * holds one item: `block_bytes` of each fp32 array and its params. Reads run
+ * File layout: per unit, one region per array (master and the optimizer's
+ * slots: [owned] fp32; the parameter shard: [shard] in the params dtype),
+ * each starting at a ZT_NVME_ALIGN boundary. The optimizer step walks every
+ * unit's owned range in chunks of `chunk` elements ("items", units in
+ * order); buffer k of K holds one item: `block_bytes` of each fp32 array
+ * and its params. Reads run
  * K - 1 items ahead of the update, across unit boundaries, so the reads of
  * unit u + 1 overlap the update of u; an item's writes go out as soon as it
  * is updated and are waited for only when its buffer is needed again. Host
  * memory holds the K buffers (and, with the parameters in the file, two
  * shard-sized staging buffers for the gathers), never the state.
  *
- * The update is elementwise (AdamW, SGD), and the fused CPU kernels round
- * each element alike whatever the split, so the results are bitwise those
- * of host offload. docs/memory.md, "The NVMe tier", has the sizes. */
+ * The update is elementwise (an optimizer with a host_range, whose slots
+ * are fp32 per element: AdamW, SGD), and the CPU kernels round each
+ * element alike whatever the split, so the results are bitwise those of
+ * host offload. docs/memory.md, "The NVMe tier", has the sizes. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,11 +55,11 @@ static size_t array_elem_size(const zt_engine *e, zt_nvme_array a) {
     return a == ZT_NVME_PARAMS ? zt_dtype_size(e->cfg.dtype) : sizeof(float);
 }
 
-/* Does the optimizer keep array a (the master always; m for AdamW and SGD;
- * v for AdamW)? */
+/* Does the optimizer keep array a (the master always; a slot where the
+ * optimizer has it)? */
 static int optimizer_keeps(const zt_engine *e, zt_nvme_array a) {
-    if (a == ZT_NVME_MASTER || a == ZT_NVME_M) return 1;
-    return a == ZT_NVME_V && e->cfg.optimizer == ZT_OPT_ADAMW;
+    if (a == ZT_NVME_MASTER) return 1;
+    return (a == ZT_NVME_SLOT0 || a == ZT_NVME_SLOT1) && (int)(a - ZT_NVME_SLOT0) < optim_of(e)->nslots;
 }
 
 /* Elements of array a of unit u in the file (0: not there). */
@@ -121,7 +123,7 @@ static char *align_up(void *p) {
 
 size_t zt_nvme_buffer_bytes(const zt_model_spec *spec, const zt_engine_config *cfg, size_t *stage_bytes) {
     size_t chunk = cfg->nvme.block_bytes / sizeof(float), d = zt_dtype_size(cfg->dtype), most = 0;
-    size_t arrays = cfg->optimizer == ZT_OPT_ADAMW ? 3 : 2; /* master, m (, v) */
+    size_t arrays = 1 + (size_t)zt_optim_or_default(cfg->optimizer)->nslots; /* master and the slots */
     size_t slot = arrays * zt_nvme_round(chunk * sizeof(float)) + (cfg->nvme_params ? zt_nvme_round(chunk * d) : 0);
     for (int u = 0; cfg->nvme_params && u < spec->nunits; u++) {
         const zt_unit_spec *us = &spec->units[u];
@@ -270,11 +272,15 @@ static zt_status update_item(zt_engine *e, int i, float *g, void *out, float cli
     int u = nv->item_unit[i];
     char *buf = nv->base + (size_t)(i % nv->K) * nv->slot_bytes;
     size_t lo = nv->item_lo[i], n = item_numel(e, nv, i), olo = owned_lo(e, u), d = zt_dtype_size(e->cfg.dtype);
-    float *p = (float *)(void *)(buf + nv->at[ZT_NVME_MASTER]), *m = (float *)(void *)(buf + nv->at[ZT_NVME_M]);
-    float *v = nv->at[ZT_NVME_V] == SIZE_MAX ? NULL : (float *)(void *)(buf + nv->at[ZT_NVME_V]);
+    float *p = (float *)(void *)(buf + nv->at[ZT_NVME_MASTER]);
+    float *slot[2]; /* each slot's values of the item, where the optimizer keeps it */
+    for (int k = 0; k < 2; k++) {
+        size_t at = nv->at[ZT_NVME_SLOT0 + k];
+        slot[k] = at == SIZE_MAX ? NULL : (float *)(void *)(buf + at);
+    }
     char *o = out ? (char *)out + lo * d : buf + nv->at[ZT_NVME_PARAMS];
-    int written = zt_engine_host_step_range(e, u, olo + lo, olo + lo + n, p, g + lo, m, v,
-                                            e->cfg.dtype == ZT_FP16 ? NULL : o, clip, lr, t);
+    int written = optim_of(e)->host_range(e, u, olo + lo, olo + lo + n, p, g + lo, slot,
+                                          e->cfg.dtype == ZT_FP16 ? NULL : o, clip, lr, t);
     /* Padding never changes, but the params are rewritten whole. */
     const size_t numel = e->spec->units[u].numel;
     for (size_t j = 0; j < n; j++)

@@ -1,8 +1,8 @@
 /* The engine's side of optimizer offload: reduced gradients go device->host
- * on the d2h copy stream while backward continues, the fused CPU Adam
- * (offload/) updates the host master and m, v, and the new compute-dtype
- * parameters go host->device on the h2d copy stream while the CPU steps the
- * next unit. On the CPU backend the copies are synchronous and the events
+ * on the d2h copy stream while backward continues, the optimizer's host
+ * step (optim/, on offload/'s CPU kernels) updates the host master and
+ * state, and the new compute-dtype parameters go host->device on the h2d
+ * copy stream while the CPU steps the next unit. On the CPU backend the copies are synchronous and the events
  * NULL, so the same code runs in program order. */
 #include <stdio.h>
 #include <string.h>
@@ -10,8 +10,6 @@
 
 #include "zt_time.h"
 #include "engine_internal.h"
-#include "cpu_ops.h"
-#include "zt_cpu_adam.h"
 
 /* Where unit u's gradients land on the host: fp32 directly, or 16-bit as sent. */
 static zt_tensor *grads_in_flight(zt_engine *e, zt_unit_state *st) {
@@ -90,67 +88,6 @@ static zt_status retire_h2d_slot(zt_engine *e, int k) {
     return s;
 }
 
-/* SGD with momentum on the host: the CPU backend's kernel on the host
- * buffers with the host threads, so offload gives the same bits; g is
- * scaled by clip first (in place), as the device path scales the gradients
- * before its update. */
-static void host_sgd(const zt_engine *e, float *p, float *g, float *m, size_t n, float clip, float lr, float wd) {
-    zt_stream host = {.nthreads = e->cfg.host_threads > 0 ? e->cfg.host_threads : 1};
-    scale_host_grads(g, n, clip);
-    zt_cpu_sgd(&host, p, g, m, n, lr, e->cfg.momentum, e->cfg.nesterov, wd);
-}
-
-/* 8-bit Adam on the host: the CPU backend's kernel per segment (each its
- * own blocks), g scaled by clip first. */
-static void host_adam8bit(const zt_engine *e, int u, float *g, float clip, float lr, int t) {
-    zt_unit_state *st = &e->units[u];
-    const zt_unit_spec *us = &e->spec->units[u];
-    zt_stream host = {.nthreads = e->cfg.host_threads > 0 ? e->cfg.host_threads : 1};
-    size_t lo = owned_lo(e, u), hi = lo + owned_numel(e, u);
-    float *p = zt_f32(&st->host_master), *ms = zt_f32(&st->host_scales), *vs = ms + zt_owned_qblocks(us, lo, hi);
-    uint8_t *m8 = st->host_m.data, *v8 = st->host_v.data;
-    scale_host_grads(g, hi - lo, clip);
-    zt_segment_iter it = zt_segments(us, lo, hi);
-    zt_segment seg;
-    while (zt_next_segment(&it, &seg)) {
-        size_t j = seg.a - lo;
-        zt_cpu_adam8bit(&host, p + j, g + j, m8 + j, v8 + j, ms + seg.block, vs + seg.block, seg.b - seg.a, lr,
-                        e->cfg.beta1, e->cfg.beta2, e->cfg.eps, us->params[seg.param].decay ? e->cfg.weight_decay : 0.0f,
-                        t);
-    }
-}
-
-int zt_engine_host_step_range(const zt_engine *e, int u, size_t lo, size_t hi, float *p, float *g, float *m, float *v,
-                              void *out, float clip, float lr, int t) {
-    const zt_unit_spec *us = &e->spec->units[u];
-    size_t d = zt_dtype_size(e->cfg.dtype);
-    int adam = e->cfg.optimizer == ZT_OPT_ADAMW;
-    zt_adam_isa isa = zt_cpu_adam_best_isa();
-    for (int i = 0; i < us->nparams; i++) {
-        size_t a, b;
-        float wd;
-        if (!param_in_range(e, u, i, lo, hi, &a, &b, &wd)) continue;
-        size_t j = a - lo;
-        void *o = out ? (char *)out + j * d : NULL;
-        if (adam)
-            zt_cpu_adam_fused(isa, e->cfg.host_threads, p + j, g + j, m + j, v + j, o, e->cfg.dtype, b - a, clip, lr,
-                              e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
-        else host_sgd(e, p + j, g + j, m + j, b - a, clip, lr, wd);
-    }
-    return adam && out != NULL;
-}
-
-int zt_engine_host_step(const zt_engine *e, int u, float *g, void *out, float clip, float lr, int t) {
-    zt_unit_state *st = &e->units[u];
-    if (e->cfg.optimizer == ZT_OPT_ADAM8BIT) {
-        host_adam8bit(e, u, g, clip, lr, t);
-        return 0;
-    }
-    size_t lo = owned_lo(e, u);
-    return zt_engine_host_step_range(e, u, lo, lo + owned_numel(e, u), zt_f32(&st->host_master), g,
-                                     zt_f32(&st->host_m), zt_f32(&st->host_v), out, clip, lr, t);
-}
-
 /* The next h2d slot for unit u's new parameters: the slot's previous copy
  * (two units ago) has had a whole CPU step to finish and is retired first,
  * so its buffer is gone before u's is taken. */
@@ -201,12 +138,11 @@ zt_status zt_engine_offload_grads_landed(zt_engine *e, int u) {
 static zt_status host_update(zt_engine *e, int u, void *out, float clip, float lr, int t) {
     zt_unit_state *st = &e->units[u];
     size_t n = owned_numel(e, u), lo = owned_lo(e, u), numel = e->spec->units[u].numel;
-    /* The fused Adam writes fp32 and bf16 copies; fp16, and SGD's, are rounded below. */
+    /* A step may write the fp32 and bf16 copies itself (the fused Adam);
+     * fp16, and the others', are rounded below. */
+    zt_optim_step s = {clip, lr, t, NULL, 0, NULL, NULL};
     int written = 0;
-    if (e->cfg.optimizer == ZT_OPT_ADAFACTOR) /* collective: never on the delayed update's thread */
-        ZT_TRY(zt_engine_adafactor_host(e, u, zt_f32(&st->host_grads), clip, lr, t));
-    else
-        written = zt_engine_host_step(e, u, zt_f32(&st->host_grads), e->cfg.dtype == ZT_FP16 ? NULL : out, clip, lr, t);
+    ZT_TRY(optim_of(e)->host_step(e, u, zt_f32(&st->host_grads), e->cfg.dtype == ZT_FP16 ? NULL : out, &s, &written));
     /* Padding never changes, but the device copy is rewritten whole. */
     const float *p = zt_f32(&st->host_master);
     for (size_t j = 0; j < n; j++)
@@ -214,7 +150,7 @@ static zt_status host_update(zt_engine *e, int u, void *out, float clip, float l
     return ZT_OK;
 }
 
-/* One unit's CPU step: AdamW on the host buffers, the compute-dtype copy
+/* One unit's CPU step: the optimizer on the host buffers, the compute-dtype copy
  * written to an h2d slot, then copied into the device parameters. */
 zt_status zt_engine_offload_step_unit(zt_engine *e, int u, float clip, float lr, int t) {
     zt_unit_state *st = &e->units[u];

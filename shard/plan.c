@@ -1,6 +1,6 @@
 /* The memory planner's engine half (zt_plan.h): the engine's buffers at
  * the moments the model's walk names, as shard/gather.c, shard/reduce.c,
- * shard/optimizer.c and shard/offload_step.c allocate them. */
+ * optim/step.c and shard/offload_step.c allocate them. */
 #include "zt_plan.h"
 
 #include <string.h>
@@ -214,19 +214,19 @@ void zt_plan_grads_ready(zt_plan_sim *S, int u, const zt_plan_moment *m, const c
 static void optimizer_moment(zt_plan_sim *S) {
     zt_plan_moment O = zt_plan_base(S);
     O.name = "optimizer step";
-    int adafactor = S->in.optimizer == ZT_OPT_ADAFACTOR;
+    const zt_optim *opt = zt_optim_or_default(S->in.optimizer);
     size_t most = 0, chunk = S->in.sub_group_size ? S->in.sub_group_size : ZT_OPTIMIZER_CHUNK;
-    if (S->in.optimizer == ZT_OPT_ADAM8BIT) chunk = (chunk + ZT_QBLOCK - 1) / ZT_QBLOCK * ZT_QBLOCK;
+    if (opt->chunk_align > 1) chunk = (chunk + opt->chunk_align - 1) / opt->chunk_align * opt->chunk_align;
     for (int u = 0; u < S->in.spec->nunits; u++)
         if (owned(S, u) > most) most = owned(S, u);
     if (most < chunk) chunk = most;
     if (S->in.dtype != ZT_FP32) O.c[ZT_CAT_WORKSPACE] = 4 * chunk; /* widened gradients */
-    if (adafactor && !S->in.offload) { /* its update, and one unit's scratch at a time (shard/adafactor.c) */
+    if (opt->update_workspace && !S->in.offload) { /* its update, and one unit's scratch at a time */
         size_t scratch = 0;
         for (int u = 0; u < S->in.spec->nunits; u++) {
             const zt_unit_spec *us = &S->in.spec->units[u];
             size_t lo = S->in.stage == 0 ? 0 : (size_t)S->in.rank * us->shard_numel, n = owned(S, u);
-            size_t k = n ? zt_adafactor_scratch_numel(us, lo, lo + n, chunk) : 0;
+            size_t k = n && opt->scratch_numel ? opt->scratch_numel(us, lo, lo + n, chunk) : 0;
             if (k > scratch) scratch = k;
         }
         O.c[ZT_CAT_WORKSPACE] += 4 * chunk + 4 * scratch;
@@ -275,7 +275,7 @@ static size_t host_bytes(const zt_plan_sim *S) {
  * array of each chunk one aligned request in, one out. */
 static size_t nvme_bytes_per_step(const zt_plan_sim *S) {
     size_t chunk = S->in.nvme_block_bytes / 4, d = zt_dtype_size(S->in.dtype), total = 0;
-    size_t arrays = S->in.optimizer == ZT_OPT_ADAMW ? 3 : 2;
+    size_t arrays = 1 + (size_t)zt_optim_or_default(S->in.optimizer)->nslots; /* master and the slots */
     for (int u = 0; S->in.nvme_optimizer && u < S->in.spec->nunits; u++)
         for (size_t lo = 0; lo < owned(S, u); lo += chunk) {
             size_t n = owned(S, u) - lo < chunk ? owned(S, u) - lo : chunk;

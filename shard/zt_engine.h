@@ -6,7 +6,7 @@
  * and the optimizer step. What these allocate, reduce or communicate is
  * decided here by the ZeRO stage, never by the model:
  *
- *   stage | params   grads    fp32 master + Adam m, v
+ *   stage | params   grads    fp32 master + optimizer state
  *   0     | full     full     full        (every rank steps on everything)
  *   1     | full     full     shard       (each rank steps its slice, then all-gather)
  *   2     | full     shard    shard       (full grads live only until reduce-scattered)
@@ -49,15 +49,10 @@ typedef struct {
     int exhausted;         /* the last step overflowed at min_loss_scale (dynamic only) */
 } zt_loss_scaler;
 
-/* What the optimizer keeps per parameter it owns: AdamW m and v (8 bytes,
- * fp32), SGD its momentum (4), Adafactor a row and a column statistic per
- * matrix and v per vector element (+ 4 with a first moment), 8-bit Adam m
- * and v as codes (2, + 8 per 2048-element block for the scales). */
-typedef enum { ZT_OPT_ADAMW = 0, ZT_OPT_SGD, ZT_OPT_ADAFACTOR, ZT_OPT_ADAM8BIT, ZT_NOPTIMIZERS } zt_optimizer_kind;
-const char *zt_optimizer_name(zt_optimizer_kind k);
-/* "adamw", "sgd", "adafactor" or "adam8bit" (zt_optimizer_name's names);
- * 0 for another name. */
-int zt_optimizer_parse(const char *name, zt_optimizer_kind *k);
+/* The optimizer: a table of optim/zt_optim.h (its state slots, steps and
+ * checkpoint blocks), found by name in optim/registry.c. */
+typedef struct zt_optim zt_optim;
+#define ZT_OPTIM_MAX_SLOTS 3 /* state tensors an optimizer keeps per unit */
 
 /* The NVMe tier (DeepSpeed's offload_optimizer / offload_param device
  * nvme with its aio block): a swap file per rank under dir; the CPU
@@ -72,7 +67,7 @@ typedef struct {
 
 typedef struct {
     int stage;      /* ZeRO stage 0..3 */
-    zt_optimizer_kind optimizer;
+    const zt_optim *optimizer; /* NULL: AdamW (zt_optim_default) */
     float momentum; /* SGD */
     int nesterov;   /* SGD */
     /* Adafactor with the schedule's learning rate (relative_step off): its
@@ -89,18 +84,18 @@ typedef struct {
     size_t bucket_bytes; /* reduce-scatter bucket size (bytes of fp32 gradients it holds) */
     int prefetch;        /* stage 3: units gathered ahead of the one in use */
     int overlap_comm;    /* 0: wait for every collective right after starting it */
-    int offload;         /* 1: fp32 master and Adam m, v of the owned part live in the host pool */
+    int offload;         /* 1: fp32 master and optimizer state of the owned part live in the host pool */
     /* 1 (stage 3 with offload): each gathered-on-demand unit's parameter
      * shard lives in the host pool too; its all-gather starts from there
      * and the CPU optimizer writes it in place (DeepSpeed's offload_param). */
     int offload_params;
     /* Offload to NVMe: the fp32 master and optimizer state (nvme_optimizer)
      * and, with offload_params, the parameter shards (nvme_params) live in
-     * the swap file instead of the host pool (AdamW and SGD; no delayed
-     * update). */
+     * the swap file instead of the host pool (optimizers kept per element;
+     * no delayed update). */
     int nvme_optimizer, nvme_params;
     zt_nvme_config nvme;
-    int host_threads;    /* threads of the CPU Adam under offload */
+    int host_threads;    /* threads of the CPU optimizer under offload */
     /* 1: ZeRO-Offload's delayed parameter update (offload only): the CPU
      * Adam of step t runs on its own thread during the forward and backward
      * of step t + 1, which use the parameters from before step t. */
@@ -145,15 +140,11 @@ typedef struct {
     zt_tensor params;   /* [padded] or [shard] dtype: the compute copy */
     zt_tensor grads;    /* [padded] or [shard] dtype */
     zt_tensor master;   /* [padded] or [shard] fp32, only when dtype is 16-bit */
-    zt_tensor adam_m;   /* [padded] or [shard] fp32 */
-    zt_tensor adam_v;   /* [padded] or [shard] fp32 */
-    /* 8-bit Adam keeps its codes in adam_m, adam_v ([owned] bytes, as
-     * ceil(owned / 4) fp32 words) and the blocks' scales here:
-     * [2 x blocks] fp32, m's then v's. Adafactor keeps m ([owned] fp32)
-     * only with a first moment, and in adam_v its compact second moments:
-     * per parameter its slices touch, rows + cols (a matrix) or the elements
-     * owned (a vector). */
-    zt_tensor opt_scales;
+    /* The optimizer's state slots (optim/zt_optim.h names each and sizes
+     * it over the owned part): AdamW's exp_avg, exp_avg_sq; SGD's
+     * momentum_buf; Adafactor's exp_avg, exp_avg_sq_factors; 8-bit Adam's
+     * codes and block scales. [slot words] fp32 words, device. */
+    zt_tensor opt_state[ZT_OPTIM_MAX_SLOTS];
     zt_tensor gathered; /* [padded] dtype, stage 3 while gathered (gathered_params) */
     zt_tensor view32;   /* [padded] fp32 up-cast of 16-bit params while in use, only on a
                          * backend without kernels in that dtype (workspace) */
@@ -162,9 +153,7 @@ typedef struct {
                          * a 16-bit dtype (workspace) */
     /* Offload (host pool): the owned part ([padded] at stage 0, else [shard]). */
     zt_tensor host_master; /* fp32 master_params */
-    zt_tensor host_m;      /* fp32 optimizer */
-    zt_tensor host_v;      /* fp32 optimizer */
-    zt_tensor host_scales; /* 8-bit Adam's block scales */
+    zt_tensor host_opt_state[ZT_OPTIM_MAX_SLOTS]; /* opt_state's slots, in the host pool (optimizer) */
     zt_tensor host_grads;  /* fp32 reduced gradients copied device->host (comm_buffers, one step) */
     zt_tensor host_grads16; /* 16-bit runs: the same as sent (16-bit), widened into host_grads at the step */
     void *d2h_done;        /* backend event: the device->host gradient copy has landed */
@@ -297,9 +286,9 @@ zt_status zt_engine_sync_grads(zt_engine *eng);
  * sub_group_size (8-bit Adam: rounded up to whole 2048-value blocks), or
  * the largest part it widens (an owned range) if that is smaller. */
 size_t zt_engine_optimizer_chunk(const zt_engine *eng);
-/* Unscales (fp16), clips by the global gradient norm and applies AdamW with
+/* Unscales (fp16), clips by the global gradient norm and applies the optimizer with
  * learning rate lr; or, when the gradients are not finite on any rank,
- * leaves every parameter and Adam state as it was and sets
+ * leaves every parameter and optimizer state as it was and sets
  * last_step_skipped (every rank decides alike). Updates the loss scaler. */
 zt_status zt_engine_step(zt_engine *eng, float lr);
 /* The loss scaler's state for a fresh run (scale 1 unless fp16). */
@@ -358,31 +347,27 @@ zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_
 /* State access for checkpoints. "Slice" means this rank's world slice
  * [rank x S, (rank+1) x S) of unit u's padded layout, which every rank holds
  * at every stage, so a checkpoint's layout depends on the world size only. */
-typedef enum { ZT_STATE_MASTER = 0, ZT_STATE_ADAM_M, ZT_STATE_ADAM_V } zt_state_kind;
-/* dst[shard_numel] fp32 (master: the fp32 values of the parameters). The
- * optimizer's blocks as elementwise fp32: 8-bit Adam's m and v dequantized
- * (v the square of its stored root; quantizing them again gives back the
- * same codes and scales); Adafactor's
- * v per vector element, and for a matrix its row statistics in its first
- * rows elements and its column statistics in the next cols (zeros after):
- * every rank whose slice touches a matrix keeps both, so each element of a
- * slice is known to the rank that writes it. */
+typedef enum { ZT_STATE_MASTER = 0, ZT_STATE_OPT0, ZT_STATE_OPT1 } zt_state_kind; /* OPTb: the optimizer's block b */
+/* dst[shard_numel] fp32 (master: the fp32 values of the parameters; OPTb:
+ * the optimizer's checkpoint block b in its get_block encoding, e.g.
+ * 8-bit Adam's moments dequantized, Adafactor's factors at each matrix's
+ * start: optim/zt_optim.h). */
 zt_status zt_engine_get_slice(zt_engine *eng, int unit, zt_state_kind kind, float *dst);
 /* dst[shard_numel] in the compute dtype. */
 zt_status zt_engine_get_params_slice(zt_engine *eng, int unit, void *dst);
 /* The part of unit u this rank keeps optimizer state for: elements
  * [*lo, *lo + *n) (everything at stage 0, its world slice otherwise). */
 zt_status zt_engine_owned_range(const zt_engine *eng, int unit, size_t *lo, size_t *n);
-/* The range of unit u whose v block zt_engine_set_owned reads: the owned
- * range, widened for Adafactor to the whole of every matrix it touches
- * (whose statistics lie at the matrix's start). */
+/* The range of unit u whose block 1 zt_engine_set_owned reads: the owned
+ * range, or as the optimizer's block_span widens it (Adafactor: to the
+ * whole of every matrix it touches, whose statistics lie at its start). */
 zt_status zt_engine_state_span(const zt_engine *eng, int unit, size_t *lo, size_t *n);
-/* Sets unit u's owned part from fp32 master values and m, each [n] of
- * zt_engine_owned_range, and v [n] of zt_engine_state_span, in
- * zt_engine_get_slice's encoding (m, v NULL: left as they are), and the
- * compute params of that part (rounded to the params dtype). Init and
- * checkpoint loads both place values this way. */
-zt_status zt_engine_set_owned(zt_engine *eng, int unit, const float *master, const float *m, const float *v);
+/* Sets unit u's owned part from fp32 master values and optimizer block 0
+ * (b0), each [n] of zt_engine_owned_range, and block 1 (b1) [n] of
+ * zt_engine_state_span, in zt_engine_get_slice's encoding (b0, b1 NULL:
+ * left as they are), and the compute params of that part (rounded to the
+ * params dtype). Init and checkpoint loads both place values this way. */
+zt_status zt_engine_set_owned(zt_engine *eng, int unit, const float *master, const float *b0, const float *b1);
 /* Unit u's owned part of the compute params from vals[n] in the params
  * dtype (a checkpoint of a delayed update: the params from before its last
  * update, while the master is after it). */

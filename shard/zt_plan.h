@@ -29,7 +29,7 @@ typedef struct {
     int nvme_buffers;
     int secondary; /* hpZ: G', the secondary group's size (0 or 1: off) */
     int rank; /* whose memory: Adafactor's and 8-bit Adam's state depend on the parameters its slices touch */
-    zt_optimizer_kind optimizer; /* what the optimizer keeps per parameter */
+    const zt_optim *optimizer;   /* what the optimizer keeps per parameter (NULL: AdamW) */
     float adafactor_beta1;       /* > 0: Adafactor keeps a first moment */
     int overlap_comm; /* 0: each bucket's reduce-scatter completes (and frees) as it is sent */
     long long prefetch_params; /* DeepSpeed's stage3_prefetch_bucket_size: sets prefetch (0: unused) */

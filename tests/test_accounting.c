@@ -50,7 +50,7 @@
  * --mem-limit (fp32 in full; bf16 and fp16 init and completion), each
  * boundary checked on both sides:
  *  limit = reserved after init - 1: zt_engine_init fails with ZT_ERR_OOM, the
- *    message names phase 'init', the refused 'head adam v' and "params=";
+ *    message names phase 'init', the refused 'head exp_avg_sq' and "params=";
  *    limit = reserved after init succeeds and the first forward allocation
  *    (the input tokens) is refused in phase 'forward'; 1 GiB completes a step.
  *  limit = reserved after forward - 1: forward fails on 'head acts'.
@@ -131,7 +131,7 @@ static expect expected(const acct_config *c) {
     e.largest = max2(max2(e.ne, e.nh), L ? e.nb : 0);
     e.s = e.half ? 2 : 4;
     e.persistent = 16 * e.P;
-    /* Per unit: params, grads, [master], adam m, adam v. */
+    /* Per unit: params, grads, [master], exp_avg, exp_avg_sq. */
     size_t units[3] = {e.ne, e.nb, e.nh}, counts[3] = {1, L, 1};
     for (int k = 0; k < 3; k++) {
         size_t n = units[k];
@@ -489,7 +489,7 @@ static void test_limits(const acct_config *c) {
              zt_dtype_name(c->dtype), c->attention_fused ? " fused" : "");
     expect e = expected(c);
 
-    static const char *const init_needles[] = {"phase 'init'", "params=", "optimizer 'head adam v'", NULL};
+    static const char *const init_needles[] = {"phase 'init'", "params=", "optimizer 'head exp_avg_sq'", NULL};
     expect_limit(c, e.reserved_init - 1, FAILED_INIT, init_needles);
     /* Below the bytes init must hold: refused earlier, on whichever block first
      * crosses the limit. */

@@ -10,6 +10,7 @@
 #include "zt_fs.h"
 #include "train_config_internal.h"
 #include "zt_mem.h"
+#include "zt_optim.h"
 #include "zt_recompute.h"
 
 #define CONFIG_FILE_MAX ((size_t)16 << 20) /* a --config file larger than this is refused */
@@ -22,7 +23,7 @@ typedef struct {
     size_t offset;
     size_t cap; /* bytes, for strings */
     double min, max;
-    const char *choices; /* '|'-separated, for OPT_CHOICE */
+    const char *choices; /* '|'-separated, for OPT_CHOICE (NULL: the optimizer registry's names) */
     const char *help;
 } opt_spec;
 
@@ -60,7 +61,7 @@ static const opt_spec options[] = {
     {"freeze", OPT_STRING, S(freeze), 0, 0, NULL,
      "units not trained: a list of embedding, head, blocks, blocks:K, blocks:A-B (params only: no grads, master "
      "or optimizer state)"},
-    {"optimizer", OPT_CHOICE, S(optimizer), 0, 0, "adamw|sgd|adafactor|adam8bit",
+    {"optimizer", OPT_CHOICE, S(optimizer), 0, 0, NULL,
      "adamw (m, v: 8 bytes of state per parameter), sgd with momentum (4 bytes), adafactor (factored second "
      "moments: rows + cols per matrix) or adam8bit (m, v block-wise in 8 bits: 2 bytes)"},
     {"adafactor-beta1", OPT_FLOAT, F(adafactor_beta1), 0, 0, 0.999999, NULL,
@@ -269,6 +270,18 @@ static const opt_spec *find_option(const char *name, int json_key, int *index) {
     return NULL;
 }
 
+/* o's choices: its list, or (NULL) every registered optimizer's name, so an
+ * optimizer added to optim/registry.c is accepted here unchanged. */
+static const char *choices_of(const opt_spec *o, char *buf, size_t cap) {
+    if (o->choices || o->kind != OPT_CHOICE) return o->choices;
+    buf[0] = '\0';
+    for (int i = 0; i < zt_optim_count(); i++) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, "%s%s", i ? "|" : "", zt_optim_at(i)->name);
+    }
+    return buf;
+}
+
 static int choice_ok(const char *choices, const char *v) {
     size_t n = strlen(v);
     for (const char *p = choices; *p;) {
@@ -322,11 +335,14 @@ static zt_status set_from_text(zt_train_config *c, const opt_spec *o, const char
             return ZT_FAIL(err, ZT_ERR_INVALID, "%s: value is longer than %zu characters", where, o->cap - 1);
         snprintf(base, o->cap, "%s", text);
         return ZT_OK;
-    case OPT_CHOICE:
-        if (!choice_ok(o->choices, text))
-            return ZT_FAIL(err, ZT_ERR_INVALID, "%s: '%s' is not one of %s", where, text, o->choices);
+    case OPT_CHOICE: {
+        char names[256];
+        const char *choices = choices_of(o, names, sizeof names);
+        if (!choice_ok(choices, text))
+            return ZT_FAIL(err, ZT_ERR_INVALID, "%s: '%s' is not one of %s", where, text, choices);
         snprintf(base, o->cap, "%s", text);
         return ZT_OK;
+    }
     case OPT_BOOL:
         if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0) *(int *)base = 1;
         else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0) *(int *)base = 0;
@@ -629,7 +645,9 @@ void zt_train_config_print_help(FILE *f, const char *prog) {
         char def[96];
         value_text(&d, o, 0, def, sizeof def);
         char flag[64];
-        snprintf(flag, sizeof flag, "--%s%s%s", o->name, o->choices ? " " : "", o->choices ? o->choices : "");
+        char names[256];
+        const char *choices = choices_of(o, names, sizeof names);
+        snprintf(flag, sizeof flag, "--%s%s%s", o->name, choices ? " " : "", choices ? choices : "");
         fprintf(f, "  %-28s %s [default: %s]\n", flag, o->help, def);
     }
 }

@@ -15,6 +15,7 @@
 #include "zt_imbalance.h"
 #include "zt_rng.h"
 #include "zt_lr_schedule.h"
+#include "zt_optim.h"
 #include "zt_step.h"
 #include "zt_train_hooks.h"
 #include "zt_train_model.h"
@@ -324,7 +325,7 @@ static zt_status engine_config(const zt_train_config *c, const zt_train_hooks *t
         e.nvme.io.fail_write_at = test->nvme_fail_write;
     }
     if (!zt_dtype_parse(c->dtype, &e.dtype) || !zt_dtype_parse(c->reduce_dtype, &e.reduce_dtype) ||
-        !zt_optimizer_parse(c->optimizer, &e.optimizer) || !zt_nvme_io_parse(c->nvme_io, &e.nvme.io.io))
+        !(e.optimizer = zt_optim_find(c->optimizer)) || !zt_nvme_io_parse(c->nvme_io, &e.nvme.io.io))
         return ZT_FAIL(err, ZT_ERR_INTERNAL, "trainer: dtype %s / reduce dtype %s / optimizer %s", c->dtype,
                        c->reduce_dtype, c->optimizer);
     *ec = e;

@@ -11,6 +11,7 @@
 #include "zt_train.h"
 #include "zt_train_model.h"
 #include "train_config.h"
+#include "zt_optim.h"
 
 typedef struct {
     int world;
@@ -117,7 +118,7 @@ typedef struct {
  * depend on which parameters a rank's slices touch (every rank of a large
  * world is not tried: 1024 spread over it, and the last). */
 static int fullest_rank(const plan_job *j) {
-    if (j->in.optimizer != ZT_OPT_ADAFACTOR && j->in.optimizer != ZT_OPT_ADAM8BIT) return 0;
+    if (zt_optim_elementwise(zt_optim_or_default(j->in.optimizer))) return 0; /* every rank keeps as much */
     zt_engine_config c = {.stage = j->in.stage, .dtype = j->in.dtype, .offload = j->in.offload,
                           .offload_params = j->in.offload_params,
                           .persist_threshold = j->in.persist_threshold, .optimizer = j->in.optimizer,
@@ -307,7 +308,7 @@ static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_
     in->nvme_block_bytes = c->nvme_block_size;
     in->nvme_buffers = c->nvme_buffers;
     in->offload_delay = c->offload_delay;
-    (void)zt_optimizer_parse(c->optimizer, &in->optimizer); /* the options table allows no other */
+    in->optimizer = zt_optim_find(c->optimizer); /* the options table allows no other */
     in->adafactor_beta1 = (float)c->adafactor_beta1;
     in->prefetch = c->prefetch;
     in->prefetch_params = (long long)c->prefetch_bucket_size;

@@ -48,7 +48,7 @@ def layout(params, np):
 
 
 def optimizer_bytes(opt, np, stage, rank):
-    """Rank `rank`'s optimizer bytes, from the scheme (shard/opt_layout.c's
+    """Rank `rank`'s optimizer bytes, from the scheme (optim/layout.c's
     comments), not from the engine's code: 8-bit: a byte each for m and v
     per owned element (held in 32-bit words) and two fp32 scales per
     2048-element block, blocks starting at every parameter's part of every

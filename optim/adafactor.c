@@ -23,7 +23,7 @@
 /* Where one unit's step reads and writes: the device state with the
  * backend's kernels, or (offload) the host state with the CPU's. */
 typedef struct {
-    zt_engine *e;
+    const zt_engine *e;
     int u;
     const zt_ops *ops;
     zt_stream *s;
@@ -46,7 +46,7 @@ typedef struct {
 /* Gradients of unit elements [at, at + n), n <= chunk, as fp32. */
 static const float *grads_at(af_step *t, size_t at, size_t n) {
     if (t->g32) return t->g32 + (at - t->g_at);
-    zt_engine *e = t->e;
+    const zt_engine *e = t->e;
     size_t i = local_index(full_grads(e), at, shard_lo(e, t->u));
     t->ops->cast(t->s, t->wg, ZT_FP32, (const uint16_t *)e->units[t->u].grads.data + i, e->cfg.dtype, n);
     if (t->mult != 1.0f) t->ops->scale(t->s, t->wg, t->mult, n);
@@ -83,7 +83,7 @@ static float *v_at(const af_step *t, int i, size_t x) {
 /* Pass 1: every factored parameter's row and column sums over the whole
  * matrix, tot[K] (host), from the owned slices' sums and the others'. */
 static zt_status sum_statistics(af_step *t, float *tot) {
-    zt_engine *e = t->e;
+    const zt_engine *e = t->e;
     const zt_unit_spec *us = &e->spec->units[t->u];
     size_t K = stats_len(us), S = us->shard_numel, r0 = t->lo / S, rows, cols;
     int N = e->comm->world_size;
@@ -114,7 +114,7 @@ static zt_status sum_statistics(af_step *t, float *tot) {
 /* The moving averages of parameter i's statistics (vr, vc in v) from the
  * step's sums, and its factors rsqrt(vr / mean vr), rsqrt(vc). */
 static zt_status update_factors(af_step *t, int i, const float *tot, size_t rows, size_t cols) {
-    zt_engine *e = t->e;
+    const zt_engine *e = t->e;
     const zt_unit_spec *us = &e->spec->units[t->u];
     size_t off = zt_factored_stats_offset(us, i), n = rows + cols;
     float *vrc = malloc(2 * n * sizeof *vrc), *fac = vrc + n; /* [rows + cols] each */
@@ -170,7 +170,7 @@ static void precondition(af_step *t, const zt_segment *seg, size_t x, size_t n, 
 /* Pass 2: tot[nparams] (host) = each parameter's sum of squared updates
  * over all of it. */
 static zt_status sum_update_squares(af_step *t, double *tot, size_t npieces) {
-    zt_engine *e = t->e;
+    const zt_engine *e = t->e;
     const zt_unit_spec *us = &e->spec->units[t->u];
     int N = e->comm->world_size, np = us->nparams;
     size_t k = 0;
@@ -201,7 +201,7 @@ static zt_status sum_update_squares(af_step *t, double *tot, size_t npieces) {
 
 /* Pass 3: the update, scaled per parameter to RMS clip where larger. */
 static void apply_updates(af_step *t, const double *sumsq) {
-    zt_engine *e = t->e;
+    const zt_engine *e = t->e;
     const zt_unit_spec *us = &e->spec->units[t->u];
     zt_segment_iter it = zt_segments(us, t->lo, t->hi);
     zt_segment seg;
@@ -239,7 +239,7 @@ static void place_scratch(af_step *t, float *scratch, size_t npieces) {
     t->factors = t->stats + (t->hi - t->lo) / us->shard_numel * stats_len(us);
 }
 
-static af_step step_of(zt_engine *e, int u, float lr, int t_step) {
+static af_step step_of(const zt_engine *e, int u, float lr, int t_step) {
     af_step t;
     memset(&t, 0, sizeof t);
     t.e = e;
@@ -251,67 +251,174 @@ static af_step step_of(zt_engine *e, int u, float lr, int t_step) {
     return t;
 }
 
-zt_status zt_engine_adafactor_device(zt_engine *e, int u, float mult, float lr, int t_step, float *p, size_t p_at,
-                                     zt_tensor *wg, zt_tensor *wu) {
+enum { EXP_AVG = 0, EXP_AVG_SQ_FACTORS };
+
+/* The first moment's slot (NULL: none kept, beta1 0). */
+static float *first_moment(zt_tensor *t) { return t->data ? zt_f32(t) : NULL; }
+
+static zt_status af_device_step(zt_engine *e, int u, const zt_optim_step *s) {
     zt_ctx *ctx = e->ctx;
-    zt_unit_state *st = &e->units[u];
-    af_step t = step_of(e, u, lr, t_step);
+    zt_unit_state *ust = &e->units[u];
+    af_step t = step_of(e, u, s->lr, s->t);
     t.ops = ctx->be->ops;
     t.s = &ctx->compute;
-    t.p = p;
-    t.p_at = p_at;
-    t.m = st->adam_m.data ? zt_f32(&st->adam_m) : NULL;
-    t.v = zt_f32(&st->adam_v);
-    t.mult = mult;
+    t.p = s->p;
+    t.p_at = s->p_at;
+    t.m = first_moment(&ust->opt_state[EXP_AVG]);
+    t.v = zt_f32(&ust->opt_state[EXP_AVG_SQ_FACTORS]);
+    t.mult = s->mult;
     t.chunk = zt_engine_optimizer_chunk(e);
-    t.wg = wg->data ? zt_f32(wg) : NULL;
-    t.wu = zt_f32(wu);
+    t.wg = s->ws->data ? zt_f32(s->ws) : NULL;
+    t.wu = zt_f32(s->wu);
     if (e->cfg.dtype == ZT_FP32) { /* unscale and clip once, in place: three passes read them */
-        float *g = zt_f32(&st->grads) + local_index(full_grads(e), t.lo, shard_lo(e, u));
-        if (mult != 1.0f) t.ops->scale(t.s, g, mult, t.hi - t.lo);
+        float *g = zt_f32(&ust->grads) + local_index(full_grads(e), t.lo, shard_lo(e, u));
+        if (s->mult != 1.0f) t.ops->scale(t.s, g, s->mult, t.hi - t.lo);
         t.g32 = g;
         t.g_at = t.lo;
     }
     const zt_unit_spec *us = &e->spec->units[u];
     size_t npieces = zt_adafactor_pieces(us, t.lo, t.hi, t.chunk);
-    zt_tensor scratch = {0};
-    zt_status s = zt_engine_alloc(e, &scratch, ZT_FP32, zt_adafactor_scratch_numel(us, t.lo, t.hi, t.chunk),
-                                  ZT_CAT_WORKSPACE, "adafactor", u);
-    if (s == ZT_OK) {
+    zt_tensor scratch = {0}; /* [zt_adafactor_scratch_numel] fp32 */
+    zt_status st = zt_engine_alloc(e, &scratch, ZT_FP32, zt_adafactor_scratch_numel(us, t.lo, t.hi, t.chunk),
+                                   ZT_CAT_WORKSPACE, "adafactor", u);
+    if (st == ZT_OK) {
         place_scratch(&t, zt_f32(&scratch), npieces);
-        s = run_passes(&t, npieces);
+        st = run_passes(&t, npieces);
     }
     zt_tensor_free(&scratch, &ctx->device_mem); /* also when its zeroing failed */
-    return s;
+    return st;
 }
 
-zt_status zt_engine_adafactor_host(zt_engine *e, int u, float *g, float clip, float lr, int t_step) {
-    zt_unit_state *st = &e->units[u];
+/* Collective (the statistics' sums): never on the delayed update's thread. */
+static zt_status af_host_step(const zt_engine *e, int u, float *g, void *out, const zt_optim_step *s, int *written) {
+    (void)out;
+    zt_unit_state *ust = &e->units[u];
     zt_stream host = {.nthreads = e->cfg.host_threads > 0 ? e->cfg.host_threads : 1};
-    af_step t = step_of(e, u, lr, t_step);
+    af_step t = step_of(e, u, s->lr, s->t);
     t.ops = &zt_cpu_ops_fp32;
     t.s = &host;
     t.host = 1;
-    t.p = zt_f32(&st->host_master);
+    t.p = zt_f32(&ust->host_master);
     t.p_at = t.lo;
-    t.m = st->host_m.data ? zt_f32(&st->host_m) : NULL;
-    t.v = zt_f32(&st->host_v);
+    t.m = first_moment(&ust->host_opt_state[EXP_AVG]);
+    t.v = zt_f32(&ust->host_opt_state[EXP_AVG_SQ_FACTORS]);
     t.g32 = g;
     t.g_at = t.lo;
     size_t owned = t.hi - t.lo;
     t.chunk = e->cfg.sub_group_size ? e->cfg.sub_group_size : ZT_OPTIMIZER_CHUNK;
     if (t.chunk > owned) t.chunk = owned > 0 ? owned : 1; /* as zt_engine_optimizer_chunk caps the device's */
-    scale_host_grads(g, owned, clip);
+    scale_host_grads(g, owned, s->mult);
     const zt_unit_spec *us = &e->spec->units[u];
     size_t npieces = zt_adafactor_pieces(us, t.lo, t.hi, t.chunk);
     float *scratch = calloc(zt_adafactor_scratch_numel(us, t.lo, t.hi, t.chunk) + 1, sizeof(float));
-    t.wu = malloc(t.chunk * sizeof(float));
-    zt_status s = scratch && t.wu ? ZT_OK : ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "adafactor: cannot allocate scratch");
-    if (s == ZT_OK) {
+    t.wu = malloc(t.chunk * sizeof(float)); /* [chunk] */
+    zt_status st = scratch && t.wu ? ZT_OK : ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "adafactor: cannot allocate scratch");
+    if (st == ZT_OK) {
         place_scratch(&t, scratch, npieces);
-        s = run_passes(&t, npieces);
+        st = run_passes(&t, npieces);
     }
     free(scratch);
     free(t.wu);
-    return s;
+    *written = 0;
+    return st;
 }
+
+static size_t af_slot_words(const zt_engine_config *cfg, int slot, const zt_unit_spec *us, size_t lo, size_t hi) {
+    if (slot == EXP_AVG) return cfg->adafactor_beta1 > 0.0f ? hi - lo : 0; /* only with a first moment */
+    return zt_adafactor_v_offset(us, lo, hi, us->nparams);
+}
+
+static zt_status af_check(const zt_engine_config *cfg, zt_error *err) {
+    if (!(cfg->adafactor_clip > 0.0f))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "adafactor's clip threshold must be > 0 (got %g)",
+                       (double)cfg->adafactor_clip);
+    /* eps keeps an all-zero row's statistic, and so its factor, finite */
+    if (!(cfg->adafactor_eps > 0.0f))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "adafactor's eps must be > 0 (got %g): a row of zero gradients "
+                       "would divide by 0", (double)cfg->adafactor_eps);
+    if (!(cfg->adafactor_decay >= -1.0f && cfg->adafactor_decay < 0.0f))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "adafactor's decay must be in [-1, 0) (got %g)",
+                       (double)cfg->adafactor_decay);
+    return ZT_OK;
+}
+
+/* Checkpoint block 1 over this rank's slice: a vector's exp_avg_sq per
+ * element, a matrix's row factors in its first rows elements and its
+ * column factors in the next cols (zeros after). Every rank whose slice
+ * touches a matrix keeps both, so each element of a slice is known to the
+ * rank that writes it. Block 0 (exp_avg) is per element. */
+static zt_status af_get_block(zt_engine *e, int u, int b, float *dst) {
+    if (b == 0) return zt_engine_get_elementwise_block(e, u, EXP_AVG, dst);
+    const zt_unit_spec *us = &e->spec->units[u];
+    size_t lo = owned_lo(e, u), hi = lo + owned_numel(e, u), slo = shard_lo(e, u), S = us->shard_numel;
+    zt_tensor *vt = opt_slot(e, u, EXP_AVG_SQ_FACTORS);
+    float *v = malloc(zt_tensor_bytes(vt) + 4); /* the compact slot */
+    if (!v) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "adafactor: cannot allocate a staging buffer");
+    zt_status r = zt_engine_fetch_state(e, vt, v);
+    memset(dst, 0, S * sizeof(float));
+    for (int i = 0; r == ZT_OK && i < us->nparams; i++) {
+        const zt_param_spec *ps = &us->params[i];
+        size_t a = ps->offset > slo ? ps->offset : slo;
+        size_t end = ps->offset + ps->numel < slo + S ? ps->offset + ps->numel : slo + S;
+        size_t rows, cols, first = ps->offset > lo ? ps->offset : lo;
+        const float *mine = v + zt_adafactor_v_offset(us, lo, hi, i);
+        int factored = zt_param_factored(ps, &rows, &cols);
+        for (size_t x = a; x < end; x++) /* x - first: the element's place in a vector's v */
+            dst[x - slo] = !factored ? mine[x - first] : x - ps->offset < rows + cols ? mine[x - ps->offset] : 0.0f;
+    }
+    free(v);
+    return r;
+}
+
+/* Block 1 from vals over af_block_span, into the compact slot. */
+static zt_status af_set_block(zt_engine *e, int u, int b, const float *vals) {
+    if (b == 0) return zt_engine_set_elementwise_block(e, u, EXP_AVG, vals);
+    const zt_unit_spec *us = &e->spec->units[u];
+    size_t lo = owned_lo(e, u), hi = lo + owned_numel(e, u), span_lo, span_hi;
+    zt_adafactor_span(us, lo, hi, &span_lo, &span_hi);
+    zt_tensor *vt = opt_slot(e, u, EXP_AVG_SQ_FACTORS);
+    float *mine = malloc(zt_tensor_bytes(vt) + 4); /* the compact slot */
+    if (!mine) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "adafactor: cannot allocate a staging buffer");
+    for (int i = 0; i < us->nparams; i++) {
+        const zt_param_spec *ps = &us->params[i];
+        if (ps->offset >= hi || ps->offset + ps->numel <= lo) continue;
+        size_t rows, cols, at = zt_adafactor_v_offset(us, lo, hi, i);
+        if (zt_param_factored(ps, &rows, &cols)) {
+            memcpy(mine + at, vals + (ps->offset - span_lo), (rows + cols) * sizeof(float));
+            continue;
+        }
+        size_t a = ps->offset > lo ? ps->offset : lo, end = ps->offset + ps->numel < hi ? ps->offset + ps->numel : hi;
+        memcpy(mine + at, vals + (a - span_lo), (end - a) * sizeof(float));
+    }
+    zt_status r = zt_engine_store_state(e, vt, mine);
+    free(mine);
+    return r;
+}
+
+/* Block 1 spans the whole of every matrix the owned range touches (its
+ * factors lie at the matrix's start). */
+static void af_block_span(const zt_unit_spec *us, int b, size_t lo, size_t hi, size_t *span_lo, size_t *span_hi) {
+    if (b == 1) zt_adafactor_span(us, lo, hi, span_lo, span_hi);
+    else *span_lo = lo, *span_hi = hi;
+}
+
+const zt_optim zt_optim_adafactor = {
+    .name = "adafactor",
+    .description = "Adafactor: factored second moments (rows + cols per matrix), exp_avg only with beta1 > 0",
+    .nslots = 2,
+    .slots = {{"exp_avg", ZT_SLOT_PER_ELEMENT, 32, -1}, {"exp_avg_sq_factors", ZT_SLOT_FACTORED, 32, -1}},
+    .slot_words = af_slot_words,
+    .check = af_check,
+    .chunk_align = 1,
+    .update_workspace = 1,
+    .scratch_numel = zt_adafactor_scratch_numel,
+    .collective = 1,
+    .device_step = af_device_step,
+    .host_step = af_host_step,
+    .ckpt_blocks = {"exp_avg", "exp_avg_sq_factors"},
+    .get_block = af_get_block,
+    .set_block = af_set_block,
+    .block_span = af_block_span,
+    .reshard_note = "Adafactor's statistics carry over exactly; its sums over a matrix's slices now round as this "
+                    "world's slices do",
+};

@@ -1,7 +1,8 @@
 /* The optimizer step on each rank's part of the state: the non-finite check
- * (and fp16's unscaling), global-norm clipping and AdamW (weight decay only
- * where the model asked for it), then the all-gather of updated parameters
- * where the stage keeps them full. */
+ * (and fp16's unscaling), global-norm clipping, the optimizer's update
+ * through its table (optim/zt_optim.h; its matrix hook where it has one),
+ * then the all-gather of updated parameters where the stage keeps them
+ * full. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,40 +15,29 @@
  * same pieces, so it rounds alike at every stage for a given size. */
 static size_t chunk_elems(const zt_engine *e) {
     size_t c = e->cfg.sub_group_size ? e->cfg.sub_group_size : ZT_OPTIMIZER_CHUNK;
-    if (e->cfg.optimizer == ZT_OPT_ADAM8BIT) c = (c + ZT_QBLOCK - 1) / ZT_QBLOCK * ZT_QBLOCK; /* whole blocks */
+    size_t align = optim_of(e)->chunk_align; /* 8-bit Adam: whole blocks */
+    if (align > 1) c = (c + align - 1) / align * align;
     return c;
 }
 
-/* Unit u's gradients over [lo, lo + n) (unit coordinates) as fp32 pieces:
- * the grads themselves in fp32 (one piece), else widened chunk by chunk into
- * ws (chunk_elems at most, so no fp32 copy of a unit's gradients ever
- * exists). */
-typedef struct {
-    zt_engine *e;
-    int u;
-    size_t next, end;
-    zt_tensor *ws;
-} grad_pieces;
-
-static grad_pieces pieces_of(zt_engine *e, int u, size_t lo, size_t n, zt_tensor *ws) {
-    grad_pieces it = {e, u, lo, frozen(e, u) ? lo : lo + n, ws}; /* a frozen unit has no gradients */
+zt_grad_pieces zt_engine_grad_pieces(zt_engine *e, int u, size_t lo, size_t n, zt_tensor *ws) {
+    zt_grad_pieces it = {e, u, lo, frozen(e, u) ? lo : lo + n, ws}; /* a frozen unit has no gradients */
     return it;
 }
 
-/* The next piece: *g holds elements [*at, *at + *n); 0 when none is left. */
-static int next_piece(grad_pieces *it, float **g, size_t *at, size_t *n) {
+int zt_engine_next_grad_piece(zt_grad_pieces *it, float **g, size_t *at, size_t *n) {
     zt_engine *e = it->e;
-    zt_unit_state *st = &e->units[it->u];
+    zt_unit_state *ust = &e->units[it->u];
     if (it->next >= it->end) return 0;
     size_t i = local_index(full_grads(e), it->next, shard_lo(e, it->u)); /* in the grads buffer */
     *at = it->next;
     if (e->cfg.dtype == ZT_FP32) {
         *n = it->end - it->next;
-        *g = zt_f32(&st->grads) + i;
+        *g = zt_f32(&ust->grads) + i;
     } else {
         size_t chunk = chunk_elems(e);
         *n = it->end - it->next < chunk ? it->end - it->next : chunk;
-        e->ctx->be->ops->cast(&e->ctx->compute, it->ws->data, ZT_FP32, (const uint16_t *)st->grads.data + i,
+        e->ctx->be->ops->cast(&e->ctx->compute, it->ws->data, ZT_FP32, (const uint16_t *)ust->grads.data + i,
                               e->cfg.dtype, *n);
         *g = zt_f32(it->ws);
     }
@@ -60,51 +50,6 @@ static size_t norm_pieces(const zt_engine *e, int u) {
     size_t S = e->spec->units[u].shard_numel;
     if (frozen(e, u)) return 0;
     return e->cfg.dtype == ZT_FP32 ? 1 : (S + chunk_elems(e) - 1) / chunk_elems(e);
-}
-
-/* The optimizer (AdamW, or SGD with its momentum in m and no v) over unit
- * coordinates [lo, hi) on buffers p, g, m, v whose element 0 is unit
- * element p_at, g_at, mv_at respectively, parameter segment by segment. */
-static void optimizer_range(zt_engine *e, int u, size_t lo, size_t hi, float *p, size_t p_at, const float *g,
-                            size_t g_at, float *m, float *v, size_t mv_at, float lr, int t) {
-    const zt_unit_spec *us = &e->spec->units[u];
-    const zt_ops *ops = e->ctx->be->ops;
-    for (int i = 0; i < us->nparams; i++) {
-        size_t a, b;
-        float wd;
-        if (!param_in_range(e, u, i, lo, hi, &a, &b, &wd)) continue;
-        if (e->cfg.optimizer == ZT_OPT_SGD)
-            ops->sgd(&e->ctx->compute, p + (a - p_at), g + (a - g_at), m + (a - mv_at), b - a, lr, e->cfg.momentum,
-                     e->cfg.nesterov, wd);
-        else
-            ops->adamw(&e->ctx->compute, p + (a - p_at), g + (a - g_at), m + (a - mv_at), v + (a - mv_at), b - a, lr,
-                       e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
-    }
-}
-
-/* 8-bit Adam over the segments of unit u's owned part (each its own
- * blocks; a 16-bit piece is whole blocks, as the chunk is), on p (fp32
- * values; element 0 is unit element p_at). */
-static void adam8bit_unit(zt_engine *e, int u, float *p, size_t p_at, zt_tensor *ws, float mult, float lr, int t) {
-    zt_unit_state *st = &e->units[u];
-    const zt_unit_spec *us = &e->spec->units[u];
-    const zt_ops *ops = e->ctx->be->ops;
-    size_t lo = owned_lo(e, u), hi = lo + owned_numel(e, u);
-    uint8_t *m8 = st->adam_m.data, *v8 = st->adam_v.data;
-    float *ms = zt_f32(&st->opt_scales), *vs = ms + zt_owned_qblocks(us, lo, hi);
-    zt_segment_iter it = zt_segments(us, lo, hi);
-    zt_segment seg;
-    float *g;
-    size_t at, gn;
-    while (zt_next_segment(&it, &seg)) {
-        float wd = us->params[seg.param].decay ? e->cfg.weight_decay : 0.0f;
-        for (grad_pieces gp = pieces_of(e, u, seg.a, seg.b - seg.a, ws); next_piece(&gp, &g, &at, &gn);) {
-            if (mult != 1.0f) ops->scale(&e->ctx->compute, g, mult, gn);
-            size_t b = seg.block + (at - seg.a) / ZT_QBLOCK;
-            ops->adam8bit(&e->ctx->compute, p + (at - p_at), g, m8 + (at - lo), v8 + (at - lo), ms + b, vs + b, gn, lr,
-                          e->cfg.beta1, e->cfg.beta2, e->cfg.eps, wd, t);
-        }
-    }
 }
 
 /* *local = sum over units (in unit order) of the squared norm of this rank's
@@ -120,8 +65,8 @@ static zt_status unit_norms_squared(zt_engine *e, zt_tensor *ws, double *local) 
     *local = 0.0;
     if (!ctx->be->event_record) { /* CPU: results are on the host at once */
         for (int u = 0; u < n; u++)
-            for (grad_pieces it = pieces_of(e, u, shard_lo(e, u), e->spec->units[u].shard_numel, ws);
-                 next_piece(&it, &g, &at, &gn);) {
+            for (zt_grad_pieces it = zt_engine_grad_pieces(e, u, shard_lo(e, u), e->spec->units[u].shard_numel, ws);
+                 zt_engine_next_grad_piece(&it, &g, &at, &gn);) {
                 double s = 0.0;
                 ops->sum_squares(&ctx->compute, &s, g, gn);
                 *local += s;
@@ -137,8 +82,8 @@ static zt_status unit_norms_squared(zt_engine *e, zt_tensor *ws, double *local) 
     zt_status st = host ? ZT_OK : ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate %zu norms", nslots);
     size_t k = 0;
     for (int u = 0; st == ZT_OK && u < n; u++)
-        for (grad_pieces it = pieces_of(e, u, shard_lo(e, u), e->spec->units[u].shard_numel, ws);
-             next_piece(&it, &g, &at, &gn);)
+        for (zt_grad_pieces it = zt_engine_grad_pieces(e, u, shard_lo(e, u), e->spec->units[u].shard_numel, ws);
+             zt_engine_next_grad_piece(&it, &g, &at, &gn);)
             ops->sum_squares(&ctx->compute, dev + k++, g, gn);
     if (st == ZT_OK)
         st = ctx->be->memcpy_async(ctx->be, host, dev, nslots * sizeof *host, ZT_COPY_D2H, &ctx->compute, &ctx->err);
@@ -176,43 +121,33 @@ zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, voi
 /* What every unit's update of one step shares. */
 typedef struct {
     zt_tensor *ws; /* one chunk of widened 16-bit gradients */
-    zt_tensor *wu; /* Adafactor: one chunk of its update */
+    zt_tensor *wu; /* the optimizer's update_workspace: one chunk of its update */
     float mult, lr; /* unscale-and-clip multiplier; learning rate */
-    int t;          /* Adam's step count */
+    int t;          /* the step count */
 } step_args;
 
-/* AdamW on the device over the part of unit u this rank owns (stage 0:
- * everything), then the 16-bit params rounded from the fp32 master. */
+/* The optimizer on the device over the part of unit u this rank owns
+ * (stage 0: everything), then the 16-bit params rounded from the fp32
+ * master. */
 static zt_status device_update_unit(zt_engine *e, int u, void *arg) {
     const step_args *a = arg;
     zt_ctx *ctx = e->ctx;
-    const zt_ops *ops = ctx->be->ops;
-    zt_unit_state *us = &e->units[u];
+    zt_unit_state *ust = &e->units[u];
     int half = e->cfg.dtype != ZT_FP32;
-    size_t P = e->spec->units[u].padded_numel, S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
-    size_t rlo = full_optim(e) ? 0 : lo, rn = full_optim(e) ? P : S;
-    float *p = half ? zt_f32(&us->master) : zt_f32(&us->params);
+    size_t lo = shard_lo(e, u), rlo = owned_lo(e, u), rn = owned_numel(e, u);
+    float *p = half ? zt_f32(&ust->master) : zt_f32(&ust->params);
     size_t p_at = (half ? full_optim(e) : full_params(e, u)) ? 0 : lo;
-    float *g;
-    size_t at, gn;
-    if (e->cfg.optimizer == ZT_OPT_ADAFACTOR)
-        ZT_TRY(zt_engine_adafactor_device(e, u, a->mult, a->lr, a->t, p, p_at, a->ws, a->wu));
-    else if (e->cfg.optimizer == ZT_OPT_ADAM8BIT)
-        adam8bit_unit(e, u, p, p_at, a->ws, a->mult, a->lr, a->t);
-    else
-        for (grad_pieces it = pieces_of(e, u, rlo, rn, a->ws); next_piece(&it, &g, &at, &gn);) {
-            if (a->mult != 1.0f) ops->scale(&ctx->compute, g, a->mult, gn);
-            optimizer_range(e, u, at, at + gn, p, p_at, g, at, zt_f32(&us->adam_m), zt_f32(&us->adam_v),
-                            full_optim(e) ? 0 : lo, a->lr, a->t);
-        }
+    zt_optim_step s = {a->mult, a->lr, a->t, p, p_at, a->ws, a->wu};
+    if (optim_of(e)->matrix_hook) ZT_TRY(zt_engine_matrix_step(e, u, &s));
+    else ZT_TRY(optim_of(e)->device_step(e, u, &s));
     if (half) {
-        uint16_t *dst = (uint16_t *)us->params.data + local_index(full_params(e, u), rlo, lo);
-        ops->cast(&ctx->compute, dst, e->cfg.dtype, p + (rlo - p_at), ZT_FP32, rn);
+        uint16_t *dst = (uint16_t *)ust->params.data + local_index(full_params(e, u), rlo, lo);
+        ctx->be->ops->cast(&ctx->compute, dst, e->cfg.dtype, p + (rlo - p_at), ZT_FP32, rn);
     }
     return ZT_OK;
 }
 
-/* The CPU Adam of unit u (offload); its new slice arrives on the h2d stream. */
+/* The CPU optimizer of unit u (offload); its new slice arrives on the h2d stream. */
 static zt_status offload_update_unit(zt_engine *e, int u, void *arg) {
     const step_args *a = arg;
     return zt_engine_offload_step_unit(e, u, a->mult, a->lr, a->t);
@@ -270,8 +205,8 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
         ZT_TRY(zt_engine_alloc(e, &ws, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "optimizer", -1));
     step_args a = {&ws, &wu, 1.0f, lr, e->steps_taken + 1};
     zt_status st = ZT_OK;
-    if (e->cfg.optimizer == ZT_OPT_ADAFACTOR && !e->cfg.offload && chunk)
-        st = zt_engine_alloc(e, &wu, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "adafactor update", -1);
+    if (optim_of(e)->update_workspace && !e->cfg.offload && chunk)
+        st = zt_engine_alloc(e, &wu, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "optimizer update", -1);
     if (st == ZT_OK) st = judge_gradients(e, &ws, &a.mult);
     if (st == ZT_OK) st = update_units(e, &a, e->last_step_skipped);
     zt_tensor_free(&wu, &ctx->device_mem);
@@ -280,12 +215,33 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
 }
 
 size_t zt_engine_optimizer_chunk(const zt_engine *e) {
-    /* fp32 widens nothing; Adafactor's update takes a chunk in every dtype */
-    if (e->cfg.dtype == ZT_FP32 && e->cfg.optimizer != ZT_OPT_ADAFACTOR) return 0;
+    /* fp32 widens nothing; an update_workspace takes a chunk in every dtype */
+    if (e->cfg.dtype == ZT_FP32 && !optim_of(e)->update_workspace) return 0;
     size_t most = 0; /* the largest part widened at once: an owned range, or a slice for the norm */
     for (int u = 0; u < e->spec->nunits; u++) {
         size_t n = frozen(e, u) ? 0 : owned_numel(e, u);
         if (n > most) most = n;
     }
     return most < chunk_elems(e) ? most : chunk_elems(e);
+}
+
+int zt_engine_host_step(const zt_engine *e, int u, float *g, void *out, float clip, float lr, int t) {
+    zt_optim_step s = {clip, lr, t, NULL, 0, NULL, NULL};
+    int written = 0;
+    /* The delayed update's thread: elementwise host steps cannot fail, and a
+     * collective one (which can) never runs there (zt_engine_init refuses
+     * it with offload_delay). */
+    (void)optim_of(e)->host_step(e, u, g, out, &s, &written);
+    return written;
+}
+
+zt_status zt_optim_host_step_elementwise(const zt_engine *e, int u, float *g, void *out, const zt_optim_step *s,
+                                         int *written) {
+    const zt_optim *opt = optim_of(e);
+    float *slot[ZT_OPTIM_MAX_SLOTS] = {NULL}; /* each [owned] fp32, host pool */
+    for (int i = 0; i < opt->nslots; i++) slot[i] = zt_f32(&e->units[u].host_opt_state[i]);
+    size_t lo = owned_lo(e, u);
+    *written = opt->host_range(e, u, lo, lo + owned_numel(e, u), zt_f32(&e->units[u].host_master), g, slot, out,
+                               s->mult, s->lr, s->t);
+    return ZT_OK;
 }
