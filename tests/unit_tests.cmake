@@ -9,3 +9,10 @@ foreach(zt_unit_test test_ops_gradcheck test_ops_dtype test_adamw test_optim_ker
   add_test(NAME ${zt_unit_test} COMMAND ${zt_unit_test})
   set_tests_properties(${zt_unit_test} PROPERTIES LABELS "unit" TIMEOUT 300)
 endforeach()
+
+# The stage-3 gather schedule's decisions (shard/schedule.c), which the
+# engine and zt-plan share: label quick (no model, no ranks).
+add_executable(test_schedule ${CMAKE_CURRENT_SOURCE_DIR}/test_schedule.c)
+target_link_libraries(test_schedule PRIVATE zt_shard)
+add_test(NAME test_schedule COMMAND test_schedule)
+set_tests_properties(test_schedule PROPERTIES LABELS "unit;quick" TIMEOUT 60)
