@@ -4,33 +4,12 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "engine_internal.h"
-
-/* Both spaces: the device (zeroed on the compute stream) and the host pool. */
-static zt_status alloc_in(zt_engine *e, int host, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
-                          const char *what, int unit) {
-    char label[40];
-    snprintf(label, sizeof label, "%s %s", unit >= 0 ? e->spec->units[unit].name : "engine", what);
-    int64_t shape[1] = {(int64_t)numel};
-    zt_ctx *ctx = e->ctx;
-    zt_mem *mem = host ? &ctx->host_mem : &ctx->device_mem;
-    ZT_TRY(zt_tensor_alloc(t, mem, host ? ZT_DEVICE_CPU : ctx->be->device, dtype, 1, shape, cat, label, &ctx->err));
-    if (host) {
-        memset(t->data, 0, zt_tensor_bytes(t));
-        return ZT_OK;
-    }
-    return ctx->be->memset_async(ctx->be, t->data, 0, zt_tensor_bytes(t), &ctx->compute, &ctx->err);
-}
-
-zt_status zt_engine_alloc(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
-                          const char *what, int unit) {
-    return alloc_in(e, 0, t, dtype, numel, cat, what, unit);
-}
-
-zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
-                               const char *what, int unit) {
-    return alloc_in(e, 1, t, dtype, numel, cat, what, unit);
-}
+#include "gather.h"
+#include "offload.h"
+#include "opt_internal.h"
+#include "placement.h"
+#include "reduce.h"
+#include "unit_mem.h"
 
 const char *zt_optimizer_name(zt_optimizer_kind k) {
     static const char *const names[ZT_NOPTIMIZERS] = {"adamw", "sgd", "adafactor", "adam8bit"};
@@ -64,7 +43,8 @@ zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_
         const zt_unit_spec *us = &spec->units[u];
         size_t P = us->padded_numel, S = us->shard_numel, owned = stage < 1 ? P : S;
         size_t lo = stage < 1 ? 0 : (size_t)rank * S;
-        int full = stage < 3 || us->numel < cfg->persist_threshold; /* engine_internal.h: persistent */
+        zt_sched_knobs k = {stage, cfg->prefetch, cfg->persist_threshold, 0, 0};
+        int full = !zt_sched_on_demand(us, &k);
         if (!full && cfg->nvme_params) b.nvme += zt_nvme_round(S * d);
         else if (!full && cfg->offload_params) b.host_params += S * d;
         else b.params += (full ? P : S) * d;
@@ -120,73 +100,6 @@ static zt_status check_agreement(zt_engine *e) {
                          r, all[r], all[0]);
     free(all);
     return st;
-}
-
-/* One optimizer-state tensor of unit u (none when numel is 0), on the
- * device or, under offload, in the host pool. */
-static zt_status alloc_state(zt_engine *e, zt_tensor *dev, zt_tensor *host, size_t numel, const char *what, int u) {
-    if (numel == 0 || e->cfg.nvme_optimizer) return ZT_OK; /* the NVMe tier keeps it in its file */
-    if (e->cfg.offload) return zt_engine_alloc_host(e, host, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
-    return zt_engine_alloc(e, dev, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
-}
-
-/* m's codes at the signed map's 0 (code 127), not at its -1 (code 0), so
- * that a checkpoint of an untrained state reads back +0. */
-static zt_status zero_codes(zt_engine *e, zt_tensor *codes) {
-    zt_ctx *ctx = e->ctx;
-    if (!codes->data) return ZT_OK;
-    if (e->cfg.offload) {
-        memset(codes->data, 127, zt_tensor_bytes(codes));
-        return ZT_OK;
-    }
-    return ctx->be->memset_async(ctx->be, codes->data, 127, zt_tensor_bytes(codes), &ctx->compute, &ctx->err);
-}
-
-/* Unit u's optimizer state (zt_unit_state's adam_m, adam_v, opt_scales). */
-static zt_status alloc_optimizer_state(zt_engine *e, int u) {
-    zt_unit_state *st = &e->units[u];
-    const zt_unit_spec *us = &e->spec->units[u];
-    size_t owned = owned_numel(e, u), lo = owned_lo(e, u);
-    switch (e->cfg.optimizer) {
-    case ZT_OPT_SGD: return alloc_state(e, &st->adam_m, &st->host_m, owned, "momentum", u);
-    case ZT_OPT_ADAM8BIT: { /* bytes, in 32-bit words */
-        size_t words = (owned + 3) / 4, blocks = zt_owned_qblocks(us, lo, lo + owned);
-        ZT_TRY(alloc_state(e, &st->adam_m, &st->host_m, words, "adam m (8-bit)", u));
-        ZT_TRY(zero_codes(e, e->cfg.offload ? &st->host_m : &st->adam_m));
-        ZT_TRY(alloc_state(e, &st->adam_v, &st->host_v, words, "adam v (8-bit)", u));
-        return alloc_state(e, &st->opt_scales, &st->host_scales, 2 * blocks, "8-bit scales", u);
-    }
-    case ZT_OPT_ADAFACTOR:
-        if (e->cfg.adafactor_beta1 > 0.0f) ZT_TRY(alloc_state(e, &st->adam_m, &st->host_m, owned, "adafactor m", u));
-        return alloc_state(e, &st->adam_v, &st->host_v, zt_adafactor_v_offset(us, lo, lo + owned, us->nparams),
-                           "adafactor v", u);
-    default:
-        ZT_TRY(alloc_state(e, &st->adam_m, &st->host_m, owned, "adam m", u));
-        return alloc_state(e, &st->adam_v, &st->host_v, owned, "adam v", u);
-    }
-}
-
-/* Unit u's persistent buffers, as the stage and offload place them (zeroed). */
-static zt_status alloc_unit_state(zt_engine *e, int u) {
-    const zt_unit_spec *us = &e->spec->units[u];
-    zt_unit_state *st = &e->units[u];
-    size_t P = us->padded_numel, S = us->shard_numel, owned = owned_numel(e, u);
-    zt_dtype dt = e->cfg.dtype;
-    st->phase = full_params(e, u) ? ZT_UNIT_GATHERED : ZT_UNIT_SHARDED;
-    if (params_in_file(e, u)) { /* the NVMe tier's file holds the shard */
-    } else if (params_on_host(e, u)) {
-        ZT_TRY(zt_engine_alloc_host(e, &st->params, dt, S, ZT_CAT_PARAMS, "params", u));
-    } else {
-        ZT_TRY(zt_engine_alloc(e, &st->params, dt, full_params(e, u) ? P : S, ZT_CAT_PARAMS, "params", u));
-    }
-    if (frozen(e, u)) return ZT_OK;
-    ZT_TRY(zt_engine_alloc(e, &st->grads, dt, full_grads(e) ? P : S, ZT_CAT_GRADS, "grads", u));
-    if (e->cfg.nvme_optimizer) return ZT_OK; /* master and optimizer state: the file */
-    if (e->cfg.offload)
-        ZT_TRY(zt_engine_alloc_host(e, &st->host_master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
-    else if (dt != ZT_FP32) /* 16-bit params: an fp32 master copy */
-        ZT_TRY(zt_engine_alloc(e, &st->master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
-    return alloc_optimizer_state(e, u);
 }
 
 /* Unit u's initial values, made whole on the host (they depend only on
@@ -283,7 +196,8 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
         if (!e->reuse_seen) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate the reuse look-ahead");
     }
 
-    for (int u = 0; u < spec->nunits; u++) ZT_TRY(alloc_unit_state(e, u));
+    for (int u = 0; u < spec->nunits; u++) ZT_TRY(zt_unit_mem_alloc(e, u));
+    zt_gather_init(e);
     zt_status st = zt_engine_nvme_init(e);
     for (int u = 0; st == ZT_OK && u < spec->nunits; u++) st = set_initial_values(e, u, init, init_arg);
     /* A swap file that cannot be made or written on one rank stops every
@@ -295,26 +209,14 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
 
 void zt_engine_destroy(zt_engine *e) {
     if (!e->units) return;
-    zt_mem *mem = &e->ctx->device_mem;
-    zt_error ignore = {0};
     zt_error reported = e->ctx->err; /* teardown after a failure must not replace its message */
     (void)zt_engine_delayed_wait(e); /* its thread writes the host buffers freed below */
     e->ctx->err = reported;
-    for (int u = 0; u < e->spec->nunits; u++) {
-        zt_unit_state *st = &e->units[u];
-        if (st->gather_handle.active) zt_comm_wait(st->gather_comm, &st->gather_handle, &ignore);
-        zt_tensor_free(&st->params, params_on_host(e, u) ? &e->ctx->host_mem : mem);
-        zt_tensor *all[] = {&st->grads, &st->master,   &st->adam_m, &st->adam_v,   &st->opt_scales,
-                            &st->gathered, &st->view32, &st->grad32, &st->secondary};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zt_tensor_free(all[i], mem);
-        zt_tensor *host[] = {&st->host_master, &st->host_m, &st->host_v, &st->host_scales};
-        for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) zt_tensor_free(host[i], &e->ctx->host_mem);
-    }
+    zt_gather_quiesce(e);
+    for (int u = 0; u < e->spec->nunits; u++) zt_unit_mem_free(e, u);
     zt_engine_offload_release(e);
     zt_engine_nvme_destroy(e);
-    if (e->in_flight.handle.active) zt_comm_wait(e->comm, &e->in_flight.handle, &ignore);
-    zt_engine_free_bucket(e, &e->filling);
-    zt_engine_free_bucket(e, &e->in_flight);
+    zt_reduce_release(e);
     free(e->units);
     e->units = NULL;
     free(e->reuse_seen);

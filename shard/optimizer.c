@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "gather.h"
 #include "zt_quant.h"
 
 /* Elements of 16-bit gradients widened to fp32 at a time: sub_group_size
@@ -161,12 +162,12 @@ zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, voi
         if (st == ZT_OK && !full_optim(e) && full_params(e, u))
             /* Everyone needs everyone's updated slice of the full params
              * (stages 1-2, and stage 3's persistent units). */
-            st = zt_engine_all_gather_start_after(e, e->units[u].params.data,
-                                                  spec->units[u].shard_numel * zt_dtype_size(e->cfg.dtype), producer,
-                                                  u, &gathers[u]);
+            st = zt_coll_unit_gather_start(e, e->comm, u, e->units[u].params.data,
+                                           spec->units[u].shard_numel * zt_dtype_size(e->cfg.dtype), producer,
+                                           &gathers[u]);
     }
     for (int u = 0; u < spec->nunits; u++) {
-        zt_status f = zt_engine_all_gather_finish(e, &gathers[u]); /* every started one, even after a failure */
+        zt_status f = zt_coll_unit_gather_join(e, e->comm, &gathers[u]); /* every started one, even after a failure */
         if (st == ZT_OK) st = f;
     }
     free(gathers);

@@ -141,6 +141,15 @@ typedef struct {
     int n, cap;
 } zt_use_order;
 
+/* A unit's state. Each field has one file that writes it (the others
+ * read): shard/unit_mem.c allocates the persistent buffers (params, grads,
+ * master, adam_m, adam_v, opt_scales, host_master, host_m, host_v,
+ * host_scales), whose values the optimizer and its tier step and
+ * shard/state_io.c loads; shard/gather.c owns the parameter side (phase,
+ * gathered, view32, secondary, gather_handle, gather_comm: shard/gather.h);
+ * shard/reduce.c the gradient side (grad32, grad_open, queued, and grads'
+ * values until the step: shard/reduce.h); offload its
+ * transfers (host_grads, host_grads16, d2h_done: shard/offload_step.c). */
 typedef struct {
     zt_tensor params;   /* [padded] or [shard] dtype: the compute copy */
     zt_tensor grads;    /* [padded] or [shard] dtype */
@@ -222,7 +231,7 @@ typedef struct {
     size_t gathered_inflight_peak; /* stage 3: most bytes of gathered params at once */
     size_t gathered_inflight_now;
     /* Stage 3 with max_reuse_distance: the reuse look-ahead's scratch, one
-     * flag per unit it has counted (shard/gather.c); NULL otherwise. */
+     * flag per unit it has counted (zt_sched_keep); NULL otherwise. */
     unsigned char *reuse_seen; /* [spec->nunits] */
     /* Offload transfers since init: bytes, and seconds the host spent
      * issuing them and waiting for them (the exposed part: on CUDA the copies

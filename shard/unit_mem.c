@@ -1,0 +1,118 @@
+/* The engine's allocations: every buffer a unit or a bucket holds is a
+ * labelled 1-d tensor from the tracked allocator (device) or the host
+ * pool, zeroed, with its memory category; and each unit's persistent
+ * buffers where the stage and the offload tiers place them (placement.h).
+ * Files that need a buffer call down into this file; it calls only the
+ * allocator and the backend. */
+#include "unit_mem.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "opt_internal.h"
+#include "placement.h"
+
+/* Both spaces: the device (zeroed on the compute stream) and the host pool. */
+static zt_status alloc_in(zt_engine *e, int host, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
+                          const char *what, int unit) {
+    char label[40];
+    snprintf(label, sizeof label, "%s %s", unit >= 0 ? e->spec->units[unit].name : "engine", what);
+    int64_t shape[1] = {(int64_t)numel};
+    zt_ctx *ctx = e->ctx;
+    zt_mem *mem = host ? &ctx->host_mem : &ctx->device_mem;
+    ZT_TRY(zt_tensor_alloc(t, mem, host ? ZT_DEVICE_CPU : ctx->be->device, dtype, 1, shape, cat, label, &ctx->err));
+    if (host) {
+        memset(t->data, 0, zt_tensor_bytes(t));
+        return ZT_OK;
+    }
+    return ctx->be->memset_async(ctx->be, t->data, 0, zt_tensor_bytes(t), &ctx->compute, &ctx->err);
+}
+
+zt_status zt_engine_alloc(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
+                          const char *what, int unit) {
+    return alloc_in(e, 0, t, dtype, numel, cat, what, unit);
+}
+
+zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
+                               const char *what, int unit) {
+    return alloc_in(e, 1, t, dtype, numel, cat, what, unit);
+}
+
+/* One optimizer-state tensor of unit u (none when numel is 0), on the
+ * device or, under offload, in the host pool. */
+static zt_status alloc_state(zt_engine *e, zt_tensor *dev, zt_tensor *host, size_t numel, const char *what, int u) {
+    if (numel == 0 || e->cfg.nvme_optimizer) return ZT_OK; /* the NVMe tier keeps it in its file */
+    if (e->cfg.offload) return zt_engine_alloc_host(e, host, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
+    return zt_engine_alloc(e, dev, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
+}
+
+/* m's codes at the signed map's 0 (code 127), not at its -1 (code 0), so
+ * that a checkpoint of an untrained state reads back +0. */
+static zt_status zero_codes(zt_engine *e, zt_tensor *codes) {
+    zt_ctx *ctx = e->ctx;
+    if (!codes->data) return ZT_OK;
+    if (e->cfg.offload) {
+        memset(codes->data, 127, zt_tensor_bytes(codes));
+        return ZT_OK;
+    }
+    return ctx->be->memset_async(ctx->be, codes->data, 127, zt_tensor_bytes(codes), &ctx->compute, &ctx->err);
+}
+
+/* Unit u's optimizer state (zt_unit_state's adam_m, adam_v, opt_scales). */
+static zt_status alloc_optimizer_state(zt_engine *e, int u) {
+    zt_unit_state *ust = &e->units[u];
+    const zt_unit_spec *us = &e->spec->units[u];
+    size_t owned = owned_numel(e, u), lo = owned_lo(e, u);
+    switch (e->cfg.optimizer) {
+    case ZT_OPT_SGD: return alloc_state(e, &ust->adam_m, &ust->host_m, owned, "momentum", u);
+    case ZT_OPT_ADAM8BIT: { /* bytes, in 32-bit words */
+        size_t words = (owned + 3) / 4, blocks = zt_owned_qblocks(us, lo, lo + owned);
+        ZT_TRY(alloc_state(e, &ust->adam_m, &ust->host_m, words, "adam m (8-bit)", u));
+        ZT_TRY(zero_codes(e, e->cfg.offload ? &ust->host_m : &ust->adam_m));
+        ZT_TRY(alloc_state(e, &ust->adam_v, &ust->host_v, words, "adam v (8-bit)", u));
+        return alloc_state(e, &ust->opt_scales, &ust->host_scales, 2 * blocks, "8-bit scales", u);
+    }
+    case ZT_OPT_ADAFACTOR:
+        if (e->cfg.adafactor_beta1 > 0.0f) ZT_TRY(alloc_state(e, &ust->adam_m, &ust->host_m, owned, "adafactor m", u));
+        return alloc_state(e, &ust->adam_v, &ust->host_v, zt_adafactor_v_offset(us, lo, lo + owned, us->nparams),
+                           "adafactor v", u);
+    default:
+        ZT_TRY(alloc_state(e, &ust->adam_m, &ust->host_m, owned, "adam m", u));
+        return alloc_state(e, &ust->adam_v, &ust->host_v, owned, "adam v", u);
+    }
+}
+
+/* Unit u's persistent buffers, as the stage and offload place them (zeroed). */
+static zt_status alloc_unit_state(zt_engine *e, int u) {
+    const zt_unit_spec *us = &e->spec->units[u];
+    zt_unit_state *ust = &e->units[u];
+    size_t P = us->padded_numel, S = us->shard_numel, owned = owned_numel(e, u);
+    zt_dtype dt = e->cfg.dtype;
+    if (params_in_file(e, u)) { /* the NVMe tier's file holds the shard */
+    } else if (params_on_host(e, u)) {
+        ZT_TRY(zt_engine_alloc_host(e, &ust->params, dt, S, ZT_CAT_PARAMS, "params", u));
+    } else {
+        ZT_TRY(zt_engine_alloc(e, &ust->params, dt, full_params(e, u) ? P : S, ZT_CAT_PARAMS, "params", u));
+    }
+    if (frozen(e, u)) return ZT_OK;
+    ZT_TRY(zt_engine_alloc(e, &ust->grads, dt, full_grads(e) ? P : S, ZT_CAT_GRADS, "grads", u));
+    if (e->cfg.nvme_optimizer) return ZT_OK; /* master and optimizer state: the file */
+    if (e->cfg.offload)
+        ZT_TRY(zt_engine_alloc_host(e, &ust->host_master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
+    else if (dt != ZT_FP32) /* 16-bit params: an fp32 master copy */
+        ZT_TRY(zt_engine_alloc(e, &ust->master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
+    return alloc_optimizer_state(e, u);
+}
+
+zt_status zt_unit_mem_alloc(zt_engine *e, int u) { return alloc_unit_state(e, u); }
+
+void zt_unit_mem_free(zt_engine *e, int u) {
+    zt_mem *mem = &e->ctx->device_mem, *host_mem = &e->ctx->host_mem;
+    zt_unit_state *ust = &e->units[u];
+    zt_tensor_free(&ust->params, params_on_host(e, u) ? host_mem : mem);
+    zt_tensor *all[] = {&ust->grads,    &ust->master, &ust->adam_m, &ust->adam_v,   &ust->opt_scales,
+                        &ust->gathered, &ust->view32, &ust->grad32, &ust->secondary};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zt_tensor_free(all[i], mem);
+    zt_tensor *host[] = {&ust->host_master, &ust->host_m, &ust->host_v, &ust->host_scales};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) zt_tensor_free(host[i], host_mem);
+}
