@@ -5,10 +5,10 @@
 #include <xxhash.h>
 
 #include "gather.h"
-#include "offload.h"
 #include "opt_internal.h"
 #include "placement.h"
 #include "reduce.h"
+#include "tier.h"
 #include "unit_mem.h"
 
 const char *zt_optimizer_name(zt_optimizer_kind k) {
@@ -161,6 +161,7 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
                        zt_dtype_name(cfg->reduce_dtype), comm->world_size);
     e->spec = spec;
     e->cfg = *cfg;
+    e->tier = zt_tier_for(cfg);
     if (cfg->stage < 0 || cfg->stage > 3) return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "ZeRO stage %d", cfg->stage);
     if (cfg->bucket_bytes == 0) e->cfg.bucket_bytes = 1;
     if (cfg->offload_delay && !cfg->offload)
@@ -198,7 +199,7 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
 
     for (int u = 0; u < spec->nunits; u++) ZT_TRY(zt_unit_mem_alloc(e, u));
     zt_gather_init(e);
-    zt_status st = zt_engine_nvme_init(e);
+    zt_status st = e->tier->init(e);
     for (int u = 0; st == ZT_OK && u < spec->nunits; u++) st = set_initial_values(e, u, init, init_arg);
     /* A swap file that cannot be made or written on one rank stops every
      * rank here, before the first collective of the parameters. */
@@ -209,13 +210,10 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
 
 void zt_engine_destroy(zt_engine *e) {
     if (!e->units) return;
-    zt_error reported = e->ctx->err; /* teardown after a failure must not replace its message */
-    (void)zt_engine_delayed_wait(e); /* its thread writes the host buffers freed below */
-    e->ctx->err = reported;
+    e->tier->quiesce(e); /* a thread may write the host buffers freed below */
     zt_gather_quiesce(e);
     for (int u = 0; u < e->spec->nunits; u++) zt_unit_mem_free(e, u);
-    zt_engine_offload_release(e);
-    zt_engine_nvme_destroy(e);
+    e->tier->release(e);
     zt_reduce_release(e);
     free(e->units);
     e->units = NULL;

@@ -7,8 +7,9 @@
  *   zt_schedule.h  the stage-3 gather schedule, pure (schedule.c)
  *   gather.h       the units' parameter state machine (gather.c)
  *   reduce.h       gradient buffers and buckets (reduce.c)
+ *   tier.h         the offload tiers behind one hook (tier.c)
  *   opt_internal.h what the optimizer's files share
- *   offload.h      offload's entry points (offload_step.c, nvme_state.c,
+ *   offload.h      the tiers' entry points (offload_step.c, nvme_state.c,
  *                  delayed_update.c) */
 #ifndef ZT_ENGINE_INTERNAL_H
 #define ZT_ENGINE_INTERNAL_H

@@ -13,7 +13,7 @@
 
 #include "collectives.h"
 #include "placement.h"
-#include "offload.h"
+#include "tier.h"
 #include "unit_mem.h"
 
 const char *zt_unit_phase_name(zt_unit_phase p) {
@@ -85,7 +85,7 @@ static size_t secondary_numel(const zt_engine *e, int u) {
 }
 
 /* Puts this rank's part of unit u where its all-gather expects it: the
- * shard (from the device, the host pool or the NVMe file), or, for a backward after hpZ
+ * shard (from wherever the tier keeps it), or, for a backward after hpZ
  * kept it, its secondary part, which then goes. Returns the communicator
  * and the bytes per rank of the gather. */
 static zt_status place_own_part(zt_engine *e, int u, zt_comm **comm, size_t *bytes_per_rank) {
@@ -102,10 +102,7 @@ static zt_status place_own_part(zt_engine *e, int u, zt_comm **comm, size_t *byt
     }
     *comm = e->comm;
     *bytes_per_rank = e->spec->units[u].shard_numel * d;
-    char *mine = (char *)ust->gathered.data + shard_lo(e, u) * d;
-    if (params_in_file(e, u)) return zt_engine_nvme_copy_shard(e, u, mine, ZT_COPY_H2D);
-    return ctx->be->memcpy_async(ctx->be, mine, ust->params.data, *bytes_per_rank,
-                                 params_on_host(e, u) ? ZT_COPY_H2D : ZT_COPY_D2D, &ctx->compute, &ctx->err);
+    return e->tier->load_shard(e, u, (char *)ust->gathered.data + shard_lo(e, u) * d);
 }
 
 /* Stage 3: allocate u's full buffer, put our part in place, start the gather. */

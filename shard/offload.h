@@ -1,6 +1,7 @@
-/* Offload's entry points (shard/offload_step.c: the host pool;
+/* The offload tiers' entry points (shard/offload_step.c: the host pool;
  * shard/nvme_state.c: the NVMe file; shard/delayed_update.c: the delayed
- * update). */
+ * update). Only shard/tier.c, which puts them behind zt_tier_ops, and the
+ * tiers' own files call them. */
 #ifndef ZT_OFFLOAD_H
 #define ZT_OFFLOAD_H
 

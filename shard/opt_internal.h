@@ -8,6 +8,7 @@
 #define ZT_OPT_INTERNAL_H
 
 #include "placement.h"
+#include "tier.h"
 
 /* Parameter i of unit u clipped to the unit range [lo, hi): [*a, *b) and
  * its AdamW weight decay (only where the model asked for it); 0 when they
@@ -92,5 +93,9 @@ zt_status zt_engine_adafactor_host(zt_engine *e, int u, float *g, float clip, fl
  * forward reads the parameters. */
 typedef zt_status (*zt_unit_update_fn)(zt_engine *e, int u, void *arg);
 zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, void *arg, zt_stream *producer);
+
+/* The step's update of every unit on the device (shard/optimizer.c): the
+ * device tier's update. */
+zt_status zt_engine_device_update(zt_engine *e, const zt_update_args *a);
 
 #endif

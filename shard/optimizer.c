@@ -174,13 +174,7 @@ zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, voi
     return st;
 }
 
-/* What every unit's update of one step shares. */
-typedef struct {
-    zt_tensor *ws; /* one chunk of widened 16-bit gradients */
-    zt_tensor *wu; /* Adafactor: one chunk of its update */
-    float mult, lr; /* unscale-and-clip multiplier; learning rate */
-    int t;          /* Adam's step count */
-} step_args;
+typedef zt_update_args step_args; /* tier.h */
 
 /* AdamW on the device over the part of unit u this rank owns (stage 0:
  * everything), then the 16-bit params rounded from the fp32 master. */
@@ -213,31 +207,8 @@ static zt_status device_update_unit(zt_engine *e, int u, void *arg) {
     return ZT_OK;
 }
 
-/* The CPU Adam of unit u (offload); its new slice arrives on the h2d stream. */
-static zt_status offload_update_unit(zt_engine *e, int u, void *arg) {
-    const step_args *a = arg;
-    return zt_engine_offload_step_unit(e, u, a->mult, a->lr, a->t);
-}
-
-/* Applies the step's update to every unit: on the device, or on the host
- * (offload), or started on its own thread (offload_delay). */
-static zt_status update_units(zt_engine *e, step_args *a, int skip) {
-    if (e->cfg.offload_delay) return zt_engine_delayed_step(e, a->mult, a->lr, skip);
-    if (skip) return ZT_OK;
-    zt_status st;
-    if (e->cfg.offload) {
-        st = zt_engine_offload_begin(e);
-        if (st == ZT_OK) st = zt_engine_update_each_unit(e, offload_update_unit, a, &e->ctx->h2d);
-        zt_status fin = zt_engine_offload_finish(e);
-        if (st == ZT_OK) st = fin;
-        /* An I/O error of one rank's NVMe file stops every rank here, not
-         * in the next collective. */
-        if (e->nvme) st = zt_comm_agree(e->world, st, &e->ctx->err);
-    } else {
-        st = zt_engine_update_each_unit(e, device_update_unit, a, &e->ctx->compute);
-    }
-    if (st == ZT_OK) e->steps_taken = a->t;
-    return st;
+zt_status zt_engine_device_update(zt_engine *e, const zt_update_args *a) {
+    return zt_engine_update_each_unit(e, device_update_unit, (void *)a, &e->ctx->compute);
 }
 
 /* The global gradient norm: per-unit sums over this rank's slice, added in
@@ -274,7 +245,9 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
     if (e->cfg.optimizer == ZT_OPT_ADAFACTOR && !e->cfg.offload && chunk)
         st = zt_engine_alloc(e, &wu, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "adafactor update", -1);
     if (st == ZT_OK) st = judge_gradients(e, &ws, &a.mult);
-    if (st == ZT_OK) st = update_units(e, &a, e->last_step_skipped);
+    /* On the device, on the host or in the NVMe tier's stream (tier.h). */
+    if (st == ZT_OK) st = e->tier->update(e, &a, e->last_step_skipped);
+    if (st == ZT_OK && !e->last_step_skipped) e->steps_taken = a.t;
     zt_tensor_free(&wu, &ctx->device_mem);
     zt_tensor_free(&ws, &ctx->device_mem);
     return st;

@@ -12,7 +12,7 @@
 
 #include "collectives.h"
 #include "placement.h"
-#include "offload.h"
+#include "tier.h"
 #include "unit_mem.h"
 
 zt_status zt_engine_zero_grads(zt_engine *e) {
@@ -105,10 +105,10 @@ static zt_status unpack_bucket(zt_engine *e, zt_bucket *b) {
             /* Stage 0 all-reduces as reduce-scatter + all-gather over the same layout. */
             ZT_TRY(zt_coll_all_gather_after(e, ust->grads.data, S * d, &ctx->compute, u));
         }
-        /* Offload: the reduced gradients leave for the host now, while the
-         * rest of backward runs; shards that still accumulate further
-         * micro-batches leave after the last one. */
-        if (e->cfg.offload && e->sync_this_micro) ZT_TRY(zt_engine_offload_grads(e, u));
+        /* The tier takes the reduced gradients now (offload: to the host,
+         * while the rest of backward runs); shards that still accumulate
+         * further micro-batches go after the last one. */
+        if (e->sync_this_micro) ZT_TRY(e->tier->grads_reduced(e, u));
         ust->queued = 0;
     }
     return ZT_OK;

@@ -148,7 +148,7 @@ typedef struct {
  * shard/state_io.c loads; shard/gather.c owns the parameter side (phase,
  * gathered, view32, secondary, gather_handle, gather_comm: shard/gather.h);
  * shard/reduce.c the gradient side (grad32, grad_open, queued, and grads'
- * values until the step: shard/reduce.h); offload its
+ * values until the step: shard/reduce.h); the offload tiers their
  * transfers (host_grads, host_grads16, d2h_done: shard/offload_step.c). */
 typedef struct {
     zt_tensor params;   /* [padded] or [shard] dtype: the compute copy */
@@ -217,6 +217,9 @@ typedef struct {
     const zt_ops *kernels;  /* the backend's kernels in compute_dtype, for the model */
     zt_dtype compute_dtype; /* cfg.dtype, or fp32 where the backend has no kernels in it */
     zt_unit_state *units; /* [spec->nunits] */
+    /* Where the optimizer state and parameter shards live: the hooks the
+     * step calls (shard/tier.h), chosen at init. */
+    const struct zt_tier_ops *tier;
     /* The pass in progress, its use order so far, and the last complete
      * order of each kind of pass (empty until one has run: no prefetch). */
     zt_pass pass;
