@@ -1,4 +1,4 @@
-/* Engine set-up, teardown, closed-form state sizes and the parameter digest. */
+/* Engine set-up (configuration checks, agreement across ranks), teardown and the parameter digest. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,50 +20,6 @@ int zt_optimizer_parse(const char *name, zt_optimizer_kind *k) {
     for (int i = 0; i < ZT_NOPTIMIZERS; i++)
         if (strcmp(name, zt_optimizer_name((zt_optimizer_kind)i)) == 0) return *k = (zt_optimizer_kind)i, 1;
     return 0;
-}
-
-/* Bytes of optimizer state over owned range [lo, hi) of a unit. */
-static size_t optimizer_state_bytes(const zt_unit_spec *us, const zt_engine_config *cfg, size_t lo, size_t hi) {
-    size_t owned = hi - lo;
-    switch (cfg->optimizer) {
-    case ZT_OPT_SGD: return 4 * owned;
-    case ZT_OPT_ADAM8BIT: return 2 * 4 * ((owned + 3) / 4) + 2 * 4 * zt_owned_qblocks(us, lo, hi);
-    case ZT_OPT_ADAFACTOR:
-        return 4 * zt_adafactor_v_offset(us, lo, hi, us->nparams) + (cfg->adafactor_beta1 > 0.0f ? 4 * owned : 0);
-    default: return 8 * owned;
-    }
-}
-
-zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_config *cfg, int rank) {
-    zt_state_bytes b;
-    memset(&b, 0, sizeof b);
-    size_t d = zt_dtype_size(cfg->dtype);
-    int stage = cfg->stage;
-    for (int u = 0; u < spec->nunits; u++) {
-        const zt_unit_spec *us = &spec->units[u];
-        size_t P = us->padded_numel, S = us->shard_numel, owned = stage < 1 ? P : S;
-        size_t lo = stage < 1 ? 0 : (size_t)rank * S;
-        zt_sched_knobs k = {stage, cfg->prefetch, cfg->persist_threshold, 0, 0};
-        int full = !zt_sched_on_demand(us, &k);
-        if (!full && cfg->nvme_params) b.nvme += zt_nvme_round(S * d);
-        else if (!full && cfg->offload_params) b.host_params += S * d;
-        else b.params += (full ? P : S) * d;
-        if (us->frozen) continue; /* params only */
-        b.grads += (stage < 2 ? P : S) * d;
-        size_t opt = optimizer_state_bytes(us, cfg, lo, lo + owned);
-        /* Offload keeps an fp32 master of the owned part even in fp32, as the
-         * host-side optimizer's copy of the parameters. */
-        if (cfg->nvme_optimizer) { /* master, m (and AdamW's v) regions */
-            b.nvme += (cfg->optimizer == ZT_OPT_ADAMW ? 3 : 2) * zt_nvme_round(owned * 4);
-        } else if (cfg->offload) {
-            b.host_master_params += owned * 4;
-            b.host_optimizer += opt;
-        } else {
-            if (cfg->dtype != ZT_FP32) b.master_params += owned * 4;
-            b.optimizer += opt;
-        }
-    }
-    return b;
 }
 
 /* Every rank must run the same layout and configuration, or collectives would
@@ -106,10 +62,10 @@ static zt_status check_agreement(zt_engine *e) {
  * unit and parameter), placed as a checkpoint's are: this rank's owned
  * part; stages 1-2 then all-gather the rest of the compute params. */
 static zt_status set_initial_values(zt_engine *e, int u, zt_param_init_fn init, void *init_arg) {
-    const zt_unit_spec *us = &e->spec->units[u];
-    float *vals = calloc(us->padded_numel, sizeof(float)); /* [P], padding zero */
+    const zt_unit_spec *usp = &e->spec->units[u];
+    float *vals = calloc(usp->padded_numel, sizeof(float)); /* [P], padding zero */
     if (!vals) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "engine: cannot allocate init values for unit %d", u);
-    for (int p = 0; p < us->nparams; p++) init(init_arg, u, p, vals + us->params[p].offset);
+    for (int p = 0; p < usp->nparams; p++) init(init_arg, u, p, vals + usp->params[p].offset);
     zt_status st = zt_engine_set_owned(e, u, vals + owned_lo(e, u), NULL, NULL);
     free(vals);
     return st;

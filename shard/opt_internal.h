@@ -94,6 +94,12 @@ zt_status zt_engine_adafactor_host(zt_engine *e, int u, float *g, float clip, fl
 typedef zt_status (*zt_unit_update_fn)(zt_engine *e, int u, void *arg);
 zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, void *arg, zt_stream *producer);
 
+/* The global gradient norm: per-unit sums over this rank's slice, added in
+ * unit order, then over ranks in rank order (the same partition at every
+ * stage). Sets last_grad_norm and last_step_skipped, moves the loss scaler
+ * on, and returns the unscale-and-clip multiplier in *mult (ws: one chunk
+ * of widened 16-bit gradients). */
+zt_status zt_engine_judge_gradients(zt_engine *e, zt_tensor *ws, float *mult);
 /* The step's update of every unit on the device (shard/optimizer.c): the
  * device tier's update. */
 zt_status zt_engine_device_update(zt_engine *e, const zt_update_args *a);

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "engine_internal.h"
-#include "gather.h"
 #include "zt_quant.h"
 
 /* Elements of 16-bit gradients widened to fp32 at a time: sub_group_size
@@ -216,7 +215,7 @@ zt_status zt_engine_device_update(zt_engine *e, const zt_update_args *a) {
  * stage). Every rank holds the same total, so a non-finite gradient
  * anywhere skips the step everywhere; the loss scaler moves on. Returns the
  * unscale-and-clip multiplier in *mult. */
-static zt_status judge_gradients(zt_engine *e, zt_tensor *ws, float *mult) {
+zt_status zt_engine_judge_gradients(zt_engine *e, zt_tensor *ws, float *mult) {
     double local = 0.0, total;
     ZT_TRY(unit_norms_squared(e, ws, &local));
     ZT_TRY(zt_comm_sum_f64(e->comm, local, &total, &e->ctx->err));
@@ -230,27 +229,6 @@ static zt_status judge_gradients(zt_engine *e, zt_tensor *ws, float *mult) {
         clip = (float)(e->cfg.grad_clip / (norm + 1e-6));
     *mult = clip * (float)inv_scale; /* clip itself when the scale is 1 */
     return ZT_OK;
-}
-
-zt_status zt_engine_step(zt_engine *e, float lr) {
-    zt_ctx *ctx = e->ctx;
-    ZT_TRY(zt_engine_sync_grads(e));
-    ZT_TRY(zt_engine_end_passes(e));
-    zt_tensor ws = {0}, wu = {0};
-    size_t chunk = zt_engine_optimizer_chunk(e);
-    if (e->cfg.dtype != ZT_FP32)
-        ZT_TRY(zt_engine_alloc(e, &ws, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "optimizer", -1));
-    step_args a = {&ws, &wu, 1.0f, lr, e->steps_taken + 1};
-    zt_status st = ZT_OK;
-    if (e->cfg.optimizer == ZT_OPT_ADAFACTOR && !e->cfg.offload && chunk)
-        st = zt_engine_alloc(e, &wu, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "adafactor update", -1);
-    if (st == ZT_OK) st = judge_gradients(e, &ws, &a.mult);
-    /* On the device, on the host or in the NVMe tier's stream (tier.h). */
-    if (st == ZT_OK) st = e->tier->update(e, &a, e->last_step_skipped);
-    if (st == ZT_OK && !e->last_step_skipped) e->steps_taken = a.t;
-    zt_tensor_free(&wu, &ctx->device_mem);
-    zt_tensor_free(&ws, &ctx->device_mem);
-    return st;
 }
 
 size_t zt_engine_optimizer_chunk(const zt_engine *e) {

@@ -220,9 +220,9 @@ static void optimizer_moment(zt_plan_sim *S) {
     if (adafactor && !S->in.offload) { /* its update, and one unit's scratch at a time (shard/adafactor.c) */
         size_t scratch = 0;
         for (int u = 0; u < S->in.spec->nunits; u++) {
-            const zt_unit_spec *us = &S->in.spec->units[u];
-            size_t lo = S->in.stage == 0 ? 0 : (size_t)S->in.rank * us->shard_numel, n = owned(S, u);
-            size_t k = n ? zt_adafactor_scratch_numel(us, lo, lo + n, chunk) : 0;
+            const zt_unit_spec *usp = &S->in.spec->units[u];
+            size_t lo = S->in.stage == 0 ? 0 : (size_t)S->in.rank * usp->shard_numel, n = owned(S, u);
+            size_t k = n ? zt_adafactor_scratch_numel(usp, lo, lo + n, chunk) : 0;
             if (k > scratch) scratch = k;
         }
         O.c[ZT_CAT_WORKSPACE] += 4 * chunk + 4 * scratch;

@@ -1,7 +1,8 @@
 /* The engine's allocations: every buffer a unit or a bucket holds is a
  * labelled 1-d tensor from the tracked allocator (device) or the host
  * pool, zeroed, with its memory category; and each unit's persistent
- * buffers where the stage and the offload tiers place them (placement.h).
+ * buffers where the stage and the offload tiers place them (placement.h),
+ * and the closed form of their bytes, which the planner reads.
  * Files that need a buffer call down into this file; it calls only the
  * allocator and the backend. */
 #include "unit_mem.h"
@@ -61,12 +62,12 @@ static zt_status zero_codes(zt_engine *e, zt_tensor *codes) {
 /* Unit u's optimizer state (zt_unit_state's adam_m, adam_v, opt_scales). */
 static zt_status alloc_optimizer_state(zt_engine *e, int u) {
     zt_unit_state *ust = &e->units[u];
-    const zt_unit_spec *us = &e->spec->units[u];
+    const zt_unit_spec *usp = &e->spec->units[u];
     size_t owned = owned_numel(e, u), lo = owned_lo(e, u);
     switch (e->cfg.optimizer) {
     case ZT_OPT_SGD: return alloc_state(e, &ust->adam_m, &ust->host_m, owned, "momentum", u);
     case ZT_OPT_ADAM8BIT: { /* bytes, in 32-bit words */
-        size_t words = (owned + 3) / 4, blocks = zt_owned_qblocks(us, lo, lo + owned);
+        size_t words = (owned + 3) / 4, blocks = zt_owned_qblocks(usp, lo, lo + owned);
         ZT_TRY(alloc_state(e, &ust->adam_m, &ust->host_m, words, "adam m (8-bit)", u));
         ZT_TRY(zero_codes(e, e->cfg.offload ? &ust->host_m : &ust->adam_m));
         ZT_TRY(alloc_state(e, &ust->adam_v, &ust->host_v, words, "adam v (8-bit)", u));
@@ -74,7 +75,7 @@ static zt_status alloc_optimizer_state(zt_engine *e, int u) {
     }
     case ZT_OPT_ADAFACTOR:
         if (e->cfg.adafactor_beta1 > 0.0f) ZT_TRY(alloc_state(e, &ust->adam_m, &ust->host_m, owned, "adafactor m", u));
-        return alloc_state(e, &ust->adam_v, &ust->host_v, zt_adafactor_v_offset(us, lo, lo + owned, us->nparams),
+        return alloc_state(e, &ust->adam_v, &ust->host_v, zt_adafactor_v_offset(usp, lo, lo + owned, usp->nparams),
                            "adafactor v", u);
     default:
         ZT_TRY(alloc_state(e, &ust->adam_m, &ust->host_m, owned, "adam m", u));
@@ -84,9 +85,9 @@ static zt_status alloc_optimizer_state(zt_engine *e, int u) {
 
 /* Unit u's persistent buffers, as the stage and offload place them (zeroed). */
 static zt_status alloc_unit_state(zt_engine *e, int u) {
-    const zt_unit_spec *us = &e->spec->units[u];
+    const zt_unit_spec *usp = &e->spec->units[u];
     zt_unit_state *ust = &e->units[u];
-    size_t P = us->padded_numel, S = us->shard_numel, owned = owned_numel(e, u);
+    size_t P = usp->padded_numel, S = usp->shard_numel, owned = owned_numel(e, u);
     zt_dtype dt = e->cfg.dtype;
     if (params_in_file(e, u)) { /* the NVMe tier's file holds the shard */
     } else if (params_on_host(e, u)) {
@@ -105,6 +106,53 @@ static zt_status alloc_unit_state(zt_engine *e, int u) {
 }
 
 zt_status zt_unit_mem_alloc(zt_engine *e, int u) { return alloc_unit_state(e, u); }
+
+/* The closed form of what alloc_unit_state allocates (zt_engine.h), beside it
+ * so that the two change together. */
+/* Bytes of optimizer state over owned range [lo, hi) of a unit. */
+static size_t optimizer_state_bytes(const zt_unit_spec *usp, const zt_engine_config *cfg, size_t lo, size_t hi) {
+    size_t owned = hi - lo;
+    switch (cfg->optimizer) {
+    case ZT_OPT_SGD: return 4 * owned;
+    case ZT_OPT_ADAM8BIT: return 2 * 4 * ((owned + 3) / 4) + 2 * 4 * zt_owned_qblocks(usp, lo, hi);
+    case ZT_OPT_ADAFACTOR:
+        return 4 * zt_adafactor_v_offset(usp, lo, hi, usp->nparams) + (cfg->adafactor_beta1 > 0.0f ? 4 * owned : 0);
+    default: return 8 * owned;
+    }
+}
+
+zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_config *cfg, int rank) {
+    zt_state_bytes b;
+    memset(&b, 0, sizeof b);
+    size_t d = zt_dtype_size(cfg->dtype);
+    int stage = cfg->stage;
+    for (int u = 0; u < spec->nunits; u++) {
+        const zt_unit_spec *usp = &spec->units[u];
+        size_t P = usp->padded_numel, S = usp->shard_numel, owned = stage < 1 ? P : S;
+        size_t lo = stage < 1 ? 0 : (size_t)rank * S;
+        zt_sched_knobs k = {stage, cfg->prefetch, cfg->persist_threshold, 0, 0};
+        int full = !zt_sched_on_demand(usp, &k);
+        if (!full && cfg->nvme_params) b.nvme += zt_nvme_round(S * d);
+        else if (!full && cfg->offload_params) b.host_params += S * d;
+        else b.params += (full ? P : S) * d;
+        if (usp->frozen) continue; /* params only */
+        b.grads += (stage < 2 ? P : S) * d;
+        size_t opt = optimizer_state_bytes(usp, cfg, lo, lo + owned);
+        /* Offload keeps an fp32 master of the owned part even in fp32, as the
+         * host-side optimizer's copy of the parameters. */
+        if (cfg->nvme_optimizer) { /* master, m (and AdamW's v) regions */
+            b.nvme += (cfg->optimizer == ZT_OPT_ADAMW ? 3 : 2) * zt_nvme_round(owned * 4);
+        } else if (cfg->offload) {
+            b.host_master_params += owned * 4;
+            b.host_optimizer += opt;
+        } else {
+            if (cfg->dtype != ZT_FP32) b.master_params += owned * 4;
+            b.optimizer += opt;
+        }
+    }
+    return b;
+}
+
 
 void zt_unit_mem_free(zt_engine *e, int u) {
     zt_mem *mem = &e->ctx->device_mem, *host_mem = &e->ctx->host_mem;
