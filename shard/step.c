@@ -23,7 +23,7 @@ zt_status zt_engine_step(zt_engine *e, float lr) {
         ZT_TRY(zt_engine_alloc(e, &ws, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "optimizer", -1));
     zt_update_args a = {&ws, &wu, 1.0f, lr, e->steps_taken + 1};
     zt_status st = ZT_OK;
-    if (e->cfg.optimizer == ZT_OPT_ADAFACTOR && !e->cfg.offload && chunk)
+    if (e->cfg.optimizer == ZT_OPT_ADAFACTOR && e->tier->on_device && chunk) /* its device update's */
         st = zt_engine_alloc(e, &wu, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "adafactor update", -1);
     if (st == ZT_OK) st = zt_engine_judge_gradients(e, &ws, &a.mult);
     /* On the device, on the host or in the NVMe tier's stream (tier.h). */

@@ -79,13 +79,13 @@ static void nvme_release(zt_engine *e) {
     zt_engine_nvme_destroy(e);
 }
 
-static const zt_tier_ops device_tier = {"device", nothing, nothing_for, device_update, device_load_shard,
+static const zt_tier_ops device_tier = {"device", 1, nothing, nothing_for, device_update, device_load_shard,
                                         nothing_left, nothing_left};
-static const zt_tier_ops host_tier = {"host", nothing, zt_engine_offload_grads, host_update, host_load_shard,
+static const zt_tier_ops host_tier = {"host", 0, nothing, zt_engine_offload_grads, host_update, host_load_shard,
                                       nothing_left, zt_engine_offload_release};
-static const zt_tier_ops delayed_tier = {"host, delayed update", nothing, zt_engine_offload_grads, delayed_update,
+static const zt_tier_ops delayed_tier = {"host, delayed update", 0, nothing, zt_engine_offload_grads, delayed_update,
                                          host_load_shard, delayed_quiesce, zt_engine_offload_release};
-static const zt_tier_ops nvme_tier = {"nvme", zt_engine_nvme_init, zt_engine_offload_grads, nvme_update,
+static const zt_tier_ops nvme_tier = {"nvme", 0, zt_engine_nvme_init, zt_engine_offload_grads, nvme_update,
                                       nvme_load_shard, nothing_left, nvme_release};
 
 const zt_tier_ops *zt_tier_for(const zt_engine_config *cfg) {

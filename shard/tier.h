@@ -26,6 +26,7 @@ typedef struct {
 
 typedef struct zt_tier_ops {
     const char *name;
+    int on_device; /* the update runs on the device (it takes device workspaces) */
     /* After the units' buffers exist (the NVMe tier's file). */
     zt_status (*init)(zt_engine *e);
     /* Unit u's reduced gradients are final for this step. */
