@@ -106,25 +106,19 @@ zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, voi
         if (st == ZT_OK && !full_optim(e) && full_params(e, u))
             /* Everyone needs everyone's updated slice of the full params
              * (stages 1-2, and stage 3's persistent units). */
-            st = zt_engine_all_gather_start_after(e, e->units[u].params.data,
-                                                  spec->units[u].shard_numel * zt_dtype_size(e->cfg.dtype), producer,
-                                                  u, &gathers[u]);
+            st = zt_coll_unit_gather_start(e, e->comm, u, e->units[u].params.data,
+                                           spec->units[u].shard_numel * zt_dtype_size(e->cfg.dtype), producer,
+                                           &gathers[u]);
     }
     for (int u = 0; u < spec->nunits; u++) {
-        zt_status f = zt_engine_all_gather_finish(e, &gathers[u]); /* every started one, even after a failure */
+        zt_status f = zt_coll_unit_gather_join(e, e->comm, &gathers[u]); /* every started one, even after a failure */
         if (st == ZT_OK) st = f;
     }
     free(gathers);
     return st;
 }
 
-/* What every unit's update of one step shares. */
-typedef struct {
-    zt_tensor *ws; /* one chunk of widened 16-bit gradients */
-    zt_tensor *wu; /* the optimizer's update_workspace: one chunk of its update */
-    float mult, lr; /* unscale-and-clip multiplier; learning rate */
-    int t;          /* the step count */
-} step_args;
+typedef zt_update_args step_args; /* tier.h */
 
 /* The optimizer on the device over the part of unit u this rank owns
  * (stage 0: everything), then the 16-bit params rounded from the fp32
@@ -147,31 +141,8 @@ static zt_status device_update_unit(zt_engine *e, int u, void *arg) {
     return ZT_OK;
 }
 
-/* The CPU optimizer of unit u (offload); its new slice arrives on the h2d stream. */
-static zt_status offload_update_unit(zt_engine *e, int u, void *arg) {
-    const step_args *a = arg;
-    return zt_engine_offload_step_unit(e, u, a->mult, a->lr, a->t);
-}
-
-/* Applies the step's update to every unit: on the device, or on the host
- * (offload), or started on its own thread (offload_delay). */
-static zt_status update_units(zt_engine *e, step_args *a, int skip) {
-    if (e->cfg.offload_delay) return zt_engine_delayed_step(e, a->mult, a->lr, skip);
-    if (skip) return ZT_OK;
-    zt_status st;
-    if (e->cfg.offload) {
-        st = zt_engine_offload_begin(e);
-        if (st == ZT_OK) st = zt_engine_update_each_unit(e, offload_update_unit, a, &e->ctx->h2d);
-        zt_status fin = zt_engine_offload_finish(e);
-        if (st == ZT_OK) st = fin;
-        /* An I/O error of one rank's NVMe file stops every rank here, not
-         * in the next collective. */
-        if (e->nvme) st = zt_comm_agree(e->world, st, &e->ctx->err);
-    } else {
-        st = zt_engine_update_each_unit(e, device_update_unit, a, &e->ctx->compute);
-    }
-    if (st == ZT_OK) e->steps_taken = a->t;
-    return st;
+zt_status zt_engine_device_update(zt_engine *e, const zt_update_args *a) {
+    return zt_engine_update_each_unit(e, device_update_unit, (void *)a, &e->ctx->compute);
 }
 
 /* The global gradient norm: per-unit sums over this rank's slice, added in
@@ -179,7 +150,7 @@ static zt_status update_units(zt_engine *e, step_args *a, int skip) {
  * stage). Every rank holds the same total, so a non-finite gradient
  * anywhere skips the step everywhere; the loss scaler moves on. Returns the
  * unscale-and-clip multiplier in *mult. */
-static zt_status judge_gradients(zt_engine *e, zt_tensor *ws, float *mult) {
+zt_status zt_engine_judge_gradients(zt_engine *e, zt_tensor *ws, float *mult) {
     double local = 0.0, total;
     ZT_TRY(unit_norms_squared(e, ws, &local));
     ZT_TRY(zt_comm_sum_f64(e->comm, local, &total, &e->ctx->err));
@@ -193,25 +164,6 @@ static zt_status judge_gradients(zt_engine *e, zt_tensor *ws, float *mult) {
         clip = (float)(e->cfg.grad_clip / (norm + 1e-6));
     *mult = clip * (float)inv_scale; /* clip itself when the scale is 1 */
     return ZT_OK;
-}
-
-zt_status zt_engine_step(zt_engine *e, float lr) {
-    zt_ctx *ctx = e->ctx;
-    ZT_TRY(zt_engine_sync_grads(e));
-    ZT_TRY(zt_engine_end_passes(e));
-    zt_tensor ws = {0}, wu = {0};
-    size_t chunk = zt_engine_optimizer_chunk(e);
-    if (e->cfg.dtype != ZT_FP32)
-        ZT_TRY(zt_engine_alloc(e, &ws, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "optimizer", -1));
-    step_args a = {&ws, &wu, 1.0f, lr, e->steps_taken + 1};
-    zt_status st = ZT_OK;
-    if (optim_of(e)->update_workspace && !e->cfg.offload && chunk)
-        st = zt_engine_alloc(e, &wu, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "optimizer update", -1);
-    if (st == ZT_OK) st = judge_gradients(e, &ws, &a.mult);
-    if (st == ZT_OK) st = update_units(e, &a, e->last_step_skipped);
-    zt_tensor_free(&wu, &ctx->device_mem);
-    zt_tensor_free(&ws, &ctx->device_mem);
-    return st;
 }
 
 size_t zt_engine_optimizer_chunk(const zt_engine *e) {

@@ -1,68 +1,15 @@
-/* Engine set-up, teardown, closed-form state sizes and the parameter digest. */
+/* Engine set-up (configuration checks, agreement across ranks), teardown and the parameter digest. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
-#include "engine_internal.h"
-
-/* Both spaces: the device (zeroed on the compute stream) and the host pool. */
-static zt_status alloc_in(zt_engine *e, int host, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
-                          const char *what, int unit) {
-    char label[40];
-    snprintf(label, sizeof label, "%s %s", unit >= 0 ? e->spec->units[unit].name : "engine", what);
-    int64_t shape[1] = {(int64_t)numel};
-    zt_ctx *ctx = e->ctx;
-    zt_mem *mem = host ? &ctx->host_mem : &ctx->device_mem;
-    ZT_TRY(zt_tensor_alloc(t, mem, host ? ZT_DEVICE_CPU : ctx->be->device, dtype, 1, shape, cat, label, &ctx->err));
-    if (host) {
-        memset(t->data, 0, zt_tensor_bytes(t));
-        return ZT_OK;
-    }
-    return ctx->be->memset_async(ctx->be, t->data, 0, zt_tensor_bytes(t), &ctx->compute, &ctx->err);
-}
-
-zt_status zt_engine_alloc(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
-                          const char *what, int unit) {
-    return alloc_in(e, 0, t, dtype, numel, cat, what, unit);
-}
-
-zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
-                               const char *what, int unit) {
-    return alloc_in(e, 1, t, dtype, numel, cat, what, unit);
-}
-
-zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_config *cfg, int rank) {
-    zt_state_bytes b;
-    memset(&b, 0, sizeof b);
-    size_t d = zt_dtype_size(cfg->dtype);
-    int stage = cfg->stage;
-    const zt_optim *optim = zt_optim_or_default(cfg->optimizer);
-    for (int u = 0; u < spec->nunits; u++) {
-        const zt_unit_spec *us = &spec->units[u];
-        size_t P = us->padded_numel, S = us->shard_numel, owned = stage < 1 ? P : S;
-        size_t lo = stage < 1 ? 0 : (size_t)rank * S;
-        int full = stage < 3 || us->numel < cfg->persist_threshold; /* engine_internal.h: persistent */
-        if (!full && cfg->nvme_params) b.nvme += zt_nvme_round(S * d);
-        else if (!full && cfg->offload_params) b.host_params += S * d;
-        else b.params += (full ? P : S) * d;
-        if (us->frozen) continue; /* params only */
-        b.grads += (stage < 2 ? P : S) * d;
-        size_t opt = zt_optim_state_bytes(optim, cfg, us, lo, lo + owned);
-        /* Offload keeps an fp32 master of the owned part even in fp32, as the
-         * host-side optimizer's copy of the parameters. */
-        if (cfg->nvme_optimizer) { /* master and per-element slot regions */
-            b.nvme += (1 + (size_t)optim->nslots) * zt_nvme_round(owned * 4);
-        } else if (cfg->offload) {
-            b.host_master_params += owned * 4;
-            b.host_optimizer += opt;
-        } else {
-            if (cfg->dtype != ZT_FP32) b.master_params += owned * 4;
-            b.optimizer += opt;
-        }
-    }
-    return b;
-}
+#include "gather.h"
+#include "opt_internal.h"
+#include "placement.h"
+#include "reduce.h"
+#include "tier.h"
+#include "unit_mem.h"
 
 /* Every rank must run the same layout and configuration, or collectives would
  * be called with mismatched sizes; compare a fingerprint up front. */
@@ -101,72 +48,14 @@ static zt_status check_agreement(zt_engine *e) {
     return st;
 }
 
-/* One optimizer-state tensor of unit u (none when numel is 0), on the
- * device or, under offload, in the host pool. */
-static zt_status alloc_state(zt_engine *e, zt_tensor *dev, zt_tensor *host, size_t numel, const char *what, int u) {
-    if (numel == 0 || e->cfg.nvme_optimizer) return ZT_OK; /* the NVMe tier keeps it in its file */
-    if (e->cfg.offload) return zt_engine_alloc_host(e, host, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
-    return zt_engine_alloc(e, dev, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
-}
-
-/* A slot whose bytes start at a value other than 0 (8-bit Adam's exp_avg
- * codes at their map's zero). */
-static zt_status fill_slot(zt_engine *e, zt_tensor *t, int value) {
-    zt_ctx *ctx = e->ctx;
-    if (!t->data || value < 0) return ZT_OK;
-    if (e->cfg.offload) {
-        memset(t->data, value, zt_tensor_bytes(t));
-        return ZT_OK;
-    }
-    return ctx->be->memset_async(ctx->be, t->data, value, zt_tensor_bytes(t), &ctx->compute, &ctx->err);
-}
-
-/* Unit u's optimizer state: each slot of the optimizer's table, sized over
- * the owned part and labelled by its name. */
-static zt_status alloc_optimizer_state(zt_engine *e, int u) {
-    zt_unit_state *ust = &e->units[u];
-    const zt_unit_spec *us = &e->spec->units[u];
-    const zt_optim *opt = optim_of(e);
-    size_t lo = owned_lo(e, u), hi = lo + owned_numel(e, u);
-    for (int i = 0; i < opt->nslots; i++) {
-        size_t words = opt->slot_words(&e->cfg, i, us, lo, hi);
-        ZT_TRY(alloc_state(e, &ust->opt_state[i], &ust->host_opt_state[i], words, opt->slots[i].name, u));
-        ZT_TRY(fill_slot(e, opt_slot(e, u, i), opt->slots[i].fill));
-    }
-    return ZT_OK;
-}
-
-/* Unit u's persistent buffers, as the stage and offload place them (zeroed). */
-static zt_status alloc_unit_state(zt_engine *e, int u) {
-    const zt_unit_spec *us = &e->spec->units[u];
-    zt_unit_state *st = &e->units[u];
-    size_t P = us->padded_numel, S = us->shard_numel, owned = owned_numel(e, u);
-    zt_dtype dt = e->cfg.dtype;
-    st->phase = full_params(e, u) ? ZT_UNIT_GATHERED : ZT_UNIT_SHARDED;
-    if (params_in_file(e, u)) { /* the NVMe tier's file holds the shard */
-    } else if (params_on_host(e, u)) {
-        ZT_TRY(zt_engine_alloc_host(e, &st->params, dt, S, ZT_CAT_PARAMS, "params", u));
-    } else {
-        ZT_TRY(zt_engine_alloc(e, &st->params, dt, full_params(e, u) ? P : S, ZT_CAT_PARAMS, "params", u));
-    }
-    if (frozen(e, u)) return ZT_OK;
-    ZT_TRY(zt_engine_alloc(e, &st->grads, dt, full_grads(e) ? P : S, ZT_CAT_GRADS, "grads", u));
-    if (e->cfg.nvme_optimizer) return ZT_OK; /* master and optimizer state: the file */
-    if (e->cfg.offload)
-        ZT_TRY(zt_engine_alloc_host(e, &st->host_master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
-    else if (dt != ZT_FP32) /* 16-bit params: an fp32 master copy */
-        ZT_TRY(zt_engine_alloc(e, &st->master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
-    return alloc_optimizer_state(e, u);
-}
-
 /* Unit u's initial values, made whole on the host (they depend only on
  * unit and parameter), placed as a checkpoint's are: this rank's owned
  * part; stages 1-2 then all-gather the rest of the compute params. */
 static zt_status set_initial_values(zt_engine *e, int u, zt_param_init_fn init, void *init_arg) {
-    const zt_unit_spec *us = &e->spec->units[u];
-    float *vals = calloc(us->padded_numel, sizeof(float)); /* [P], padding zero */
+    const zt_unit_spec *usp = &e->spec->units[u];
+    float *vals = calloc(usp->padded_numel, sizeof(float)); /* [P], padding zero */
     if (!vals) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "engine: cannot allocate init values for unit %d", u);
-    for (int p = 0; p < us->nparams; p++) init(init_arg, u, p, vals + us->params[p].offset);
+    for (int p = 0; p < usp->nparams; p++) init(init_arg, u, p, vals + usp->params[p].offset);
     zt_status st = zt_engine_set_owned(e, u, vals + owned_lo(e, u), NULL, NULL);
     free(vals);
     return st;
@@ -241,6 +130,7 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
     e->spec = spec;
     e->cfg = *cfg;
     e->cfg.optimizer = zt_optim_or_default(cfg->optimizer);
+    e->tier = zt_tier_for(&e->cfg);
     if (cfg->stage < 0 || cfg->stage > 3) return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "ZeRO stage %d", cfg->stage);
     if (cfg->bucket_bytes == 0) e->cfg.bucket_bytes = 1;
     if (cfg->offload_delay && !cfg->offload)
@@ -263,8 +153,9 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
         if (!e->reuse_seen) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate the reuse look-ahead");
     }
 
-    for (int u = 0; u < spec->nunits; u++) ZT_TRY(alloc_unit_state(e, u));
-    zt_status st = zt_engine_nvme_init(e);
+    for (int u = 0; u < spec->nunits; u++) ZT_TRY(zt_unit_mem_alloc(e, u));
+    zt_gather_init(e);
+    zt_status st = e->tier->init(e);
     for (int u = 0; st == ZT_OK && u < spec->nunits; u++) st = set_initial_values(e, u, init, init_arg);
     /* A swap file that cannot be made or written on one rank stops every
      * rank here, before the first collective of the parameters. */
@@ -275,28 +166,11 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
 
 void zt_engine_destroy(zt_engine *e) {
     if (!e->units) return;
-    zt_mem *mem = &e->ctx->device_mem;
-    zt_error ignore = {0};
-    zt_error reported = e->ctx->err; /* teardown after a failure must not replace its message */
-    (void)zt_engine_delayed_wait(e); /* its thread writes the host buffers freed below */
-    e->ctx->err = reported;
-    for (int u = 0; u < e->spec->nunits; u++) {
-        zt_unit_state *st = &e->units[u];
-        if (st->gather_handle.active) zt_comm_wait(st->gather_comm, &st->gather_handle, &ignore);
-        zt_tensor_free(&st->params, params_on_host(e, u) ? &e->ctx->host_mem : mem);
-        zt_tensor *all[] = {&st->grads, &st->master, &st->gathered, &st->view32, &st->grad32, &st->secondary};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zt_tensor_free(all[i], mem);
-        zt_tensor_free(&st->host_master, &e->ctx->host_mem);
-        for (int i = 0; i < ZT_OPTIM_MAX_SLOTS; i++) {
-            zt_tensor_free(&st->opt_state[i], mem);
-            zt_tensor_free(&st->host_opt_state[i], &e->ctx->host_mem);
-        }
-    }
-    zt_engine_offload_release(e);
-    zt_engine_nvme_destroy(e);
-    if (e->in_flight.handle.active) zt_comm_wait(e->comm, &e->in_flight.handle, &ignore);
-    zt_engine_free_bucket(e, &e->filling);
-    zt_engine_free_bucket(e, &e->in_flight);
+    e->tier->quiesce(e); /* a thread may write the host buffers freed below */
+    zt_gather_quiesce(e);
+    for (int u = 0; u < e->spec->nunits; u++) zt_unit_mem_free(e, u);
+    e->tier->release(e);
+    zt_reduce_release(e);
     free(e->units);
     e->units = NULL;
     free(e->reuse_seen);

@@ -1,14 +1,20 @@
 /* Parameter access for compute: the units' state machine (zt_unit_phase),
  * just-in-time all-gather at stage 3 with prefetch in the recorded use
- * order, DeepSpeed's stage-3 knobs (persistent units, a cap on live
- * gathered parameters, keeping a unit gathered for a reuse that comes
- * soon), and the fp32 up-cast of 16-bit parameters on a backend that has
- * no kernels in their dtype. */
+ * order, DeepSpeed's stage-3 knobs as the schedule decides them
+ * (zt_schedule.h: persistent units, a cap on live gathered parameters,
+ * keeping a unit gathered for a reuse that comes soon), hpZ's secondary
+ * parts, and the fp32 up-cast of 16-bit parameters on a backend that has
+ * no kernels in their dtype. Owns the fields gather.h names. */
+#include "gather.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "collectives.h"
+#include "placement.h"
+#include "tier.h"
+#include "unit_mem.h"
 
 const char *zt_unit_phase_name(zt_unit_phase p) {
     static const char *const names[] = {"sharded", "gathering", "gathered", "in use"};
@@ -20,24 +26,58 @@ static zt_status check_unit(zt_engine *e, int unit) {
     return ZT_OK;
 }
 
-zt_status zt_engine_all_gather_on(zt_engine *e, zt_comm *comm, void *buf, size_t bytes_per_rank, zt_stream *producer,
-                                  const char *what, zt_comm_handle *h) {
-    zt_ctx *ctx = e->ctx;
-    void *ready = NULL;
-    ZT_TRY(zt_engine_ready_event(e, producer, &ready));
-    zt_status st = zt_comm_all_gather_start(comm, NULL, buf, bytes_per_rank, ready, h, &ctx->err);
-    zt_event_destroy(ctx->be, ready);
-    ZT_TRY(st);
-    snprintf(h->what, sizeof h->what, "%s", what); /* for the watchdog */
-    if (!e->cfg.overlap_comm) return zt_comm_wait(comm, h, &ctx->err);
+/* --- The phase machine: one function per change, each checking where it
+ * comes from (an internal error otherwise: the callers check first what a
+ * model can get wrong). */
+
+static zt_status phase_error(zt_engine *e, int u, const char *change) {
+    return ZT_FAIL(&e->ctx->err, ZT_ERR_INTERNAL, "unit %s: %s while %s", e->spec->units[u].name, change,
+                   zt_unit_phase_name(e->units[u].phase));
+}
+
+void zt_gather_init(zt_engine *e) {
+    for (int u = 0; u < e->spec->nunits; u++)
+        e->units[u].phase = full_params(e, u) ? ZT_UNIT_GATHERED : ZT_UNIT_SHARDED;
+}
+
+/* SHARDED -> GATHERING (the all-gather in flight), or GATHERED when it
+ * completed at once (no overlap). The buffer counts as live from here. */
+static zt_status to_gathering(zt_engine *e, int u) {
+    zt_unit_state *ust = &e->units[u];
+    if (ust->phase != ZT_UNIT_SHARDED) return phase_error(e, u, "gather started");
+    e->gathered_inflight_now += zt_tensor_bytes(&ust->gathered);
+    if (e->gathered_inflight_now > e->gathered_inflight_peak) e->gathered_inflight_peak = e->gathered_inflight_now;
+    ust->phase = e->cfg.overlap_comm ? ZT_UNIT_GATHERING : ZT_UNIT_GATHERED;
     return ZT_OK;
 }
 
-/* What the watchdog names for a gather of unit u. */
-static const char *unit_label(const zt_engine *e, int u, char *buf, size_t cap) {
-    snprintf(buf, cap, "unit %s", e->spec->units[u].name);
-    return buf;
+/* SHARDED | GATHERING | GATHERED -> IN_USE. */
+static zt_status to_in_use(zt_engine *e, int u) {
+    if (e->units[u].phase == ZT_UNIT_IN_USE) return phase_error(e, u, "taken");
+    e->units[u].phase = ZT_UNIT_IN_USE;
+    return ZT_OK;
 }
+
+/* IN_USE -> GATHERED. */
+static zt_status to_gathered(zt_engine *e, int u) {
+    if (e->units[u].phase != ZT_UNIT_IN_USE) return phase_error(e, u, "put back");
+    e->units[u].phase = ZT_UNIT_GATHERED;
+    return ZT_OK;
+}
+
+/* GATHERING | GATHERED -> SHARDED: the full copy goes (after its gather,
+ * which nobody reads, when one is still in flight). */
+static zt_status to_sharded(zt_engine *e, int u) {
+    zt_unit_state *ust = &e->units[u];
+    if (ust->phase != ZT_UNIT_GATHERING && ust->phase != ZT_UNIT_GATHERED) return phase_error(e, u, "resharded");
+    if (ust->phase == ZT_UNIT_GATHERING) ZT_TRY(zt_coll_unit_gather_wait(e, ust->gather_comm, &ust->gather_handle));
+    e->gathered_inflight_now -= zt_tensor_bytes(&ust->gathered);
+    zt_tensor_free(&ust->gathered, &e->ctx->device_mem);
+    ust->phase = ZT_UNIT_SHARDED;
+    return ZT_OK;
+}
+
+/* --- Gathers. */
 
 /* hpZ: unit u's part in its secondary group, [P / G'] at the group rank's place. */
 static size_t secondary_numel(const zt_engine *e, int u) {
@@ -45,53 +85,46 @@ static size_t secondary_numel(const zt_engine *e, int u) {
 }
 
 /* Puts this rank's part of unit u where its all-gather expects it: the
- * shard (from the device, the host pool or the NVMe file), or, for a
- * backward after hpZ kept it, its secondary part, which then goes. Returns
- * the communicator and the bytes per rank of the gather. */
+ * shard (from wherever the tier keeps it), or, for a backward after hpZ
+ * kept it, its secondary part, which then goes. Returns the communicator
+ * and the bytes per rank of the gather. */
 static zt_status place_own_part(zt_engine *e, int u, zt_comm **comm, size_t *bytes_per_rank) {
-    zt_unit_state *st = &e->units[u];
-    const zt_unit_spec *us = &e->spec->units[u];
+    zt_unit_state *ust = &e->units[u];
     zt_ctx *ctx = e->ctx;
     size_t d = zt_dtype_size(e->cfg.dtype);
-    if (st->secondary.data) {
+    if (ust->secondary.data) {
         size_t n = secondary_numel(e, u);
-        char *mine = (char *)st->gathered.data + (size_t)e->secondary->rank * n * d;
-        ZT_TRY(ctx->be->memcpy_async(ctx->be, mine, st->secondary.data, n * d, ZT_COPY_D2D, &ctx->compute, &ctx->err));
+        char *mine = (char *)ust->gathered.data + (size_t)e->secondary->rank * n * d;
+        ZT_TRY(ctx->be->memcpy_async(ctx->be, mine, ust->secondary.data, n * d, ZT_COPY_D2D, &ctx->compute, &ctx->err));
         *comm = e->secondary; /* the part goes at the unit's backward release, where zt-plan counts it out */
         *bytes_per_rank = n * d;
         return ZT_OK;
     }
-    char *mine = (char *)st->gathered.data + shard_lo(e, u) * d;
     *comm = e->comm;
-    *bytes_per_rank = us->shard_numel * d;
-    if (params_in_file(e, u)) return zt_engine_nvme_copy_shard(e, u, mine, ZT_COPY_H2D);
-    return ctx->be->memcpy_async(ctx->be, mine, st->params.data, us->shard_numel * d,
-                                 params_on_host(e, u) ? ZT_COPY_H2D : ZT_COPY_D2D, &ctx->compute, &ctx->err);
+    *bytes_per_rank = e->spec->units[u].shard_numel * d;
+    return e->tier->load_shard(e, u, (char *)ust->gathered.data + shard_lo(e, u) * d);
 }
 
 /* Stage 3: allocate u's full buffer, put our part in place, start the gather. */
 static zt_status start_gather(zt_engine *e, int u) {
-    zt_unit_state *st = &e->units[u];
-    const zt_unit_spec *us = &e->spec->units[u];
-    ZT_TRY(zt_engine_alloc(e, &st->gathered, e->cfg.dtype, us->padded_numel, ZT_CAT_GATHERED_PARAMS, "gathered", u));
-    e->gathered_inflight_now += zt_tensor_bytes(&st->gathered);
-    if (e->gathered_inflight_now > e->gathered_inflight_peak) e->gathered_inflight_peak = e->gathered_inflight_now;
-    zt_ctx *ctx = e->ctx;
+    zt_unit_state *ust = &e->units[u];
+    const zt_unit_spec *usp = &e->spec->units[u];
+    ZT_TRY(zt_engine_alloc(e, &ust->gathered, e->cfg.dtype, usp->padded_numel, ZT_CAT_GATHERED_PARAMS, "gathered", u));
+    ZT_TRY(to_gathering(e, u));
     size_t bytes_per_rank;
-    ZT_TRY(place_own_part(e, u, &st->gather_comm, &bytes_per_rank));
+    ZT_TRY(place_own_part(e, u, &ust->gather_comm, &bytes_per_rank));
     char name[48];
-    snprintf(name, sizeof name, "gather %s", us->name);
+    snprintf(name, sizeof name, "gather %s", usp->name);
     zt_trace_instant(e->ctx->trace, name, "unit", 1);
     /* The collective runs after everything queued on compute so far: this
      * copy, and every kernel that read a block freed before the buffer was
      * allocated, so reusing a cached block is safe on any stream. Without
      * overlap it has also completed on return. */
-    char what[48];
-    ZT_TRY(zt_engine_all_gather_on(e, st->gather_comm, st->gathered.data, bytes_per_rank, &ctx->compute,
-                                   unit_label(e, u, what, sizeof what), &st->gather_handle));
-    st->phase = e->cfg.overlap_comm ? ZT_UNIT_GATHERING : ZT_UNIT_GATHERED;
-    return ZT_OK;
+    return zt_coll_unit_gather_start(e, ust->gather_comm, u, ust->gathered.data, bytes_per_rank, &e->ctx->compute,
+                                     &ust->gather_handle);
 }
+
+/* --- The pass and its use order. */
 
 /* Appends unit u to the pass's use order (growing it) and notes whether the
  * pass still follows the recorded order of its kind. */
@@ -110,58 +143,35 @@ static zt_status note_use(zt_engine *e, int u) {
     return ZT_OK;
 }
 
-/* Would gathering unit v now take the gathered parameters (in use,
- * prefetched, in flight, kept for a reuse; every gathered buffer is
- * [padded] in the dtype) over max_live_params (0: no cap)? */
-static int over_live_cap(const zt_engine *e, int v) {
-    size_t live = e->gathered_inflight_now / zt_dtype_size(e->cfg.dtype);
-    return e->cfg.max_live_params && live + e->spec->units[v].padded_numel > e->cfg.max_live_params;
-}
-
-/* Stage 3: the next `prefetch` units of the recorded order, after the use
- * just noted, start gathering (when the pass has kept to the record), in
- * that order. The first one that would go over max_live_params stops them
- * (DeepSpeed's stage3_max_live_parameters): it waits until the model asks
- * for it, or for a later prefetch once units are freed, so prefetches
- * never overtake each other and the planner can replay them. */
-static zt_status prefetch_next(zt_engine *e) {
-    const zt_use_order *rec = &e->recorded[e->pass];
-    if (!e->follows_record) return ZT_OK;
-    for (int k = 0; k < e->cfg.prefetch && e->now.n + k < rec->n; k++) {
-        int v = rec->units[e->now.n + k];
-        if (e->units[v].phase != ZT_UNIT_SHARDED) continue; /* in use, on its way, kept or persistent */
-        if (over_live_cap(e, v)) break;
-        ZT_TRY(start_gather(e, v));
+/* The schedule's look-ahead from the use just noted: this pass's record
+ * and, in forward, the recorded backward, which comes next in the same
+ * step; backward ends at the optimizer step, which changes the parameters.
+ * A pass that left its record has none. */
+static zt_sched_ahead ahead_of(const zt_engine *e) {
+    if (!e->follows_record) return zt_sched_no_ahead();
+    const zt_use_order *rec = &e->recorded[e->pass], *bwd = &e->recorded[ZT_PASS_BACKWARD];
+    zt_sched_ahead a = {rec->units, rec->n, e->now.n, NULL, 0};
+    if (e->pass == ZT_PASS_FORWARD) {
+        a.next = bwd->units;
+        a.next_n = bwd->n;
     }
-    return ZT_OK;
+    return a;
 }
 
-/* max_reuse_distance (DeepSpeed's stage3_max_reuse_distance): is unit u,
- * just released, used again before the model gathers more than `limit`
- * parameters of other units? The look-ahead follows the recorded order of
- * this pass from the use just noted and, in forward, on into the recorded
- * backward, which comes next in the same step; backward ends at the
- * optimizer step, which changes the parameters, so its look-ahead ends
- * with it. Each other unit counts once with its padded size; persistent
- * units count nothing (they are never gathered). A pass that left its
- * record has no look-ahead. */
-static int reused_within(zt_engine *e, int u, size_t limit) {
-    if (!e->follows_record) return 0;
-    const zt_use_order *ahead[2] = {&e->recorded[e->pass],
-                                    e->pass == ZT_PASS_FORWARD ? &e->recorded[ZT_PASS_BACKWARD] : NULL};
-    int from[2] = {e->now.n, 0};
-    size_t dist = 0;
-    memset(e->reuse_seen, 0, (size_t)e->spec->nunits);
-    for (int s = 0; s < 2 && ahead[s]; s++)
-        for (int i = from[s]; i < ahead[s]->n; i++) {
-            int v = ahead[s]->units[i];
-            if (v == u) return 1;
-            if (e->reuse_seen[v] || !gathered_on_demand(e, v)) continue;
-            e->reuse_seen[v] = 1;
-            dist += e->spec->units[v].padded_numel;
-            if (dist > limit) return 0;
-        }
-    return 0; /* not used again before the step */
+/* Stage 3: starts the prefetches the schedule picks after the use just
+ * noted (zt_sched_prefetch: in record order, stopped by max_live_params),
+ * so the planner replays them exactly. */
+static zt_status prefetch_next(zt_engine *e) {
+    zt_sched_knobs k = zt_engine_sched_knobs(e);
+    zt_sched_ahead a = ahead_of(e);
+    if (a.n == 0 || k.prefetch <= 0) return ZT_OK;
+    unsigned char sharded[ZT_MAX_UNITS]; /* [nunits] */
+    int picks[ZT_MAX_UNITS];              /* [min(prefetch, nunits)] */
+    for (int u = 0; u < e->spec->nunits; u++) sharded[u] = e->units[u].phase == ZT_UNIT_SHARDED;
+    size_t live = e->gathered_inflight_now / zt_dtype_size(e->cfg.dtype); /* every buffer is [padded] dtype */
+    int n = zt_sched_prefetch(e->spec, &k, &a, sharded, live, picks);
+    for (int i = 0; i < n; i++) ZT_TRY(start_gather(e, picks[i]));
+    return ZT_OK;
 }
 
 /* The pass in progress (if any) ends: its use order becomes its kind's
@@ -190,33 +200,35 @@ const zt_use_order *zt_engine_use_order(const zt_engine *e, zt_pass pass) {
     return pass > ZT_PASS_NONE && pass < ZT_NPASSES ? &e->recorded[pass] : &none;
 }
 
+/* --- The model's API. */
+
 zt_status zt_engine_gather(zt_engine *e, int unit, const void **params) {
     ZT_TRY(check_unit(e, unit));
     zt_ctx *ctx = e->ctx;
-    zt_unit_state *st = &e->units[unit];
+    zt_unit_state *ust = &e->units[unit];
     const char *name = e->spec->units[unit].name;
     if (e->pass == ZT_PASS_NONE)
         return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "gather of unit %s outside a pass (zt_engine_begin_pass first)", name);
-    if (st->phase == ZT_UNIT_IN_USE)
+    if (ust->phase == ZT_UNIT_IN_USE)
         return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "unit %s gathered twice without a release", name);
-    ZT_TRY(zt_engine_progress(e));
-    const void *full = st->params.data; /* [padded] dtype */
+    ZT_TRY(zt_coll_progress(e));
+    const void *full = ust->params.data; /* [padded] dtype */
     if (gathered_on_demand(e, unit)) {
-        if (st->phase == ZT_UNIT_SHARDED) ZT_TRY(start_gather(e, unit));
-        if (st->phase == ZT_UNIT_GATHERING)
+        if (ust->phase == ZT_UNIT_SHARDED) ZT_TRY(start_gather(e, unit));
+        if (ust->phase == ZT_UNIT_GATHERING)
             /* Kernels queued from here on read the gathered values: the
              * compute stream waits for the collective, the host does not. */
-            ZT_TRY(zt_comm_wait_stream(st->gather_comm, &st->gather_handle, ctx->compute.handle, &ctx->err));
-        full = st->gathered.data;
+            ZT_TRY(zt_coll_unit_gather_join(e, ust->gather_comm, &ust->gather_handle));
+        full = ust->gathered.data;
     }
-    st->phase = ZT_UNIT_IN_USE;
+    ZT_TRY(to_in_use(e, unit));
     ZT_TRY(note_use(e, unit));
     if (e->cfg.stage == 3) ZT_TRY(prefetch_next(e));
     if (e->compute_dtype != e->cfg.dtype) {
         size_t P = e->spec->units[unit].padded_numel;
-        ZT_TRY(zt_engine_alloc(e, &st->view32, ZT_FP32, P, ZT_CAT_WORKSPACE, "fp32 view", unit));
-        ctx->be->ops->cast(&ctx->compute, st->view32.data, ZT_FP32, full, e->cfg.dtype, P);
-        full = st->view32.data;
+        ZT_TRY(zt_engine_alloc(e, &ust->view32, ZT_FP32, P, ZT_CAT_WORKSPACE, "fp32 view", unit));
+        ctx->be->ops->cast(&ctx->compute, ust->view32.data, ZT_FP32, full, e->cfg.dtype, P);
+        full = ust->view32.data;
     }
     *params = full;
     return ZT_OK;
@@ -237,13 +249,13 @@ static int backward_gathers(const zt_engine *e, int u) {
  * group is copied out of the full buffer before that goes (once: a unit
  * used twice in forward already has it). */
 static zt_status keep_secondary(zt_engine *e, int u) {
-    zt_unit_state *st = &e->units[u];
+    zt_unit_state *ust = &e->units[u];
     zt_ctx *ctx = e->ctx;
     size_t n = secondary_numel(e, u), d = zt_dtype_size(e->cfg.dtype);
-    if (st->secondary.data) return ZT_OK;
-    ZT_TRY(zt_engine_alloc(e, &st->secondary, e->cfg.dtype, n, ZT_CAT_GATHERED_PARAMS, "secondary shard", u));
-    return ctx->be->memcpy_async(ctx->be, st->secondary.data,
-                                 (const char *)st->gathered.data + (size_t)e->secondary->rank * n * d, n * d,
+    if (ust->secondary.data) return ZT_OK;
+    ZT_TRY(zt_engine_alloc(e, &ust->secondary, e->cfg.dtype, n, ZT_CAT_GATHERED_PARAMS, "secondary shard", u));
+    return ctx->be->memcpy_async(ctx->be, ust->secondary.data,
+                                 (const char *)ust->gathered.data + (size_t)e->secondary->rank * n * d, n * d,
                                  ZT_COPY_D2D, &ctx->compute, &ctx->err);
 }
 
@@ -261,13 +273,13 @@ zt_status zt_engine_set_secondary(zt_engine *e, zt_comm *secondary) {
 
 zt_status zt_engine_release(zt_engine *e, int unit) {
     ZT_TRY(check_unit(e, unit));
-    zt_unit_state *st = &e->units[unit];
-    if (st->phase != ZT_UNIT_IN_USE)
+    zt_unit_state *ust = &e->units[unit];
+    if (ust->phase != ZT_UNIT_IN_USE)
         return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "unit %s released while %s (not gathered)",
-                       e->spec->units[unit].name, zt_unit_phase_name(st->phase));
+                       e->spec->units[unit].name, zt_unit_phase_name(ust->phase));
     zt_mem *mem = &e->ctx->device_mem;
-    zt_tensor_free(&st->view32, mem);
-    st->phase = ZT_UNIT_GATHERED;
+    zt_tensor_free(&ust->view32, mem);
+    ZT_TRY(to_gathered(e, unit));
     if (!gathered_on_demand(e, unit)) return ZT_OK;
     /* A unit used again soon stays gathered (max_reuse_distance; it counts
      * toward max_live_params) and its next gather is free;
@@ -275,16 +287,14 @@ zt_status zt_engine_release(zt_engine *e, int unit) {
      * reshard_after_forward: the full copy goes as soon as it is unused.
      * Its readers may still be queued on compute; the block is reused
      * either by compute (after them, in stream order) or by a collective
-     * that first waits for compute (start_gather, flush_bucket). */
-    int keep = e->cfg.max_reuse_distance && reused_within(e, unit, e->cfg.max_reuse_distance);
+     * that first waits for compute (start_gather, the bucket's flush). */
+    zt_sched_knobs k = zt_engine_sched_knobs(e);
+    zt_sched_ahead a = ahead_of(e);
+    int keep = zt_sched_keep(e->spec, &k, &a, unit, e->reuse_seen);
     if (!keep && e->secondary && e->pass == ZT_PASS_FORWARD && backward_gathers(e, unit))
         ZT_TRY(keep_secondary(e, unit));
-    if (e->pass == ZT_PASS_BACKWARD) zt_tensor_free(&st->secondary, mem); /* its backward has its full copy */
-    if (!keep) {
-        e->gathered_inflight_now -= zt_tensor_bytes(&st->gathered);
-        zt_tensor_free(&st->gathered, mem);
-        st->phase = ZT_UNIT_SHARDED;
-    }
+    if (e->pass == ZT_PASS_BACKWARD) zt_tensor_free(&ust->secondary, mem); /* its backward has its full copy */
+    if (!keep) ZT_TRY(to_sharded(e, unit));
     char name[48];
     snprintf(name, sizeof name, "%s %s", keep ? "keep" : "free", e->spec->units[unit].name);
     zt_trace_instant(e->ctx->trace, name, "unit", 0);
@@ -293,50 +303,23 @@ zt_status zt_engine_release(zt_engine *e, int unit) {
 
 zt_status zt_engine_end_passes(zt_engine *e) {
     for (int u = 0; u < e->spec->nunits; u++) {
-        zt_unit_state *st = &e->units[u];
-        if (st->phase == ZT_UNIT_IN_USE)
+        zt_unit_state *ust = &e->units[u];
+        if (ust->phase == ZT_UNIT_IN_USE)
             return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "optimizer step while unit %s is gathered (not released)",
                            e->spec->units[u].name);
-        zt_tensor_free(&st->secondary, &e->ctx->device_mem); /* hpZ: a part no backward gathered is stale now */
-        if (!gathered_on_demand(e, u) || st->phase == ZT_UNIT_SHARDED) continue;
+        zt_tensor_free(&ust->secondary, &e->ctx->device_mem); /* hpZ: a part no backward gathered is stale now */
         /* A prefetch the pass did not use (its order changed), or a unit
          * kept for a reuse: it would hold parameters from before the step. */
-        if (st->phase == ZT_UNIT_GATHERING) ZT_TRY(zt_comm_wait(st->gather_comm, &st->gather_handle, &e->ctx->err));
-        e->gathered_inflight_now -= zt_tensor_bytes(&st->gathered);
-        zt_tensor_free(&st->gathered, &e->ctx->device_mem);
-        st->phase = ZT_UNIT_SHARDED;
+        if (gathered_on_demand(e, u) && ust->phase != ZT_UNIT_SHARDED) ZT_TRY(to_sharded(e, u));
     }
     end_pass(e);
     return ZT_OK;
 }
 
-zt_status zt_engine_progress(zt_engine *e) {
-    if (e->comm->world_size == 1) return ZT_OK;
-    for (int u = 0; u < e->spec->nunits; u++)
-        if (e->units[u].phase == ZT_UNIT_GATHERING)
-            ZT_TRY(zt_comm_progress(e->units[u].gather_comm, &e->units[u].gather_handle, &e->ctx->err));
-    return zt_comm_progress(e->comm, &e->in_flight.handle, &e->ctx->err);
-}
-
-zt_status zt_engine_ready_event(zt_engine *e, zt_stream *producer, void **ready) {
-    zt_ctx *ctx = e->ctx;
-    *ready = NULL;
-    if (e->comm->ops->takes_events) return zt_event_record(ctx->be, producer, ready, &ctx->err);
-    return ctx->be->stream_sync(ctx->be, producer, &ctx->err);
-}
-
-zt_status zt_engine_all_gather_start_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer,
-                                           int unit, zt_comm_handle *h) {
-    char what[48];
-    return zt_engine_all_gather_on(e, e->comm, buf, bytes_per_rank, producer, unit_label(e, unit, what, sizeof what), h);
-}
-
-zt_status zt_engine_all_gather_finish(zt_engine *e, zt_comm_handle *h) {
-    return zt_comm_wait_stream(e->comm, h, e->ctx->compute.handle, &e->ctx->err);
-}
-
-zt_status zt_engine_all_gather_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer, int unit) {
-    zt_comm_handle h = {0};
-    ZT_TRY(zt_engine_all_gather_start_after(e, buf, bytes_per_rank, producer, unit, &h));
-    return zt_engine_all_gather_finish(e, &h);
+void zt_gather_quiesce(zt_engine *e) {
+    zt_error ignore = {0};
+    for (int u = 0; u < e->spec->nunits; u++) {
+        zt_unit_state *ust = &e->units[u];
+        if (ust->gather_handle.active) zt_comm_wait(ust->gather_comm, &ust->gather_handle, &ignore);
+    }
 }

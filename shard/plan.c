@@ -5,8 +5,9 @@
 
 #include <string.h>
 
-#include "engine_internal.h"
+#include "opt_internal.h"
 #include "zt_quant.h"
+#include "zt_schedule.h"
 
 static size_t padded(const zt_plan_sim *S, int u) { return S->in.spec->units[u].padded_numel; }
 
@@ -22,10 +23,23 @@ static size_t total(const zt_plan_moment *m) {
     return s;
 }
 
-/* Is unit u all-gathered just in time (stage 3, not persistent)? As
- * engine_internal.h's gathered_on_demand. */
+/* The schedule's knobs, as the engine's (shard/schedule.c decides for both). */
+static zt_sched_knobs knobs(const zt_plan_sim *S) {
+    zt_sched_knobs k = {S->in.stage, S->in.prefetch, S->in.persist_threshold, S->in.max_live_params,
+                        S->in.max_reuse_distance};
+    return k;
+}
+
+/* Is unit u all-gathered just in time (stage 3, not persistent)? */
 static int on_demand(const zt_plan_sim *S, int u) {
-    return S->in.stage == 3 && !(S->in.spec->units[u].numel < S->in.persist_threshold);
+    zt_sched_knobs k = knobs(S);
+    return zt_sched_on_demand(&S->in.spec->units[u], &k);
+}
+
+/* Where the replayed pass stands, as the engine's look-ahead. */
+static zt_sched_ahead ahead(const zt_plan_sim *S) {
+    zt_sched_ahead a = {S->order, S->n, S->pos, S->next, S->next ? S->next_n : 0};
+    return a;
 }
 
 /* The engine settings the closed form reads. */
@@ -90,16 +104,16 @@ static void gather(zt_plan_sim *S, int u) {
     if (S->in.nvme_params) S->shard_reads += zt_nvme_round(shard);
 }
 
-/* As shard/gather.c prefetch_next: the next `prefetch` uses in order,
- * skipping units already there, until one would exceed max_live_params. */
+/* The prefetches the engine starts after the use just replayed
+ * (zt_sched_prefetch). */
 static void prefetch_next(zt_plan_sim *S) {
-    size_t cap = S->in.max_live_params;
-    for (int k = 0; k < S->in.prefetch && S->pos + k < S->n; k++) {
-        int v = S->order[S->pos + k];
-        if (!on_demand(S, v) || S->phase[v] != ZT_UNIT_SHARDED) continue;
-        if (cap && S->live + padded(S, v) > cap) break;
-        gather(S, v);
-    }
+    zt_sched_knobs k = knobs(S);
+    zt_sched_ahead a = ahead(S);
+    unsigned char sharded[ZT_MAX_UNITS]; /* [nunits] */
+    int picks[ZT_MAX_UNITS];              /* [min(prefetch, nunits)] */
+    for (int u = 0; u < S->in.spec->nunits; u++) sharded[u] = S->phase[u] == ZT_UNIT_SHARDED;
+    int n = zt_sched_prefetch(S->in.spec, &k, &a, sharded, S->live, picks);
+    for (int i = 0; i < n; i++) gather(S, picks[i]);
 }
 
 void zt_plan_use(zt_plan_sim *S, int u) {
@@ -110,26 +124,6 @@ void zt_plan_use(zt_plan_sim *S, int u) {
     }
     S->pos++;
     prefetch_next(S);
-}
-
-/* As shard/gather.c reused_within: u's next use, in the rest of this pass
- * and then the next, comes before more than max_reuse_distance padded
- * parameters of other gathered units (each once). */
-static int reused_within(zt_plan_sim *S, int u) {
-    const int *ahead[2] = {S->order, S->next};
-    int from[2] = {S->pos, 0}, len[2] = {S->n, S->next_n};
-    size_t dist = 0;
-    memset(S->seen, 0, (size_t)S->in.spec->nunits);
-    for (int s = 0; s < 2; s++)
-        for (int i = from[s]; i < len[s]; i++) {
-            int v = ahead[s][i];
-            if (v == u) return 1;
-            if (S->seen[v] || !on_demand(S, v)) continue;
-            S->seen[v] = 1;
-            dist += padded(S, v);
-            if (dist > S->in.max_reuse_distance) return 0;
-        }
-    return 0;
 }
 
 /* hpZ (shard/gather.c): a unit's secondary part, 1/G' of it, lives from
@@ -150,7 +144,9 @@ static void track_secondary(zt_plan_sim *S, int u, int kept) {
 
 void zt_plan_release(zt_plan_sim *S, int u) {
     if (!on_demand(S, u)) return;
-    int kept = S->in.max_reuse_distance && reused_within(S, u);
+    zt_sched_knobs k = knobs(S);
+    zt_sched_ahead a = ahead(S);
+    int kept = zt_sched_keep(S->in.spec, &k, &a, u, S->seen);
     track_secondary(S, u, kept);
     if (kept) {
         S->phase[u] = ZT_UNIT_GATHERED; /* kept: it counts toward the cap */
@@ -224,9 +220,9 @@ static void optimizer_moment(zt_plan_sim *S) {
     if (opt->update_workspace && !S->in.offload) { /* its update, and one unit's scratch at a time */
         size_t scratch = 0;
         for (int u = 0; u < S->in.spec->nunits; u++) {
-            const zt_unit_spec *us = &S->in.spec->units[u];
-            size_t lo = S->in.stage == 0 ? 0 : (size_t)S->in.rank * us->shard_numel, n = owned(S, u);
-            size_t k = n && opt->scratch_numel ? opt->scratch_numel(us, lo, lo + n, chunk) : 0;
+            const zt_unit_spec *usp = &S->in.spec->units[u];
+            size_t lo = S->in.stage == 0 ? 0 : (size_t)S->in.rank * usp->shard_numel, n = owned(S, u);
+            size_t k = n && opt->scratch_numel ? opt->scratch_numel(usp, lo, lo + n, chunk) : 0;
             if (k > scratch) scratch = k;
         }
         O.c[ZT_CAT_WORKSPACE] += 4 * chunk + 4 * scratch;

@@ -6,10 +6,14 @@
  * then stored in the grads' dtype. Stages 0-1 reduce once per step, so in a
  * 16-bit dtype their grad32 sums every micro-batch of the step; stages 2-3
  * reduce each micro-batch and add it to their shard. */
-#include <stdio.h>
+#include "reduce.h"
+
 #include <string.h>
 
-#include "engine_internal.h"
+#include "collectives.h"
+#include "placement.h"
+#include "tier.h"
+#include "unit_mem.h"
 
 zt_status zt_engine_zero_grads(zt_engine *e) {
     zt_ctx *ctx = e->ctx;
@@ -31,28 +35,28 @@ static int direct_grads(const zt_engine *e) { return e->cfg.dtype == ZT_FP32 && 
 
 zt_status zt_engine_grad_buffer(zt_engine *e, int unit, float **grads32) {
     if (unit < 0 || unit >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", unit);
-    zt_unit_state *st = &e->units[unit];
-    ZT_TRY(zt_engine_progress(e));
+    zt_unit_state *ust = &e->units[unit];
+    ZT_TRY(zt_coll_progress(e));
     if (frozen(e, unit)) { /* backward still writes them: a scratch, dropped at grads_ready */
-        if (!st->grad32.data)
-            ZT_TRY(zt_engine_alloc(e, &st->grad32, ZT_FP32, e->spec->units[unit].padded_numel, ZT_CAT_WORKSPACE,
+        if (!ust->grad32.data)
+            ZT_TRY(zt_engine_alloc(e, &ust->grad32, ZT_FP32, e->spec->units[unit].padded_numel, ZT_CAT_WORKSPACE,
                                    "frozen grad scratch", unit));
-        st->grad_open = 1;
-        *grads32 = zt_f32(&st->grad32);
+        ust->grad_open = 1;
+        *grads32 = zt_f32(&ust->grad32);
         return ZT_OK;
     }
     if (direct_grads(e)) {
-        st->grad_open = 1;
-        *grads32 = zt_f32(&st->grads);
+        ust->grad_open = 1;
+        *grads32 = zt_f32(&ust->grads);
         return ZT_OK;
     }
-    if (!st->grad32.data) {
+    if (!ust->grad32.data) {
         /* Full-size grads waiting to be reduce-scattered are comm buffers. */
         zt_category cat = full_grads(e) ? ZT_CAT_WORKSPACE : ZT_CAT_COMM_BUFFERS;
-        ZT_TRY(zt_engine_alloc(e, &st->grad32, ZT_FP32, e->spec->units[unit].padded_numel, cat, "fp32 grad", unit));
+        ZT_TRY(zt_engine_alloc(e, &ust->grad32, ZT_FP32, e->spec->units[unit].padded_numel, cat, "fp32 grad", unit));
     }
-    st->grad_open = 1;
-    *grads32 = zt_f32(&st->grad32);
+    ust->grad_open = 1;
+    *grads32 = zt_f32(&ust->grad32);
     return ZT_OK;
 }
 
@@ -67,9 +71,9 @@ static zt_status pack_bucket(zt_engine *e, zt_bucket *b) {
     for (int r = 0; r < N; r++)
         for (int i = 0; i < b->nunits; i++) {
             int u = b->units[i];
-            zt_unit_state *st = &e->units[u];
+            zt_unit_state *ust = &e->units[u];
             size_t S = e->spec->units[u].shard_numel, off = (size_t)r * S;
-            const float *src = (st->grad32.data ? zt_f32(&st->grad32) : zt_f32(&st->grads)) + off; /* fp32 */
+            const float *src = (ust->grad32.data ? zt_f32(&ust->grad32) : zt_f32(&ust->grads)) + off; /* fp32 */
             if (rd == ZT_FP32)
                 ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, src, S * sizeof(float), ZT_COPY_D2D, &ctx->compute,
                                              &ctx->err));
@@ -79,65 +83,39 @@ static zt_status pack_bucket(zt_engine *e, zt_bucket *b) {
     return ZT_OK;
 }
 
-/* Hybrid sharding: this rank's reduced slices, summed over its group, are
- * summed over the replicas too, in replica order. Piece by piece, every
- * replica's sums are all-gathered into `send` (free since the all-to-all
- * ended: [R][piece] fp32) and added in replica order into a total in
- * `staging` (total = c0, then += c1, ...: the same adds on every replica
- * and at every stage), which then replaces the sums. Device kernels and the
- * replicas' communicator (MPI on host buffers, NCCL on device ones). */
-static zt_status sum_over_replicas(zt_engine *e, zt_bucket *b) {
-    zt_comm *rep = e->replicas;
-    if (!rep) return ZT_OK;
-    zt_ctx *ctx = e->ctx;
-    const zt_ops *ops = ctx->be->ops;
-    size_t R = (size_t)rep->world_size, n = b->numel / (size_t)e->comm->world_size;
-    size_t piece = b->numel * zt_dtype_size(e->cfg.reduce_dtype) / sizeof(float) / R; /* elements that fit */
-    float *mine = zt_f32(&b->reduced), *all = zt_f32(&b->send), *total = zt_f32(&b->staging); /* fp32 */
-    for (size_t at = 0; at < n; at += piece) {
-        size_t k = n - at < piece ? n - at : piece;
-        ZT_TRY(ctx->be->memcpy_async(ctx->be, all + (size_t)rep->rank * k, mine + at, k * sizeof(float), ZT_COPY_D2D,
-                                     &ctx->compute, &ctx->err));
-        zt_comm_handle h = {0};
-        ZT_TRY(zt_engine_all_gather_on(e, rep, all, k * sizeof(float), &ctx->compute, "the replicas' gradient sums", &h));
-        ZT_TRY(zt_comm_wait_stream(rep, &h, ctx->compute.handle, &ctx->err));
-        for (size_t r = 0; r < R; r++) ops->scaled_store(&ctx->compute, total + at, ZT_FP32, all + r * k, 1.0f, r > 0, k);
-    }
-    return ctx->be->memcpy_async(ctx->be, mine, total, n * sizeof(float), ZT_COPY_D2D, &ctx->compute, &ctx->err);
-}
-
 /* Averages (once, here) and stores this rank's reduced slices. */
 static zt_status unpack_bucket(zt_engine *e, zt_bucket *b) {
     zt_ctx *ctx = e->ctx;
-    ZT_TRY(sum_over_replicas(e, b));
+    ZT_TRY(zt_coll_sum_over_replicas(e, b));
     float inv_n = 1.0f / (float)e->world->world_size; /* every rank's gradients are in the sum */
     const float *src = zt_f32(&b->reduced);
     for (int i = 0; i < b->nunits; i++) {
         int u = b->units[i];
-        zt_unit_state *st = &e->units[u];
+        zt_unit_state *ust = &e->units[u];
         size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
         size_t at = local_index(full_grads(e), lo, lo);
         /* Full grads were reduced once per step: overwrite. A shard
          * accumulates across micro-batches (0 + x is exact for the first). */
         int accumulate = !full_grads(e);
         size_t d = zt_dtype_size(e->cfg.dtype);
-        ctx->be->ops->scaled_store(&ctx->compute, (char *)st->grads.data + at * d, e->cfg.dtype, src, inv_n,
+        ctx->be->ops->scaled_store(&ctx->compute, (char *)ust->grads.data + at * d, e->cfg.dtype, src, inv_n,
                                    accumulate, S);
         src += S;
         if (e->cfg.stage == 0) {
             /* Stage 0 all-reduces as reduce-scatter + all-gather over the same layout. */
-            ZT_TRY(zt_engine_all_gather_after(e, st->grads.data, S * d, &ctx->compute, u));
+            ZT_TRY(zt_coll_all_gather_after(e, ust->grads.data, S * d, &ctx->compute, u));
         }
-        /* Offload: the reduced gradients leave for the host now, while the
-         * rest of backward runs; shards that still accumulate further
-         * micro-batches leave after the last one. */
-        if (e->cfg.offload && e->sync_this_micro) ZT_TRY(zt_engine_offload_grads(e, u));
-        st->queued = 0;
+        /* The tier takes the reduced gradients now (offload: to the host,
+         * while the rest of backward runs); shards that still accumulate
+         * further micro-batches go after the last one. */
+        if (e->sync_this_micro) ZT_TRY(e->tier->grads_reduced(e, u));
+        ust->queued = 0;
     }
     return ZT_OK;
 }
 
-void zt_engine_free_bucket(zt_engine *e, zt_bucket *b) {
+/* Frees a bucket's buffers and empties it. */
+static void free_bucket(zt_engine *e, zt_bucket *b) {
     zt_mem *mem = &e->ctx->device_mem;
     zt_tensor_free(&b->send, mem);
     zt_tensor_free(&b->staging, mem);
@@ -146,15 +124,15 @@ void zt_engine_free_bucket(zt_engine *e, zt_bucket *b) {
     b->numel = 0;
 }
 
-zt_status zt_engine_complete_bucket(zt_engine *e) {
+/* Completes the bucket in flight (if any). */
+static zt_status complete_bucket(zt_engine *e) {
     zt_bucket *b = &e->in_flight;
     if (b->nunits == 0) return ZT_OK;
     /* unpack_bucket's kernels run on compute after the reduce-scatter (the
      * host waits too without overlap: the serial baseline). */
-    if (e->cfg.overlap_comm) ZT_TRY(zt_comm_wait_stream(e->comm, &b->handle, e->ctx->compute.handle, &e->ctx->err));
-    else ZT_TRY(zt_comm_wait(e->comm, &b->handle, &e->ctx->err));
+    ZT_TRY(zt_coll_reduce_scatter_join(e, b));
     ZT_TRY(unpack_bucket(e, b));
-    zt_engine_free_bucket(e, b);
+    free_bucket(e, b);
     return ZT_OK;
 }
 
@@ -163,7 +141,7 @@ zt_status zt_engine_complete_bucket(zt_engine *e) {
 static zt_status flush_bucket(zt_engine *e) {
     zt_bucket *b = &e->filling;
     if (b->nunits == 0) return ZT_OK;
-    ZT_TRY(zt_engine_complete_bucket(e));
+    ZT_TRY(complete_bucket(e));
     int N = e->comm->world_size;
     zt_dtype rd = e->cfg.reduce_dtype;
     ZT_TRY(zt_engine_alloc(e, &b->send, rd, b->numel, ZT_CAT_COMM_BUFFERS, "bucket send", -1));
@@ -171,37 +149,28 @@ static zt_status flush_bucket(zt_engine *e) {
     ZT_TRY(zt_engine_alloc(e, &b->reduced, ZT_FP32, b->numel / (size_t)N, ZT_CAT_COMM_BUFFERS, "bucket reduced", -1));
     ZT_TRY(pack_bucket(e, b));
     for (int i = 0; i < b->nunits; i++) zt_tensor_free(&e->units[b->units[i]].grad32, &e->ctx->device_mem);
-    /* After the pack (and whatever last read the blocks now in this bucket). */
-    zt_ctx *ctx = e->ctx;
-    void *ready = NULL;
-    ZT_TRY(zt_engine_ready_event(e, &ctx->compute, &ready));
-    zt_status st = zt_comm_reduce_scatter_start(e->comm, b->send.data, b->staging.data, zt_f32(&b->reduced),
-                                                b->numel / (size_t)N, rd, ready, &b->handle, &ctx->err);
-    zt_event_destroy(ctx->be, ready);
-    ZT_TRY(st);
-    snprintf(b->handle.what, sizeof b->handle.what, "the gradients of %d unit(s) from %.31s", b->nunits,
-             e->spec->units[b->units[0]].name); /* for the watchdog */
+    ZT_TRY(zt_coll_reduce_scatter_start(e, b));
     e->in_flight = *b;
     memset(b, 0, sizeof *b);
-    if (!e->cfg.overlap_comm) ZT_TRY(zt_engine_complete_bucket(e));
+    if (!e->cfg.overlap_comm) ZT_TRY(complete_bucket(e));
     return ZT_OK;
 }
 
 zt_status zt_engine_grads_ready(zt_engine *e, int unit) {
     if (unit < 0 || unit >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", unit);
-    zt_unit_state *st = &e->units[unit];
-    if (!st->grad_open) return ZT_OK; /* no gradient flowed into this unit */
-    st->grad_open = 0;
+    zt_unit_state *ust = &e->units[unit];
+    if (!ust->grad_open) return ZT_OK; /* no gradient flowed into this unit */
+    ust->grad_open = 0;
     if (frozen(e, unit)) { /* never reduced; the compute stream orders the block's reuse after its writers */
-        zt_tensor_free(&st->grad32, &e->ctx->device_mem);
+        zt_tensor_free(&ust->grad32, &e->ctx->device_mem);
         return ZT_OK;
     }
     /* Stages 0-1 reduce once per step; until then grad32 (or the fp32
      * grads) keeps summing micro-batches. */
     if (full_grads(e) && !e->sync_this_micro) return ZT_OK;
     zt_bucket *b = &e->filling;
-    if (st->queued) return ZT_FAIL(&e->ctx->err, ZT_ERR_INTERNAL, "unit %d reported ready twice", unit);
-    st->queued = 1;
+    if (ust->queued) return ZT_FAIL(&e->ctx->err, ZT_ERR_INTERNAL, "unit %d reported ready twice", unit);
+    ust->queued = 1;
     b->units[b->nunits++] = unit;
     b->numel += e->spec->units[unit].padded_numel;
     int cap = (int)(sizeof b->units / sizeof b->units[0]);
@@ -211,5 +180,12 @@ zt_status zt_engine_grads_ready(zt_engine *e, int unit) {
 
 zt_status zt_engine_sync_grads(zt_engine *e) {
     ZT_TRY(flush_bucket(e));
-    return zt_engine_complete_bucket(e);
+    return complete_bucket(e);
+}
+
+void zt_reduce_release(zt_engine *e) {
+    zt_error ignore = {0};
+    if (e->in_flight.handle.active) zt_comm_wait(e->comm, &e->in_flight.handle, &ignore);
+    free_bucket(e, &e->filling);
+    free_bucket(e, &e->in_flight);
 }

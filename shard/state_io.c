@@ -189,8 +189,8 @@ zt_status zt_engine_gather_params(zt_engine *e) {
     size_t d = zt_dtype_size(e->cfg.dtype);
     for (int u = 0; u < e->spec->nunits; u++)
         if (full_params(e, u)) /* stages 1-2, stage 3's persistent units; the rest keep their shard */
-            ZT_TRY(zt_engine_all_gather_after(e, e->units[u].params.data, e->spec->units[u].shard_numel * d,
-                                              &e->ctx->compute, u));
+            ZT_TRY(zt_coll_all_gather_after(e, e->units[u].params.data, e->spec->units[u].shard_numel * d,
+                                           &e->ctx->compute, u));
     return e->ctx->be->stream_sync(e->ctx->be, &e->ctx->compute, &e->ctx->err);
 }
 

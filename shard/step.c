@@ -4,7 +4,36 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "gather.h"
+#include "opt_internal.h"
+#include "tier.h"
+#include "unit_mem.h"
 #include "zt_time.h"
+
+/* The optimizer step: the last reductions land, the passes end, the
+ * gradients are judged (norm, skip, clip), then the tier updates every
+ * unit where its state lives. */
+zt_status zt_engine_step(zt_engine *e, float lr) {
+    zt_ctx *ctx = e->ctx;
+    ZT_TRY(zt_engine_sync_grads(e));
+    ZT_TRY(zt_engine_end_passes(e));
+    zt_tensor ws = {0}, wu = {0};
+    size_t chunk = zt_engine_optimizer_chunk(e);
+    if (e->cfg.dtype != ZT_FP32)
+        ZT_TRY(zt_engine_alloc(e, &ws, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "optimizer", -1));
+    zt_update_args a = {&ws, &wu, 1.0f, lr, e->steps_taken + 1};
+    zt_status st = ZT_OK;
+    if (optim_of(e)->update_workspace && e->tier->on_device && chunk) /* its device update's */
+        st = zt_engine_alloc(e, &wu, ZT_FP32, chunk, ZT_CAT_WORKSPACE, "optimizer update", -1);
+    if (st == ZT_OK) st = zt_engine_judge_gradients(e, &ws, &a.mult);
+    /* On the device, on the host or in the NVMe tier's stream (tier.h). */
+    if (st == ZT_OK) st = e->tier->update(e, &a, e->last_step_skipped);
+    if (st == ZT_OK && !e->last_step_skipped) e->steps_taken = a.t;
+    zt_tensor_free(&wu, &ctx->device_mem);
+    zt_tensor_free(&ws, &ctx->device_mem);
+    return st;
+}
+
 
 /* Forward and backward of every micro-batch, each followed by its
  * reductions (stages 0-1 reduce on the last one only). */

@@ -136,6 +136,15 @@ typedef struct {
     int n, cap;
 } zt_use_order;
 
+/* A unit's state. Each field has one file that writes it (the others
+ * read): shard/unit_mem.c allocates the persistent buffers (params, grads,
+ * master, opt_state[], host_master, host_opt_state[]), whose values the
+ * optimizer (optim/) and its tier step and
+ * shard/state_io.c loads; shard/gather.c owns the parameter side (phase,
+ * gathered, view32, secondary, gather_handle, gather_comm: shard/gather.h);
+ * shard/reduce.c the gradient side (grad32, grad_open, queued, and grads'
+ * values until the step: shard/reduce.h); the offload tiers their
+ * transfers (host_grads, host_grads16, d2h_done: shard/offload_step.c). */
 typedef struct {
     zt_tensor params;   /* [padded] or [shard] dtype: the compute copy */
     zt_tensor grads;    /* [padded] or [shard] dtype */
@@ -197,6 +206,9 @@ typedef struct {
     const zt_ops *kernels;  /* the backend's kernels in compute_dtype, for the model */
     zt_dtype compute_dtype; /* cfg.dtype, or fp32 where the backend has no kernels in it */
     zt_unit_state *units; /* [spec->nunits] */
+    /* Where the optimizer state and parameter shards live: the hooks the
+     * step calls (shard/tier.h), chosen at init. */
+    const struct zt_tier_ops *tier;
     /* The pass in progress, its use order so far, and the last complete
      * order of each kind of pass (empty until one has run: no prefetch). */
     zt_pass pass;
@@ -211,7 +223,7 @@ typedef struct {
     size_t gathered_inflight_peak; /* stage 3: most bytes of gathered params at once */
     size_t gathered_inflight_now;
     /* Stage 3 with max_reuse_distance: the reuse look-ahead's scratch, one
-     * flag per unit it has counted (shard/gather.c); NULL otherwise. */
+     * flag per unit it has counted (zt_sched_keep); NULL otherwise. */
     unsigned char *reuse_seen; /* [spec->nunits] */
     /* Offload transfers since init: bytes, and seconds the host spent
      * issuing them and waiting for them (the exposed part: on CUDA the copies

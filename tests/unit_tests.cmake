@@ -18,3 +18,10 @@ add_executable(test_llama_ops ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_ops.c)
 target_link_libraries(test_llama_ops PRIVATE zt_runtime)
 add_test(NAME test_llama_ops COMMAND test_llama_ops)
 set_tests_properties(test_llama_ops PROPERTIES LABELS "unit;quick" TIMEOUT 120)
+
+# The stage-3 gather schedule's decisions (shard/schedule.c), which the
+# engine and zt-plan share: label quick (no model, no ranks).
+add_executable(test_schedule ${CMAKE_CURRENT_SOURCE_DIR}/test_schedule.c)
+target_link_libraries(test_schedule PRIVATE zt_shard)
+add_test(NAME test_schedule COMMAND test_schedule)
+set_tests_properties(test_schedule PROPERTIES LABELS "unit;quick" TIMEOUT 60)
