@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
-#include "engine_internal.h"
+#include "zt_optim_engine.h"
 
 /* Where one unit's step reads and writes: the device state with the
  * backend's kernels, or (offload) the host state with the CPU's. */

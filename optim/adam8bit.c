@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
-#include "engine_internal.h"
+#include "zt_optim_engine.h"
 #include "zt_quant.h"
 
 enum { EXP_AVG_CODES = 0, EXP_AVG_SQ_CODES, BLOCK_SCALES };

@@ -3,7 +3,7 @@
  * where the model asked for it. On the device the backend's adamw kernel;
  * on the host the fused SIMD CPU Adam (offload/), which rounds each element
  * as the CPU backend's kernel does, so offload gives the same bits. */
-#include "engine_internal.h"
+#include "zt_optim_engine.h"
 #include "zt_cpu_adam.h"
 
 enum { EXP_AVG = 0, EXP_AVG_SQ };

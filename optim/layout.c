@@ -3,7 +3,7 @@
  * optimizers work per segment: one parameter's part of one slice. So an
  * 8-bit block never straddles two ranks or two parameters, and a factored
  * statistic is summed per slice first, the same at every stage. */
-#include "engine_internal.h"
+#include "zt_optim_engine.h"
 #include "zt_quant.h"
 
 zt_segment_iter zt_segments(const zt_unit_spec *us, size_t lo, size_t hi) {

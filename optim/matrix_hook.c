@@ -14,7 +14,7 @@
  * transforms every matrix itself, exchanging nothing. */
 #include <stdlib.h>
 
-#include "engine_internal.h"
+#include "zt_optim_engine.h"
 
 /* whole[P] fp32 (host): this rank's owned update at its place, then
  * every rank's slice (stages >= 1). */

@@ -3,7 +3,7 @@
  * gradient where the model asked for it. Host and device run the same CPU
  * backend kernel on the CPU, so offload gives the same bits. */
 #include "cpu_ops.h"
-#include "engine_internal.h"
+#include "zt_optim_engine.h"
 
 enum { MOMENTUM_BUF = 0 };
 

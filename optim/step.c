@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "zt_optim_engine.h"
 #include "zt_quant.h"
 
 /* Elements of 16-bit gradients widened to fp32 at a time: sub_group_size

@@ -21,7 +21,7 @@
  * The step's shared parts stay with the engine (optim/step.c): the global
  * norm, unscale and clip, the all-gather of updated params, the 16-bit
  * params rounded from the fp32 master after the update. optim/ files read
- * the engine's internals (engine_internal.h): they are its optimizer half.
+ * the engine's half of this interface (shard/zt_optim_engine.h).
  *
  * Slots are named by what they hold (exp_avg, momentum_buf, ...). The
  * checkpoint files keep their block positions (master, optimizer block 0,

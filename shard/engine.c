@@ -5,7 +5,7 @@
 #include <xxhash.h>
 
 #include "gather.h"
-#include "opt_internal.h"
+#include "zt_optim_engine.h"
 #include "placement.h"
 #include "reduce.h"
 #include "tier.h"

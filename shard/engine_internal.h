@@ -8,7 +8,7 @@
  *   gather.h       the units' parameter state machine (gather.c)
  *   reduce.h       gradient buffers and buckets (reduce.c)
  *   tier.h         the offload tiers behind one hook (tier.c)
- *   opt_internal.h what the optimizer's files share
+ *   zt_optim_engine.h the engine's half of the optimizer interface (optim/)
  *   offload.h      the tiers' entry points (offload_step.c, nvme_state.c,
  *                  delayed_update.c) */
 #ifndef ZT_ENGINE_INTERNAL_H
@@ -16,7 +16,7 @@
 
 #include "collectives.h"
 #include "offload.h"
-#include "opt_internal.h"
+#include "zt_optim_engine.h"
 #include "placement.h"
 #include "unit_mem.h"
 

@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "opt_internal.h"
+#include "zt_optim_engine.h"
 #include "zt_quant.h"
 #include "zt_schedule.h"
 

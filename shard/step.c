@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 #include "gather.h"
-#include "opt_internal.h"
+#include "zt_optim_engine.h"
 #include "tier.h"
 #include "unit_mem.h"
 #include "zt_time.h"

@@ -4,7 +4,7 @@
 #include "tier.h"
 
 #include "offload.h"
-#include "opt_internal.h"
+#include "zt_optim_engine.h"
 #include "placement.h"
 
 static zt_status nothing(zt_engine *e) {

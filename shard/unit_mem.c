@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "opt_internal.h"
+#include "zt_optim_engine.h"
 #include "placement.h"
 
 /* Both spaces: the device (zeroed on the compute stream) and the host pool. */

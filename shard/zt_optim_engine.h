@@ -1,14 +1,17 @@
-/* What the optimizer's files share (shard/optimizer.c, opt_layout.c,
- * adafactor.c, and the host steps of offload_step.c, nvme_state.c,
- * delayed_update.c): the state layout, the host and device updates and the
- * loop over units that all-gathers updated slices. The optimizer interface
- * proper is optim/zt_optim.h; this header holds what the engine's
- * optimizer code shares until it moves there. */
-#ifndef ZT_OPT_INTERNAL_H
-#define ZT_OPT_INTERNAL_H
+/* The engine's half of the optimizer interface: what optim/ (the tables
+ * of zt_optim.h and their common step) reads and calls in the engine, and
+ * what the engine and its offload tiers call in optim/: where a unit's
+ * state lies (placement.h), the state layout, the gradients as fp32
+ * pieces, the host and device updates and the loop over units that
+ * all-gathers updated slices. */
+#ifndef ZT_OPTIM_ENGINE_H
+#define ZT_OPTIM_ENGINE_H
 
+#include "collectives.h"
+#include "offload.h"
 #include "placement.h"
 #include "tier.h"
+#include "unit_mem.h"
 
 /* Parameter i of unit u clipped to the unit range [lo, hi): [*a, *b) and
  * its weight decay (only where the model asked for it); 0 when they
