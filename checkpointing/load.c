@@ -60,7 +60,7 @@ static zt_status check_optimizer(const zt_ckpt_info *info, const zt_engine *eng,
     const char *mine = zt_optim_or_default(zt_engine_settings(eng)->optimizer)->name;
     if (!saved) saved = "adamw";
     if (strcmp(saved, mine) != 0)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: saved with --optimizer %s; this run uses --optimizer %s "
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: saved with `optimizer` %s; this run uses `optimizer` %s "
                        "(their states differ)", info->dir, saved, mine);
     return ZT_OK;
 }

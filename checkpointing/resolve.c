@@ -180,7 +180,7 @@ void ckpt_suggest_older(const char *step_dir, char *out, size_t cap) {
         int ok = zt_ckpt_open(target, &info, NULL, 0, &err) == ZT_OK && zt_ckpt_verify(&info, &err) == ZT_OK;
         zt_ckpt_close(&info);
         if (ok) {
-            snprintf(out, cap, "the newest older checkpoint that verifies is %s (--resume %s takes it)", target, target);
+            snprintf(out, cap, "the newest older checkpoint that verifies is %s (`resume` %s takes it)", target, target);
             break;
         }
     }

@@ -252,7 +252,7 @@ zt_status zt_comm_create_staged(zt_comm *c, size_t pool_floor_bytes, zt_error *e
     (void)pool_floor_bytes;
     memset(c, 0, sizeof *c);
     return ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
-                   "--device cuda: this build has no CUDA support (build where nvcc is found, or with ZT_CUDA=ON); "
-                   "use --device cpu");
+                   "`device` cuda: this build has no CUDA support (build where nvcc is found, or with ZT_CUDA=ON); "
+                   "use `device` cpu");
 }
 #endif

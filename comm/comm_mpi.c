@@ -54,7 +54,7 @@ static zt_status wait_request(zt_comm *c, MPI_Request *req, const char *coll, co
     char group[160];
     zt_comm_describe(c, group, sizeof group);
     return ZT_FAIL(err, ZT_ERR_TIMEOUT, "collective watchdog: %s%s%s over %s did not complete within %g s "
-                   "(--collective-timeout): a peer stopped or the network is gone", coll, what && what[0] ? " of " : "",
+                   "(`collective_timeout`): a peer stopped or the network is gone", coll, what && what[0] ? " of " : "",
                    what ? what : "", group, c->timeout_s);
 }
 

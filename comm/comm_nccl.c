@@ -189,7 +189,7 @@ static zt_status nccl_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
         char group[160];
         zt_comm_describe(c, group, sizeof group);
         return ZT_FAIL(err, ZT_ERR_TIMEOUT, "collective watchdog: %s%s%s on NCCL over %s did not complete within %g s "
-                       "(--collective-timeout): a peer stopped or the network is gone", zt_coll_name(h->kind),
+                       "(`collective_timeout`): a peer stopped or the network is gone", zt_coll_name(h->kind),
                        h->what[0] ? " of " : "", h->what, group, c->timeout_s);
     }
     h->impl_req = NULL;

@@ -35,8 +35,8 @@ zt_status zt_backend_create_on(zt_device device, int nthreads, int cuda_device, 
 #else
     (void)cuda_device;
     return ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
-                   "--device cuda: this build has no CUDA backend (configure with -DZT_CUDA=ON on a "
-                   "machine with the CUDA toolkit); use --device cpu");
+                   "`device` cuda: this build has no CUDA backend (configure with -DZT_CUDA=ON on a "
+                   "machine with the CUDA toolkit); use `device` cpu");
 #endif
 }
 

@@ -115,7 +115,7 @@ zt_status zt_mem_set_mode(zt_mem *m, zt_alloc_mode mode, size_t max_split_bytes,
                        m->space_name);
     if (mode == ZT_ALLOC_EXPANDABLE && !m->raw.reserve)
         return ZT_FAIL(err, ZT_ERR_INVALID, "%s memory: this backend cannot reserve addresses and map memory into "
-                       "them, which --allocator expandable needs (use caching)%s%s", m->space_name,
+                       "them, which `allocator` expandable needs (use caching)%s%s", m->space_name,
                        m->raw.no_reserve_why ? ": " : "", m->raw.no_reserve_why ? m->raw.no_reserve_why : "");
     m->mode = mode;
     m->max_split_bytes = max_split_bytes;

@@ -33,6 +33,10 @@ static inline zt_rng zt_rng_keyed(uint64_t a, uint64_t b, uint64_t c, uint64_t d
 
 static inline uint64_t zt_rng_u64(zt_rng *r) { return zt_splitmix64(&r->state); }
 
+/* The stream as it is after n more draws of zt_rng_u64 (each draw adds
+ * the same constant to the state), without making them. */
+static inline void zt_rng_skip(zt_rng *r, uint64_t n) { r->state += n * 0x9e3779b97f4a7c15ull; }
+
 /* Uniform in [0, 1) with 24 bits. */
 static inline float zt_rng_uniform(zt_rng *r) { return (float)(zt_rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
 /* Uniform in [0, 1) with 53 bits. */
@@ -41,7 +45,8 @@ static inline double zt_rng_uniform_d(zt_rng *r) { return (double)(zt_rng_u64(r)
 /* Uniform integer in [0, n). */
 static inline uint32_t zt_rng_below(zt_rng *r, uint32_t n) { return (uint32_t)((zt_rng_u64(r) >> 32) * n >> 32); }
 
-/* Standard normal (Box-Muller in double, one value per call). */
+/* Standard normal (Box-Muller in double, one value per call, two draws:
+ * skipping k values is zt_rng_skip(r, 2 k)). */
 static inline float zt_rng_normal(zt_rng *r) {
     double u1 = zt_rng_uniform_d(r), u2 = zt_rng_uniform_d(r);
     if (u1 < 1e-300) u1 = 1e-300;

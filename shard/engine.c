@@ -48,15 +48,22 @@ static zt_status check_agreement(zt_engine *e) {
     return st;
 }
 
-/* Unit u's initial values, made whole on the host (they depend only on
- * unit and parameter), placed as a checkpoint's are: this rank's owned
- * part; stages 1-2 then all-gather the rest of the compute params. */
+/* Unit u's initial values for the part this rank owns only (each
+ * parameter's overlap with it, asked of the model), placed as a
+ * checkpoint's are; stages 1-2 then all-gather the rest of the compute
+ * params. */
 static zt_status set_initial_values(zt_engine *e, int u, zt_param_init_fn init, void *init_arg) {
     const zt_unit_spec *usp = &e->spec->units[u];
-    float *vals = calloc(usp->padded_numel, sizeof(float)); /* [P], padding zero */
+    size_t lo, n;
+    ZT_TRY(zt_engine_owned_range(e, u, &lo, &n));
+    float *vals = calloc(n ? n : 1, sizeof(float)); /* [n] the owned part, padding zero */
     if (!vals) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "engine: cannot allocate init values for unit %d", u);
-    for (int p = 0; p < usp->nparams; p++) init(init_arg, u, p, vals + usp->params[p].offset);
-    zt_status st = zt_engine_set_owned(e, u, vals + owned_lo(e, u), NULL, NULL);
+    for (int p = 0; p < usp->nparams; p++) {
+        size_t off = usp->params[p].offset, end = off + usp->params[p].numel;
+        size_t a = off > lo ? off : lo, b = end < lo + n ? end : lo + n;
+        if (a < b) init(init_arg, u, p, a - off, b - a, vals + (a - lo));
+    }
+    zt_status st = zt_engine_set_owned(e, u, vals, NULL, NULL);
     free(vals);
     return st;
 }
@@ -67,7 +74,7 @@ static zt_status set_initial_values(zt_engine *e, int u, zt_param_init_fn init, 
 static zt_status check_nvme(zt_engine *e, const zt_engine_config *cfg) {
     zt_error *err = &e->ctx->err;
     if (cfg->nvme_params && !cfg->nvme_optimizer)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-params nvme needs --offload nvme (the CPU optimizer writes the "
+        return ZT_FAIL(err, ZT_ERR_INVALID, "`offload_params` nvme needs `offload` nvme (the CPU optimizer writes the "
                        "shards in the file as it streams the state)");
     if (!cfg->nvme_optimizer) return ZT_OK;
     if (!cfg->offload || (cfg->nvme_params && !cfg->offload_params))
@@ -82,14 +89,14 @@ static zt_status check_nvme(zt_engine *e, const zt_engine_config *cfg) {
             size_t len = strlen(names);
             snprintf(names + len, sizeof names - len, "%s%s", len ? " or " : "", o->name);
         }
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme runs --optimizer %s, not %s: its state is streamed in "
+        return ZT_FAIL(err, ZT_ERR_INVALID, "`offload` nvme runs `optimizer` %s, not %s: its state is streamed in "
                        "chunks, which a state kept per block or per matrix does not split into", names, opt->name);
     }
     if (cfg->offload_delay)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme cannot run with --offload-delay 1 (the delayed update's "
+        return ZT_FAIL(err, ZT_ERR_INVALID, "`offload` nvme cannot run with `offload_delay` 1 (the delayed update's "
                        "thread does not stream the file)");
     if (!cfg->nvme.dir || !cfg->nvme.dir[0])
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload nvme needs --nvme-path DIR");
+        return ZT_FAIL(err, ZT_ERR_INVALID, "`offload` nvme needs `nvme_path` DIR");
     return ZT_OK;
 }
 
@@ -99,7 +106,7 @@ static zt_status check_optimizer(zt_engine *e) {
     const zt_optim *opt = optim_of(e);
     zt_error *err = &e->ctx->err;
     if (e->cfg.offload_delay && opt->collective)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--offload-delay 1 cannot run --optimizer %s: its update sums over the "
+        return ZT_FAIL(err, ZT_ERR_INVALID, "`offload_delay` 1 cannot run `optimizer` %s: its update sums over the "
                        "ranks (e.g. each matrix's statistics), a collective the delayed update's thread cannot make",
                        opt->name);
     if (!opt->matrix_hook && !opt->device_step)
@@ -134,11 +141,11 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
     if (cfg->stage < 0 || cfg->stage > 3) return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "ZeRO stage %d", cfg->stage);
     if (cfg->bucket_bytes == 0) e->cfg.bucket_bytes = 1;
     if (cfg->offload_delay && !cfg->offload)
-        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "--offload-delay 1 needs --offload cpu (the delayed update is the "
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "`offload_delay` 1 needs `offload` cpu (the delayed update is the "
                        "CPU Adam's)");
     if (cfg->offload_params && (cfg->stage != 3 || !cfg->offload || cfg->offload_delay))
-        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "--offload-params cpu needs --stage 3 and --offload cpu, without "
-                       "--offload-delay (got stage %d, offload %s, offload-delay %d): the CPU optimizer updates the "
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "`offload_params` cpu needs `stage` 3 and `offload` cpu, without "
+                       "`offload_delay` (got stage %d, offload %s, offload-delay %d): the CPU optimizer updates the "
                        "offloaded shards in place", cfg->stage, cfg->offload ? "cpu" : "none", cfg->offload_delay);
     ZT_TRY(check_nvme(e, cfg));
     ZT_TRY(check_optimizer(e));

@@ -262,10 +262,10 @@ static zt_status keep_secondary(zt_engine *e, int u) {
 zt_status zt_engine_set_secondary(zt_engine *e, zt_comm *secondary) {
     if (!secondary || secondary->world_size <= 1) return ZT_OK;
     if (e->cfg.stage != 3 || e->replicas)
-        return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "--reshard-after-forward needs stage 3 with world sharding (got "
-                       "stage %d%s)", e->cfg.stage, e->replicas ? " and --shard-group" : "");
+        return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "`reshard_after_forward` needs stage 3 with world sharding (got "
+                       "stage %d%s)", e->cfg.stage, e->replicas ? " and `shard_group`" : "");
     if (e->comm->world_size % secondary->world_size)
-        return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "--reshard-after-forward: groups of %d do not divide the %d ranks",
+        return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "`reshard_after_forward`: groups of %d do not divide the %d ranks",
                        secondary->world_size, e->comm->world_size);
     e->secondary = secondary;
     return ZT_OK;

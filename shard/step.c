@@ -67,11 +67,11 @@ static zt_status judge_skipped(const zt_engine *eng, const zt_step_options *o, i
     if (s->exhausted)
         return ZT_FAIL(&ctx->err, ZT_ERR_NUMERIC,
                        "step %d: fp16 gradients overflowed at loss scale %g, and halving it would go below "
-                       "--min-loss-scale %g; the run stops (a lower --lr, or bf16, may help)",
+                       "`min_loss_scale` %g; the run stops (a lower `lr`, or bf16, may help)",
                        step, s->scale, eng->cfg.loss.min_loss_scale);
     if (!dynamic && s->consecutive_skips >= o->max_skipped_steps)
         return ZT_FAIL(&ctx->err, ZT_ERR_NUMERIC,
-                       "step %d: the gradients were not finite in %d step(s) in a row (--max-skipped-steps %d); "
+                       "step %d: the gradients were not finite in %d step(s) in a row (`max_skipped_steps` %d); "
                        "the run stops", step, s->consecutive_skips, o->max_skipped_steps);
     if (dynamic)
         zt_log_rank0(&ctx->log, "step %d skipped: fp16 gradients overflowed (loss scale now %g; %ld skipped so far)",

@@ -246,10 +246,12 @@ typedef struct {
     double delayed_adam_s, delayed_wait_s;
 } zt_engine;
 
-/* Fills dst[numel] with the initial values of parameter `param` of `unit`.
- * It must depend only on (unit, param) so every stage and world size starts
- * from the same model. */
-typedef void (*zt_param_init_fn)(void *arg, int unit, int param, float *dst);
+/* Fills dst[count] with elements [first, first + count) of the initial
+ * values of parameter `param` of `unit`. The values must depend only on
+ * (unit, param, element) so every stage and world size starts from the same
+ * model; the engine asks only for the part this rank owns, so no rank
+ * materialises more than its shard. */
+typedef void (*zt_param_init_fn)(void *arg, int unit, int param, size_t first, size_t count, float *dst);
 
 /* spec must already be laid out for comm->world_size (zt_spec_layout). All
  * ranks must call this; they check they agree on layout and configuration. */

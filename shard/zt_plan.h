@@ -2,7 +2,7 @@
  * category at the moment of peak, host bytes, for a ZeRO stage, offload,
  * dtype, prefetch, bucket size and DeepSpeed's stage-3 knobs. The model
  * walks its passes (its activations and workspaces at every moment where
- * the peak can occur, in its use order, examples/gpt_plan.c for the GPT)
+ * the peak can occur, in its use order, examples/<family> sizes over train/decoder/decoder_plan.c for the GPT)
  * and asks this half what the engine holds at each: persistent state (the
  * closed form), gathered units (replayed as the engine gathers,
  * prefetches, keeps and frees them, from the uses and releases the walk

@@ -44,11 +44,12 @@ static inline void kit_spec(zt_model_spec *spec, int world) {
 }
 
 /* Initial values: depend on (unit, param) only, as the engine requires. */
-static inline void kit_init(void *arg, int unit, int param, float *dst) {
-    const zt_model_spec *spec = arg;
-    const zt_param_spec *ps = &spec->units[unit].params[param];
-    for (size_t i = 0; i < ps->numel; i++)
-        dst[i] = 0.05f * (float)((int)((i * 7 + (size_t)param * 3 + (size_t)unit) % 13) - 6);
+static inline void kit_init(void *arg, int unit, int param, size_t first, size_t count, float *dst) {
+    (void)arg;
+    for (size_t k = 0; k < count; k++) {
+        size_t i = first + k;
+        dst[k] = 0.05f * (float)((int)((i * 7 + (size_t)param * 3 + (size_t)unit) % 13) - 6);
+    }
 }
 
 /* The gradient of element i of unit u at step s: multiples of 2^-10, so a

@@ -1,7 +1,7 @@
 /* Byte-exact memory accounting of the toy GPT through the engine (CPU backend,
  * one thread, world size 1, stage 0, one micro-batch flagged last, one
  * reduction bucket of every unit sent at the step), against closed forms
- * worked out from examples/gpt.c, shard/ and runtime/mem.c.
+ * worked out from examples/gpt/gpt.c, shard/ and runtime/mem.c.
  *
  * Parameter count (gpt.c: embedding unit wte [V,C] + wpe [T,C]; per block
  * ln1 2C, qkv 3C*C + 3C, attproj C*C + C, ln2 2C, fc 4C*C + 4C,

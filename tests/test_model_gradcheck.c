@@ -1,4 +1,4 @@
-/* Whole-model gradient check of the toy GPT (examples/gpt.c) through the
+/* Whole-model gradient check of the toy GPT (examples/gpt/) through the
  * engine API, on the CPU backend with one thread, at world size 1, stage 0.
  *
  * 1. fp32 finite differences. A tiny model (2 layers, d_model 8, 2 heads,

@@ -446,7 +446,7 @@ static void cases_matmul(zt_dtype d, const zt_ops *ops, const env *e, int N, int
 }
 
 /* attention (materialized): variant = backward with the model's scratch,
- * 8 [B,T,C] buffers of the dtype (examples/gpt.c lends dfch and dfchg) */
+ * 8 [B,T,C] buffers of the dtype (examples/gpt/gpt_layers.c lends dfch and dfchg) */
 static size_t attention_scratch_bytes(const op_case *c, zt_dtype d) {
     return c->variant ? (size_t)8 * c->B * c->T * c->C * zt_dtype_size(d) : 0;
 }

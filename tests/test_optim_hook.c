@@ -74,7 +74,7 @@ static void expected(const zt_model_spec *spec, int N, int how, float *out[2]) {
     for (int u = 0; u < spec->nunits; u++) {
         const zt_unit_spec *us = &spec->units[u];
         float *p = out[u], *upd = malloc(us->numel * sizeof(float));
-        for (int k = 0; k < us->nparams; k++) kit_init((void *)spec, u, k, p + us->params[k].offset);
+        for (int k = 0; k < us->nparams; k++) kit_init((void *)spec, u, k, 0, us->params[k].numel, p + us->params[k].offset);
         for (int s = 0; s < 2; s++) {
             for (size_t i = 0; i < us->numel; i++) upd[i] = kit_grad(s, u, i);
             for (int k = 0; how != 1 && k < us->nparams; k++) {

@@ -62,7 +62,7 @@ static const opt_spec options[] = {
      "units not trained: a list of embedding, head, blocks, blocks:K, blocks:A-B (params only: no grads, master "
      "or optimizer state)"},
     {"optimizer", OPT_CHOICE, S(optimizer), 0, 0, NULL,
-     "adamw (m, v: 8 bytes of state per parameter), sgd with momentum (4 bytes), adafactor (factored second "
+     "adamw (exp_avg, exp_avg_sq: 8 bytes of state per parameter), sgd with momentum (4 bytes), adafactor (factored second "
      "moments: rows + cols per matrix) or adam8bit (m, v block-wise in 8 bits: 2 bytes)"},
     {"adafactor-beta1", OPT_FLOAT, F(adafactor_beta1), 0, 0, 0.999999, NULL,
      "adafactor: first-moment decay (0: no first moment, none kept)"},

@@ -29,7 +29,7 @@ typedef struct {
      * clip, eps and optional beta1) or adam8bit (AdamW's betas and eps) */
     char optimizer[16];
     double adafactor_beta1, adafactor_decay, adafactor_clip, adafactor_eps;
-    char freeze[128]; /* --freeze: units not trained (examples/gpt_freeze.c) */
+    char freeze[128]; /* --freeze: units not trained (train/decoder/decoder_freeze.c) */
     double momentum;
     int nesterov;
     /* the learning-rate schedule (shard/zt_lr_schedule.h) */

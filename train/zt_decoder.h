@@ -169,10 +169,11 @@ void zt_decoder_model_plan_units(void *self, zt_model_plan *out);
     .free_activations = zt_decoder_model_free_activations, .stats = zt_decoder_model_stats,                \
     .tensors = zt_decoder_model_tensors, .plan_units = zt_decoder_model_plan_units
 
-/* Initial values of one parameter [n]: normal(0, stddev) draws from a
- * stream keyed by (seed, family_key, unit, param) when stddev > 0, else
- * `fill` everywhere. */
+/* Elements [first, first + count) of one parameter's initial values into
+ * dst[count]: normal(0, stddev) draws from a stream keyed by (seed,
+ * family_key, unit, param), element i the stream's i-th value, when
+ * stddev > 0; else `fill` everywhere. */
 void zt_decoder_init_values(uint64_t seed, uint32_t family_key, int unit, int param, float stddev, float fill,
-                            float *dst, size_t n);
+                            size_t first, size_t count, float *dst);
 
 #endif

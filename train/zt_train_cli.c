@@ -148,7 +148,9 @@ static void report_oom(const zt_ctx *ctx, const zt_train_config *cfg) {
     snprintf(path, sizeof path, "%s/oom_rank%d.txt", cfg->log_dir, ctx->rank);
     FILE *f = fopen(path, "w");
     if (!f) return;
-    fprintf(f, "%s\n%s", ctx->err.msg, report);
+    char shown[sizeof ctx->err.msg + 256];
+    zt_settings_as_flags(ctx->err.msg, shown, sizeof shown);
+    fprintf(f, "%s\n%s", shown, report);
     fclose(f);
 }
 

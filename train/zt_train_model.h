@@ -7,8 +7,9 @@
  * A family declares its parameters in units (shard/zt_units.h) and runs
  * forward and backward unit by unit through the engine's gather /
  * grad_buffer / grads_ready calls; it knows nothing of ranks or stages.
- * The engine asks for initial values one unit at a time (init_param), so
- * no rank ever holds more than one unit's initial values beside its shard.
+ * Parameters are initialised straight into each rank's shard: the engine
+ * asks the model (init_param) only for the elements this rank owns, so no
+ * rank materialises the whole model, nor even a whole unit.
  *
  * Every hook takes the instance `self` that create returned (init_param's
  * `arg` is that instance too). Every hook is required except the three
@@ -74,8 +75,9 @@ typedef struct zt_train_model {
     zt_status (*create)(void **self, const zt_model_settings *s, zt_error *err);
     void (*destroy)(void *self);
     zt_model_spec *(*spec)(void *self);
-    /* Initial values of parameter (unit, param), all of its elements: a
-     * zt_param_init_fn (arg: self); a pure function of (unit, param). */
+    /* Initial values of elements [first, first + count) of parameter
+     * (unit, param): a zt_param_init_fn (arg: self), a pure function of
+     * (unit, param, element). The engine asks only for what this rank owns. */
     zt_param_init_fn init_param;
     /* Marks units frozen from a list of names ("none" or "": nothing);
      * refuses names it does not know and a list that leaves nothing to train. */

@@ -62,9 +62,8 @@ zt_status zt_gpt_create(zt_gpt *g, const zt_gpt_config *cfg, zt_error *err) {
 
 void zt_gpt_destroy(zt_gpt *g) { zt_decoder_destroy(&g->dec); }
 
-void zt_gpt_init_param(void *arg, int unit, int param, float *dst) {
+void zt_gpt_init_param(void *arg, int unit, int param, size_t first, size_t count, float *dst) {
     const zt_gpt *g = arg;
-    const zt_param_spec *ps = &g->dec.spec->units[unit].params[param];
     int is_block = unit >= g->dec.first_block && unit < g->dec.first_block + g->cfg.layers;
     float fill = 0.0f, stddev = 0.0f;
     if (is_block) {
@@ -80,7 +79,7 @@ void zt_gpt_init_param(void *arg, int unit, int param, float *dst) {
     } else if (unit == g->dec.unit_embed || param == g->p_lm_head) {
         stddev = 0.02f;
     }
-    zt_decoder_init_values(g->cfg.seed, 0x1417u, unit, param, stddev, fill, dst, ps->numel);
+    zt_decoder_init_values(g->cfg.seed, 0x1417u, unit, param, stddev, fill, first, count, dst);
 }
 
 zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act) {

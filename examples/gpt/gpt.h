@@ -56,7 +56,7 @@ extern const zt_decoder_ops gpt_decoder_ops;
 zt_status zt_gpt_create(zt_gpt *gpt, const zt_gpt_config *cfg, zt_error *err);
 void zt_gpt_destroy(zt_gpt *gpt);
 /* Initial parameter values (GPT-2 style), a zt_param_init_fn; arg is the zt_gpt. */
-void zt_gpt_init_param(void *arg, int unit, int param, float *dst);
+void zt_gpt_init_param(void *arg, int unit, int param, size_t first, size_t count, float *dst);
 zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act);
 
 /* What a block keeps under selective recomputation: its GEMM outputs, packed

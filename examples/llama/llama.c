@@ -66,10 +66,9 @@ zt_status zt_llama_create(zt_llama *m, const zt_model_settings *s, zt_error *err
 
 void zt_llama_destroy(zt_llama *m) { zt_decoder_destroy(&m->dec); }
 
-void zt_llama_init_param(void *arg, int unit, int param, float *dst) {
+void zt_llama_init_param(void *arg, int unit, int param, size_t first, size_t count, float *dst) {
     const zt_llama *m = arg;
     const zt_decoder *d = &m->dec;
-    const zt_param_spec *ps = &d->spec->units[unit].params[param];
     int is_block = unit >= d->first_block && unit < d->first_block + m->cfg.layers;
     float fill = 0.0f, stddev = 0.0f;
     if (is_block) {
@@ -85,7 +84,7 @@ void zt_llama_init_param(void *arg, int unit, int param, float *dst) {
     } else {
         stddev = 0.02f; /* the token embedding, an untied head */
     }
-    zt_decoder_init_values(m->cfg.seed, 0x11a3u, unit, param, stddev, fill, dst, ps->numel);
+    zt_decoder_init_values(m->cfg.seed, 0x11a3u, unit, param, stddev, fill, first, count, dst);
 }
 
 zt_llama_block_layout zt_llama_block_layout_for(const zt_model_settings *s, int B, int T, zt_dtype act) {

@@ -67,7 +67,7 @@ zt_status zt_llama_resolve(zt_model_settings *s, zt_error *err);
 zt_status zt_llama_create(zt_llama *m, const zt_model_settings *resolved, zt_error *err);
 void zt_llama_destroy(zt_llama *m);
 /* Initial parameter values, a zt_param_init_fn; arg is the zt_llama. */
-void zt_llama_init_param(void *arg, int unit, int param, float *dst);
+void zt_llama_init_param(void *arg, int unit, int param, size_t first, size_t count, float *dst);
 
 zt_llama_block_layout zt_llama_block_layout_for(const zt_model_settings *s, int B, int T, zt_dtype act);
 zt_llama_head_layout zt_llama_head_layout_for(const zt_model_settings *s, int B, int T, zt_dtype act);

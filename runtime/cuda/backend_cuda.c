@@ -211,7 +211,7 @@ static cudaError_t block_event(void *e) { return cudaEventSynchronize((cudaEvent
 
 static zt_status device_timeout(zt_backend *be, const char *what, zt_error *err) {
     return ZT_FAIL(err, ZT_ERR_TIMEOUT, "collective watchdog: the device's %s did not finish within %g s "
-                   "(--collective-timeout): a collective queued on it may wait for a peer that is gone", what,
+                   "(`collective_timeout`): a collective queued on it may wait for a peer that is gone", what,
                    be->sync_timeout_s);
 }
 
@@ -365,7 +365,7 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
     if (rc != cudaSuccess || count <= 0) {
         (void)cudaGetLastError();
         return ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
-                       "--device cuda: no CUDA device is visible (cudaGetDeviceCount: %s); use --device cpu",
+                       "`device` cuda: no CUDA device is visible (cudaGetDeviceCount: %s); use `device` cpu",
                        rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices");
     }
     zt_backend *be = calloc(1, sizeof *be);

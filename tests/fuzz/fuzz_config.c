@@ -1,4 +1,4 @@
-/* libFuzzer harness for zt-train's configuration reader (examples/train_config.c):
+/* libFuzzer harness for zt-train's configuration reader (train/train_config.c):
  * the --config JSON reader (zt_train_config_parse_json) and the flag parser
  * (zt_train_config_parse), each followed by zt_train_config_validate, and then
  * zt_train_config_print (into /dev/null) and zt_train_config_settings on

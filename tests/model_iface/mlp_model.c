@@ -127,12 +127,13 @@ static zt_model_spec *mlp_spec(void *self) { return ((mlp *)self)->spec; }
 
 /* Matrices N(0, 1/sqrt(fan_in)) so the logits start near unit scale,
  * biases 0; keyed by (seed, unit, param) only, as the engine requires. */
-static void mlp_init_param(void *self, int unit, int param, float *dst) {
+static void mlp_init_param(void *self, int unit, int param, size_t first, size_t count, float *dst) {
     const mlp *m = self;
     const zt_param_spec *ps = &m->spec->units[unit].params[param];
     float stddev = ps->ndim == 2 ? 1.0f / sqrtf((float)ps->shape[1]) : 0.0f;
     zt_rng r = zt_rng_keyed(m->s.seed, 0x3a1fu, (uint64_t)unit, (uint64_t)param);
-    for (size_t i = 0; i < ps->numel; i++) dst[i] = stddev > 0.0f ? stddev * zt_rng_normal(&r) : 0.0f;
+    zt_rng_skip(&r, 2 * (uint64_t)first); /* two draws per normal value */
+    for (size_t i = 0; i < count; i++) dst[i] = stddev > 0.0f ? stddev * zt_rng_normal(&r) : 0.0f;
 }
 
 /* "in", "out", or both, comma-separated; "none" or "": nothing. */

@@ -24,7 +24,7 @@ QBLOCK = 2048
 
 
 def gpt_units(layers=2, C=32, T=32, V=48):
-    """Each unit's parameters as (rows, cols) or (n,) in order (examples/gpt.c)."""
+    """Each unit's parameters as (rows, cols) or (n,) in order (examples/gpt/gpt.c)."""
     block = [(C,), (C,), (3 * C, C), (3 * C,), (C, C), (C,), (C,), (C,), (4 * C, C), (4 * C,), (C, 4 * C), (C,)]
     return [[(V, C), (T, C)]] + [block] * layers + [[(C,), (C,), (V, C)]]
 

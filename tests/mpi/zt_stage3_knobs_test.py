@@ -33,7 +33,7 @@ def gathers(s):
 
 
 def unit_numels(tied):
-    """Embedding, blocks, final norm + head (its lm_head only when untied), as examples/gpt.c declares them."""
+    """Embedding, blocks, final norm + head (its lm_head only when untied), as examples/gpt/gpt.c declares them."""
     return [V * C + T * C] + [12 * C * C + 13 * C] * LAYERS + [2 * C + (0 if tied else V * C)]
 
 

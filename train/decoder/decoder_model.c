@@ -40,7 +40,8 @@ void zt_decoder_model_plan_units(void *self, zt_model_plan *out) {
 }
 
 void zt_decoder_init_values(uint64_t seed, uint32_t family_key, int unit, int param, float stddev, float fill,
-                            float *dst, size_t n) {
+                            size_t first, size_t count, float *dst) {
     zt_rng r = zt_rng_keyed(seed, family_key, (uint64_t)unit, (uint64_t)param);
-    for (size_t i = 0; i < n; i++) dst[i] = stddev > 0.0f ? stddev * zt_rng_normal(&r) : fill;
+    zt_rng_skip(&r, 2 * (uint64_t)first); /* two draws per normal value */
+    for (size_t i = 0; i < count; i++) dst[i] = stddev > 0.0f ? stddev * zt_rng_normal(&r) : fill;
 }
