@@ -13,6 +13,8 @@
 #   3c. per-kernel times at one GPT-2-small block's shapes (kernels_time.md);
 #   3d. the offload tiers: the NVMe swap file against host offload, and the
 #      kept inputs in the host pool against full recomputation, bitwise;
+#   3e. the Llama family: stages 0 and 3 and selective recomputation bitwise,
+#      the GPU's loss curve against the CPU's;
 #   4. a GPT-2-small-sized run (12 layers, d_model 768, 12 heads, seq 1024) at
 #      world size 1: tokens/s, MFU against the measured bf16 GEMM peak, and
 #      per-rank peak memory, on the bf16 kernel table (no unit widened to an
@@ -261,6 +263,31 @@ if timeout 120 $bdir/bench/bench_kernels $kernel_shape > "$out/kernels_time.md" 
 else
   result "per-kernel times" FAIL "$(tail -2 "$out/kernels_time.md" | tr '\n' ' ')"
 fi
+
+stamp "3e. the Llama family on the GPU (RMSNorm, RoPE, SwiGLU, grouped-query attention)"
+# At np=1: stages 0 and 3 bitwise, selective recomputation bitwise against
+# keeping everything, and the GPU's fp32 loss curve against the CPU's
+# within 1% (the kernels round differently: curves, not bits).
+llama_flags="--model llama --kv-heads 2 --steps $steps_stages --quiet"
+for v in "s0:--device cuda --stage 0" "s3:--device cuda --stage 3" "sel:--device cuda --stage 3 --recompute selective" \
+         "cpu:--device cpu --stage 3"; do
+  timeout 120 $zt $llama_flags ${v#*:} --log-dir "$out/llama-${v%%:*}" 2>>"$out/stages.log"
+done
+python3 - "$out" <<'PY' >> "$out/results.md" || fail=1
+import json, sys
+out = sys.argv[1]
+try:
+    r = {k: json.load(open(f"{out}/llama-{k}/summary.json")) for k in ("s0", "s3", "sel", "cpu")}
+except Exception as e:
+    print(f"| llama: stages, recompute, GPU vs CPU | FAIL | {e} |"); sys.exit(1)
+same = all(r[k]["losses"] == r["s0"]["losses"] and r[k]["params_digest"] == r["s0"]["params_digest"]
+           for k in ("s3", "sel"))
+gap = max(abs(a - b) / b for a, b in zip(r["s3"]["losses"], r["cpu"]["losses"]))
+ok = same and gap <= 0.01
+print(f"| llama: stages 0 = 3 = selective recompute (bitwise), GPU vs CPU fp32 | {'PASS' if ok else 'FAIL'} | "
+      f"bitwise {same}; worst relative loss gap {gap:.3%} |")
+sys.exit(0 if ok else 1)
+PY
 
 stamp "4. GPT-2-small timing"
 peak=$($bdir/bench/bench_gemm $gemm_args | awk '/bf16_gemm_tflops/ {print $2}')
