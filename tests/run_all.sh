@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Builds zerotrain four times and runs CTest on each build:
 #   build/       warnings as errors (-Wall -Wextra -Werror), the normal build:
-#                every test
-#   build-asan/  the same under AddressSanitizer + UndefinedBehaviorSanitizer
+#                every test (labels quick and full)
+#   build-asan/  the same under AddressSanitizer + UndefinedBehaviorSanitizer:
+#                the tests labelled quick, plus the full ones labelled asan
 #   build-emu/   the CUDA backend on the CPU emulator (tests/cuda_emu), when
 #                the CUDA toolkit's headers are here: the tests labelled cuda
 #   build-fuzz/  Clang with libFuzzer, ASan and UBSan: the three fuzz
 #                harnesses of tests/fuzz, each for a fixed seed and run count
 #                (label fuzz), two at a time; skipped when clang or its
 #                libFuzzer runtime (libclang-rt-14-dev) is missing
+# The tiers (tests/CMakeLists.txt says more): every test is labelled either
+# quick (every pass that builds it runs it) or full (the normal build's
+# alone: matrices of many runs, convergence, measurements the sanitizers
+# would blur); a full test whose C paths no quick test runs is labelled asan
+# too, and each cmake file says why a test is where it is.
 # Run from the repository root (README: the test command).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,11 +35,10 @@ run_suite build "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-# The sanitizer pass skips the tests labelled "slow" (the longest scenarios,
-# and those whose C paths other tests run too; each cmake file says why),
-# which the first pass ran, and the CUDA backend, which the first pass
-# compiled and no GPU here can run.
-run_suite build-asan "-LE slow" -DCMAKE_BUILD_TYPE=Debug -DZT_SANITIZE=ON -DZT_CUDA=OFF
+# The sanitizer pass: the quick tier and the full tests labelled asan (C paths
+# the quick ones miss); not the CUDA backend, which the first pass compiled
+# and no GPU here can run.
+run_suite build-asan "-L quick|asan" -DCMAKE_BUILD_TYPE=Debug -DZT_SANITIZE=ON -DZT_CUDA=OFF
 unset LSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS
 # The GPU code paths without a GPU: kernels against the CPU, and training
 # under mpirun over emulated NCCL and host staging with stream jitter.
