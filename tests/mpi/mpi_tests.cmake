@@ -16,19 +16,20 @@ function(zt_script_cases script prefix labels timeout)
   endforeach()
 endfunction()
 
-# The engine across world sizes and stages (tests/mpi/zt_mpi_test.py).
+# The engine across world sizes and stages (tests/mpi/zt_mpi_test.py). One
+# set of stage runs per world size serves several checks: at np 2 offload
+# and every recompute policy are compared with it, at np 3 fused attention.
 zt_script_cases(zt_mpi_test.py mpi "mpi" 900
                 np1_equals_single stages_np2 stages_np3 stages_np4 stage3_gathered_bound stage3_gathers_per_pass
-                grad_accum rank_dies data_differs_by_rank offload_stages deferred_copies recompute_stages
-                recompute_cuts_activations planner_matches attention_fused imbalance_jitter trace oom_each_phase
-                resume_bitwise reshard export)
+                grad_accum rank_dies data_differs_by_rank deferred_copies recompute_cuts_activations
+                planner_matches imbalance_jitter trace oom_each_phase resume_bitwise reshard export)
 zt_label(quick mpi_np1_equals_single mpi_stages_np2 mpi_stages_np3 mpi_stage3_gathers_per_pass mpi_grad_accum
-               mpi_rank_dies mpi_offload_stages mpi_recompute_stages mpi_attention_fused mpi_imbalance_jitter
-               mpi_trace mpi_oom_each_phase mpi_resume_bitwise mpi_reshard mpi_export)
+               mpi_rank_dies mpi_imbalance_jitter mpi_trace mpi_oom_each_phase mpi_resume_bitwise mpi_reshard
+               mpi_export)
 # np 4 runs the code np 3 runs (uneven shards are np 3's); --prefetch 0 and
 # 2 change counts in the code every stage-3 run takes; per-rank data is
 # every multi-rank test's; the activations' sizes and the planner are
-# arithmetic over the paths recompute_stages runs.
+# arithmetic over the paths stages_np2 runs.
 zt_label(full mpi_stages_np4 mpi_stage3_gathered_bound mpi_data_differs_by_rank mpi_recompute_cuts_activations
               mpi_planner_matches)
 # The deferred copy streams (ZT_CPU_DEFER_COPIES, 48 runs): ordering, not
@@ -45,8 +46,8 @@ zt_label(quick fail_agree_negative fail_latest fail_keep)
 # fuzz pass's (fuzz_export, fuzz_manifest), both under the sanitizers.
 zt_label(full fail_disagree fail_kill_during_save fail_damage)
 
-# Mixed precision (tests/mpi/zt_precision_test.py): bf16/fp16 stages
-# bitwise, memory against fp32 and the
+# Mixed precision (tests/mpi/zt_precision_test.py): fp16 stages bitwise
+# (bf16's are the mpi_stages_np* tests'), memory against fp32 and the
 # planner, the reduce dtype, loss scaling, the non-finite guard, fp16
 # resume and convergence.
 zt_script_cases(zt_precision_test.py precision "mpi" 900
@@ -61,6 +62,9 @@ if(ZT_CUDA_EMU)
   zt_script_cases(zt_mpi_test.py mpi "mpi;cuda;quick" 900
                   cuda_emu_stages cuda_emu_bf16 cuda_emu_overlap cuda_emu_resume cuda_emu_gpt2_block cuda_emu_oom
                   cuda_emu_attention_fused cuda_emu_nccl_fails cuda_emu_startup_fails_one_rank)
+  # One process at a time and no mpirun: the emulator pass (ctest -j 2) runs
+  # it beside test_cuda_ops, whose emulated kernels take one core.
+  set_tests_properties(mpi_cuda_emu_gpt2_block PROPERTIES RUN_SERIAL FALSE)
 endif()
 
 # The delayed parameter update (tests/mpi/zt_offload_delay_test.py): refused
@@ -143,10 +147,12 @@ endif()
 # activations peak and the host pool against the closed form, zt-plan
 # exact on device, host and link bytes, refusals; on the emulator, bitwise
 # behind real stream events.
-zt_script_cases(zt_offload_activations_test.py offload_activations "mpi" 300 bitwise memory planner refused)
+zt_script_cases(zt_offload_activations_test.py offload_activations "mpi" 300
+                bitwise bitwise_np13 memory planner refused)
 zt_label(quick offload_activations_bitwise offload_activations_refused)
-# Sizes and the planner's arithmetic over the runs bitwise makes.
-zt_label(full offload_activations_memory offload_activations_planner)
+# np 1 and 3 run the code np 2 runs (the kept inputs are per rank, not per
+# shard); sizes and the planner's arithmetic over the runs bitwise makes.
+zt_label(full offload_activations_bitwise_np13 offload_activations_memory offload_activations_planner)
 if(ZT_CUDA_EMU)
   zt_script_cases(zt_offload_activations_test.py offload_activations "mpi;cuda;quick" 300 cuda_emu)
 endif()
