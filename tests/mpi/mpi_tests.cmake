@@ -113,10 +113,13 @@ endif()
 # figures; caching's fragmentation OOM under --seq-len-jitter and a cap;
 # --metrics-file; zt-plan's peak and expected reserved bytes under each mode.
 zt_script_cases(zt_allocator_test.py allocator "mpi" 600 modes fragmentation metrics planner)
-zt_label(quick allocator_modes allocator_metrics)
-# The modes and the metrics file run the allocators' code; the jittered
-# model's searches for a cap and the planner's bands are the normal build's.
-zt_label(full allocator_fragmentation allocator_planner)
+zt_label(quick allocator_metrics)
+# Under the sanitizers the caching and expandable modes' code is
+# test_mem_caching's (random allocation sequences against the invariants)
+# and allocator_metrics' (caching inside training); the modes compared
+# bitwise over 9 runs, the jittered model's searches for a cap and the
+# planner's bands are the normal build's.
+zt_label(full allocator_modes allocator_fragmentation allocator_planner)
 if(ZT_CUDA_EMU) # expandable segments through the driver's VMM calls, on the emulator
   zt_script_cases(zt_allocator_test.py allocator "mpi;cuda;quick" 600 cuda_emu)
 endif()
@@ -176,9 +179,11 @@ endif()
 # reported as skipped with the reason, where namespaces cannot be made.
 zt_script_cases(zt_hosts_test.py hosts "mpi" 300 watchdog sim_hosts hybrid_node link_bytes hpz link_down)
 set_tests_properties(hosts_sim_hosts hosts_hybrid_node hosts_link_bytes hosts_hpz hosts_link_down PROPERTIES SKIP_RETURN_CODE 77)
-zt_label(quick hosts_watchdog hosts_sim_hosts hosts_hybrid_node hosts_link_bytes hosts_hpz)
-# It waits out two timeouts.
-zt_label(full hosts_link_down)
+zt_label(quick hosts_watchdog hosts_sim_hosts)
+# Node groups run the code of hybrid_stages and hybrid_reshard (groups given
+# by size) once hosts_sim_hosts has found the nodes; these compare bytes on
+# the links. hosts_link_down waits out two timeouts.
+zt_label(full hosts_hybrid_node hosts_link_bytes hosts_hpz hosts_link_down)
 if(ZT_CUDA_EMU) # the device half of the watchdog: a stalled peer's NCCL collective on a stream
   zt_script_cases(zt_hosts_test.py hosts "mpi;cuda;quick" 300 watchdog_cuda_emu)
 endif()
