@@ -1,13 +1,15 @@
 # The CUDA kernel table against the CPU one (tests/test_cuda_ops.c). Only in
 # CUDA builds; on a machine without a visible GPU the test exits 77 and ctest
-# reports it as skipped. Included from tests/CMakeLists.txt.
+# reports it as skipped. Included from tests/CMakeLists.txt. Every test here
+# but the kit is quick: the emulator pass runs them all (`-L cuda`), and the
+# sanitizer build has no CUDA backend to build them in.
 if(NOT ZT_HAVE_CUDA)
   return()
 endif()
 add_executable(test_cuda_ops ${CMAKE_CURRENT_LIST_DIR}/test_cuda_ops.c)
 target_link_libraries(test_cuda_ops PRIVATE zt_runtime zt_runtime_cuda ${ZT_CUDART})
 add_test(NAME test_cuda_ops COMMAND test_cuda_ops)
-set_tests_properties(test_cuda_ops PROPERTIES LABELS "unit;cuda" SKIP_RETURN_CODE 77 TIMEOUT 300)
+set_tests_properties(test_cuda_ops PROPERTIES LABELS "unit;cuda;quick" SKIP_RETURN_CODE 77 TIMEOUT 300)
 
 # The CUDA emulator's own test (ZT_CUDA=EMU builds only): a .cu file, run on
 # the emulator through the same translation as the kernels. And the GEMM
@@ -16,22 +18,23 @@ set_tests_properties(test_cuda_ops PROPERTIES LABELS "unit;cuda" SKIP_RETURN_COD
 # and the unfused bias must give the same values.
 if(ZT_CUDA_EMU)
   add_test(NAME test_cuda_ops_lt_refused COMMAND test_cuda_ops matmul,attention)
-  set_tests_properties(test_cuda_ops_lt_refused PROPERTIES LABELS "unit;cuda" TIMEOUT 300
+  set_tests_properties(test_cuda_ops_lt_refused PROPERTIES LABELS "unit;cuda;quick" TIMEOUT 300
                                                            ENVIRONMENT ZT_EMU_LT_REFUSE=1)
   zt_cuda_sources(emulator_test_source ${CMAKE_CURRENT_LIST_DIR}/cuda_emu/test_emulator.cu)
   add_executable(test_cuda_emulator ${emulator_test_source})
   target_link_libraries(test_cuda_emulator PRIVATE zt_cuda_emu)
   add_test(NAME test_cuda_emulator COMMAND test_cuda_emulator)
-  set_tests_properties(test_cuda_emulator PROPERTIES LABELS "unit;cuda" TIMEOUT 120)
+  set_tests_properties(test_cuda_emulator PROPERTIES LABELS "unit;cuda;quick" TIMEOUT 120)
 endif()
 
 # The GPU kit (launch/make_gpu_kit.sh) from this build runs with the system's
 # Open MPI and libraries hidden (tests/kit/test_gpu_kit.sh; skipped unless
 # root with unshare). Real CUDA builds only: the kit packs their programs.
+# Full: it tests packaging (which libraries the kit carries), no C code.
 if(NOT ZT_CUDA_EMU)
   add_test(NAME gpu_kit COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/kit/test_gpu_kit.sh ${CMAKE_BINARY_DIR}
                                      ${CMAKE_CURRENT_BINARY_DIR}/gpu_kit_test)
-  set_tests_properties(gpu_kit PROPERTIES LABELS "slow" SKIP_RETURN_CODE 77 TIMEOUT 300 RUN_SERIAL TRUE)
+  set_tests_properties(gpu_kit PROPERTIES LABELS "full" SKIP_RETURN_CODE 77 TIMEOUT 300 RUN_SERIAL TRUE)
 endif()
 
 # The host-staging communicator's values and its pool of pinned buffers, under
@@ -41,6 +44,6 @@ target_link_libraries(test_staged_pool PRIVATE zt_comm ${ZT_CUDART})
 foreach(zt_np 2 3)
   add_test(NAME mpi_staged_pool_np${zt_np}
            COMMAND ${PROJECT_SOURCE_DIR}/launch/zt-run -np ${zt_np} $<TARGET_FILE:test_staged_pool>)
-  set_tests_properties(mpi_staged_pool_np${zt_np} PROPERTIES LABELS "mpi;cuda" SKIP_RETURN_CODE 77 TIMEOUT 120
+  set_tests_properties(mpi_staged_pool_np${zt_np} PROPERTIES LABELS "mpi;cuda;quick" SKIP_RETURN_CODE 77 TIMEOUT 120
                                                               RUN_SERIAL TRUE)
 endforeach()

@@ -1,114 +1,9 @@
 # Multi-rank tests: real processes under mpirun (np 1..4, including 3).
-foreach(zt_mpi_case np1_equals_single stages_np2 stages_np3 stages_np4 stage3_gathered_bound stage3_gathers_per_pass
-                    grad_accum rank_dies data_differs_by_rank
-                    offload_stages deferred_copies recompute_stages recompute_cuts_activations
-                    planner_matches attention_fused imbalance_jitter trace oom_each_phase
-                    resume_bitwise reshard export)
-  add_test(NAME mpi_${zt_mpi_case}
-           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_mpi_test.py ${zt_mpi_case}
-                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
-  set_tests_properties(mpi_${zt_mpi_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
-endforeach()
-# The deferred copies' ordering is about streams, not memory errors: the
-# first pass's alone (the sanitizer pass is CI's longest).
-set_tests_properties(mpi_deferred_copies PROPERTIES LABELS "mpi;slow")
-# Failure behaviour (docs/failure.md): ranks that disagree, kills during a
-# save, damaged checkpoints and `latest`, checkpoint retention.
-foreach(zt_fail_case disagree agree_negative kill_during_save latest damage keep)
-  add_test(NAME fail_${zt_fail_case}
-           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_failure_test.py ${zt_fail_case}
-                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
-  set_tests_properties(fail_${zt_fail_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
-endforeach()
-# 20 kill trials and 14 MPMD launches: the normal pass runs them; under the
-# sanitizers their code paths are run by fail_damage, fail_latest, fail_keep
-# and fail_agree_negative.
-set_tests_properties(fail_kill_during_save fail_disagree PROPERTIES LABELS "mpi;slow")
-# The longest scenarios (64 runs; a 400-step convergence) run in the normal
-# build only; the sanitizer pass (tests/run_all.sh) excludes label "slow".
-set_tests_properties(mpi_planner_matches PROPERTIES LABELS "mpi;slow")
-
-# Mixed precision (tests/mpi/zt_precision_test.py): bf16/fp16 stages bitwise,
-# memory against fp32 and the planner, the reduce dtype, loss scaling, the
-# non-finite guard, fp16 resume and convergence.
-foreach(zt_prec_case stages memory reduce_dtype planner convergence loss_scale resume)
-  add_test(NAME precision_${zt_prec_case}
-           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_precision_test.py ${zt_prec_case}
-                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
-  set_tests_properties(precision_${zt_prec_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
-endforeach()
-# Three 400-step runs, 26 planner runs, and the 4-layer d_model-256 runs of
-# the memory case (2 min under the sanitizers): the normal build only; the
-# sanitizer pass runs the same code paths in precision_stages and the rest.
-set_tests_properties(precision_convergence precision_planner precision_memory PROPERTIES LABELS "mpi;slow")
-
-# The CUDA backend under mpirun, on the CPU emulator (ZT_CUDA=EMU builds).
-if(ZT_CUDA_EMU)
-  foreach(zt_mpi_case cuda_emu_stages cuda_emu_bf16 cuda_emu_overlap cuda_emu_resume cuda_emu_gpt2_block cuda_emu_oom
-                      cuda_emu_attention_fused cuda_emu_nccl_fails
-                      cuda_emu_startup_fails_one_rank)
-    add_test(NAME mpi_${zt_mpi_case}
-             COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_mpi_test.py ${zt_mpi_case}
-                     $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
-    set_tests_properties(mpi_${zt_mpi_case} PROPERTIES LABELS "mpi;cuda" TIMEOUT 900 RUN_SERIAL TRUE)
-  endforeach()
-endif()
-
-# The delayed parameter update (tests/mpi/zt_offload_delay_test.py): refused
-# without offload, really one step stale, stages bitwise, resume bitwise, the
-# planner's host bytes, convergence on the default model (slow).
-foreach(zt_delay_case refused stale stages resume planner convergence)
-  add_test(NAME offload_delay_${zt_delay_case}
-           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_offload_delay_test.py ${zt_delay_case}
-                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
-  set_tests_properties(offload_delay_${zt_delay_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
-endforeach()
-set_tests_properties(offload_delay_convergence PROPERTIES LABELS "mpi;slow")
-
-# DeepSpeed's stage-3 knobs (tests/mpi/zt_stage3_knobs_test.py): persistent
-# units, the cap on live gathered parameters, the reuse distance and the
-# optimizer's sub-group size; each bitwise equal to the run without it, with
-# zt-plan exact.
-foreach(zt_knob_case persist max_live reuse sub_group)
-  add_test(NAME stage3_knobs_${zt_knob_case}
-           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_stage3_knobs_test.py ${zt_knob_case}
-                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
-  set_tests_properties(stage3_knobs_${zt_knob_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
-endforeach()
-
-# What the optimizer keeps (tests/mpi/zt_optimizer_test.py): SGD with
-# momentum beside AdamW: stages and offload bitwise, optimizer bytes per rank,
-# the planner, resume, convergence (slow); frozen units; zt-plan's largest
-# micro-batch and sequence length under --mem-limit.
-foreach(zt_opt_case stages bytes planner resume convergence freeze max_batch)
-  add_test(NAME optimizer_${zt_opt_case}
-           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_optimizer_test.py ${zt_opt_case}
-                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
-  set_tests_properties(optimizer_${zt_opt_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
-endforeach()
-# optimizer_bytes: 32 runs of byte accounting, the first pass's alone.
-set_tests_properties(optimizer_convergence optimizer_bytes PROPERTIES LABELS "mpi;slow")
-
-# Adafactor and 8-bit Adam (tests/mpi/zt_optimizer_state_test.py): stages,
-# offload and bf16 bitwise; optimizer bytes per rank against a closed form
-# and zt-plan --rank; resume; resharding; convergence.
-foreach(zt_os_case stages stages_more bytes resume reshard convergence)
-  add_test(NAME optimizer_state_${zt_os_case}
-           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_optimizer_state_test.py ${zt_os_case}
-                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
-  set_tests_properties(optimizer_state_${zt_os_case} PROPERTIES LABELS "mpi" TIMEOUT 900 RUN_SERIAL TRUE)
-endforeach()
-# The sanitizer pass runs the code paths (stages with offload, resume);
-# the byte counts (64 runs), bf16 and the delayed update, resharding and
-# the 400 steps are the first pass's.
-set_tests_properties(optimizer_state_bytes optimizer_state_stages_more optimizer_state_reshard
-                     optimizer_state_convergence PROPERTIES LABELS "mpi;slow")
-if(ZT_CUDA_EMU)
-  add_test(NAME optimizer_state_cuda_emu
-           COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/mpi/zt_optimizer_state_test.py cuda_emu
-                   $<TARGET_FILE:zt-train> ${PROJECT_SOURCE_DIR}/launch/zt-run)
-  set_tests_properties(optimizer_state_cuda_emu PROPERTIES LABELS "mpi;cuda" TIMEOUT 900 RUN_SERIAL TRUE)
-endif()
+# Tiers (tests/CMakeLists.txt): under the sanitizers every process start
+# costs seconds, so the quick tier holds the cases that reach a feature's C
+# paths in few runs; the matrices over np, stage and dtype, the planner's and
+# the byte counts' comparisons, convergence and timing are full, with asan
+# where their C paths are their own.
 
 # One CTest test per case of a multi-rank test script, named PREFIX_CASE:
 # run as SCRIPT CASE ZT_TRAIN ZT_RUN (tests/mpi/zt_harness.py), serially.
@@ -121,33 +16,133 @@ function(zt_script_cases script prefix labels timeout)
   endforeach()
 endfunction()
 
+# The engine across world sizes and stages (tests/mpi/zt_mpi_test.py). One
+# set of stage runs per world size serves several checks: at np 2 offload
+# and every recompute policy are compared with it, at np 3 fused attention.
+zt_script_cases(zt_mpi_test.py mpi "mpi" 900
+                np1_equals_single stages_np2 stages_np3 stages_np4 stage3_gathered_bound stage3_gathers_per_pass
+                grad_accum rank_dies data_differs_by_rank deferred_copies recompute_cuts_activations
+                planner_matches imbalance_jitter trace oom_each_phase resume_bitwise reshard export)
+zt_label(quick mpi_np1_equals_single mpi_stages_np2 mpi_stages_np3 mpi_stage3_gathers_per_pass mpi_grad_accum
+               mpi_rank_dies mpi_imbalance_jitter mpi_trace mpi_oom_each_phase mpi_resume_bitwise mpi_reshard
+               mpi_export)
+# np 4 runs the code np 3 runs (uneven shards are np 3's); --prefetch 0 and
+# 2 change counts in the code every stage-3 run takes; per-rank data is
+# every multi-rank test's; the activations' sizes and the planner are
+# arithmetic over the paths stages_np2 runs.
+zt_label(full mpi_stages_np4 mpi_stage3_gathered_bound mpi_data_differs_by_rank mpi_recompute_cuts_activations
+              mpi_planner_matches)
+# The deferred copy streams (ZT_CPU_DEFER_COPIES, 48 runs): ordering, not
+# memory; under the sanitizers offload_activations_bitwise runs them.
+zt_label(full mpi_deferred_copies)
+
+# Failure behaviour (docs/failure.md): ranks that disagree, kills during a
+# save, damaged checkpoints and `latest`, checkpoint retention.
+zt_script_cases(zt_failure_test.py fail "mpi" 900 disagree agree_negative kill_during_save latest damage keep)
+zt_label(quick fail_agree_negative fail_latest fail_keep)
+# 20 kill trials, 16 MPMD launches and 16 damaged checkpoints: the refusal
+# and fallback paths are fail_latest's and fail_agree_negative's, and the
+# checks of damaged rank files and manifests (read.c, manifest.c) are the
+# fuzz pass's (fuzz_export, fuzz_manifest), both under the sanitizers.
+zt_label(full fail_disagree fail_kill_during_save fail_damage)
+
+# Mixed precision (tests/mpi/zt_precision_test.py): fp16 stages bitwise
+# (bf16's are the mpi_stages_np* tests'), memory against fp32 and the
+# planner, the reduce dtype, loss scaling, the non-finite guard, fp16
+# resume and convergence.
+zt_script_cases(zt_precision_test.py precision "mpi" 900
+                stages memory reduce_dtype planner convergence loss_scale resume)
+zt_label(quick precision_stages precision_reduce_dtype precision_loss_scale precision_resume)
+# Three 400-step runs, 26 planner runs, the 4-layer d_model-256 runs of the
+# memory case: precision_stages and the rest run the same code paths.
+zt_label(full precision_convergence precision_planner precision_memory)
+
+# The CUDA backend under mpirun, on the CPU emulator (ZT_CUDA=EMU builds).
+if(ZT_CUDA_EMU)
+  zt_script_cases(zt_mpi_test.py mpi "mpi;cuda;quick" 900
+                  cuda_emu_stages cuda_emu_bf16 cuda_emu_overlap cuda_emu_resume cuda_emu_gpt2_block cuda_emu_oom
+                  cuda_emu_attention_fused cuda_emu_nccl_fails cuda_emu_startup_fails_one_rank)
+  # One process at a time and no mpirun: the emulator pass (ctest -j 2) runs
+  # it beside test_cuda_ops, whose emulated kernels take one core.
+  set_tests_properties(mpi_cuda_emu_gpt2_block PROPERTIES RUN_SERIAL FALSE)
+endif()
+
+# The delayed parameter update (tests/mpi/zt_offload_delay_test.py): refused
+# without offload, really one step stale, stages bitwise, resume bitwise, the
+# planner's host bytes, convergence on the default model.
+zt_script_cases(zt_offload_delay_test.py offload_delay "mpi" 900 refused stale stages resume planner convergence)
+zt_label(quick offload_delay_refused offload_delay_stale offload_delay_resume)
+zt_label(full offload_delay_planner offload_delay_convergence)
+# bf16 under the delay (16-bit params written back a step late) is this
+# case's alone.
+zt_label(full offload_delay_stages)
+zt_label(asan offload_delay_stages)
+
+# DeepSpeed's stage-3 knobs (tests/mpi/zt_stage3_knobs_test.py): persistent
+# units, the cap on live gathered parameters, the reuse distance and the
+# optimizer's sub-group size; each bitwise equal to the run without it, with
+# zt-plan exact. Quick: each knob is its own C path, in 2-5 runs.
+zt_script_cases(zt_stage3_knobs_test.py stage3_knobs "mpi;quick" 900 persist max_live reuse sub_group)
+
+# What the optimizer keeps (tests/mpi/zt_optimizer_test.py): SGD with
+# momentum beside AdamW: stages and offload bitwise, optimizer bytes per rank,
+# the planner, resume, convergence; frozen units; zt-plan's largest
+# micro-batch and sequence length under --mem-limit.
+zt_script_cases(zt_optimizer_test.py optimizer "mpi" 900 stages bytes planner resume convergence freeze max_batch)
+zt_label(quick optimizer_stages optimizer_resume optimizer_freeze)
+# 36 runs of byte accounting, the planner's arithmetic, 400 steps, and
+# zt-plan's search (its --mem-limit refusals are test_accounting's too).
+zt_label(full optimizer_bytes optimizer_planner optimizer_convergence optimizer_max_batch)
+
+# Adafactor and 8-bit Adam (tests/mpi/zt_optimizer_state_test.py): stages,
+# offload and bf16 bitwise; optimizer bytes per rank against a closed form
+# and zt-plan --rank; resume; resharding; convergence.
+zt_script_cases(zt_optimizer_state_test.py optimizer_state "mpi" 900
+                stages stages_more bytes resume reshard convergence)
+zt_label(quick optimizer_state_stages optimizer_state_resume)
+# The sanitizer pass runs the code paths (stages with offload, resume); the
+# byte counts (64 runs), bf16 and the delayed update, resharding and the
+# convergence run are the normal build's.
+zt_label(full optimizer_state_bytes optimizer_state_stages_more optimizer_state_reshard optimizer_state_convergence)
+if(ZT_CUDA_EMU)
+  zt_script_cases(zt_optimizer_state_test.py optimizer_state "mpi;cuda;quick" 900 cuda_emu)
+endif()
+
 # The device allocator's modes (tests/mpi/zt_allocator_test.py): caching
-# and expandable against simple, bitwise and per category; the free-block figures;
-# caching's fragmentation OOM under --seq-len-jitter and a cap; --metrics-file;
-# zt-plan's peak and expected reserved bytes under each mode.
+# and expandable against simple, bitwise and per category; the free-block
+# figures; caching's fragmentation OOM under --seq-len-jitter and a cap;
+# --metrics-file; zt-plan's peak and expected reserved bytes under each mode.
 zt_script_cases(zt_allocator_test.py allocator "mpi" 600 modes fragmentation metrics planner)
-# The sanitizer pass runs the modes and the metrics file; the jittered
-# model's searches for a cap are the first pass's.
-set_tests_properties(allocator_fragmentation allocator_planner PROPERTIES LABELS "mpi;slow")
+zt_label(quick allocator_metrics)
+# Under the sanitizers the caching and expandable modes' code is
+# test_mem_caching's (random allocation sequences against the invariants)
+# and allocator_metrics' (caching inside training); the modes compared
+# bitwise over 9 runs, the jittered model's searches for a cap and the
+# planner's bands are the normal build's.
+zt_label(full allocator_modes allocator_fragmentation allocator_planner)
 if(ZT_CUDA_EMU) # expandable segments through the driver's VMM calls, on the emulator
-  zt_script_cases(zt_allocator_test.py allocator "mpi;cuda" 600 cuda_emu)
+  zt_script_cases(zt_allocator_test.py allocator "mpi;cuda;quick" 600 cuda_emu)
 endif()
 
 # The CPU backend's modelled host-device link (tests/mpi/zt_link_test.py):
 # bandwidth per direction, overlap on the copy streams, zt-plan's transfer
 # bytes and times, refusals; on the emulator, CUDA's refusal.
 zt_script_cases(zt_link_test.py link "mpi" 600 bandwidth overlap planner refused)
+zt_label(quick link_bandwidth link_overlap link_refused)
+zt_label(full link_planner)
+if(ZT_CUDA_EMU)
+  zt_script_cases(zt_link_test.py link "mpi;cuda;quick" 300 cuda_emu)
+endif()
+
 # Parameter offload at stage 3 (tests/mpi/zt_offload_params_test.py):
 # bitwise, bytes on device, host and link against zt-plan, checkpoints,
 # refusals; on the emulator, bitwise with pinned shards.
 zt_script_cases(zt_offload_params_test.py offload_params "mpi" 600 bitwise resume refused)
-# The sanitizer pass runs the link's bandwidth, overlap and refusals and
-# parameter offload's resume and refusals (the same code paths); the
-# planner's comparisons over many runs are the first pass's.
-set_tests_properties(link_planner offload_params_bitwise PROPERTIES LABELS "mpi;slow")
+zt_label(quick offload_params_resume offload_params_refused)
+# The comparisons over np 1-3 and dtypes: resume runs the same shards in.
+zt_label(full offload_params_bitwise)
 if(ZT_CUDA_EMU)
-  zt_script_cases(zt_link_test.py link "mpi;cuda" 300 cuda_emu)
-  zt_script_cases(zt_offload_params_test.py offload_params "mpi;cuda" 600 cuda_emu)
+  zt_script_cases(zt_offload_params_test.py offload_params "mpi;cuda;quick" 600 cuda_emu)
 endif()
 
 # Activation offload (tests/mpi/zt_offload_activations_test.py): bitwise
@@ -155,9 +150,14 @@ endif()
 # activations peak and the host pool against the closed form, zt-plan
 # exact on device, host and link bytes, refusals; on the emulator, bitwise
 # behind real stream events.
-zt_script_cases(zt_offload_activations_test.py offload_activations "mpi" 300 bitwise memory planner refused)
+zt_script_cases(zt_offload_activations_test.py offload_activations "mpi" 300
+                bitwise bitwise_np13 memory planner refused)
+zt_label(quick offload_activations_bitwise offload_activations_refused)
+# np 1 and 3 run the code np 2 runs (the kept inputs are per rank, not per
+# shard); sizes and the planner's arithmetic over the runs bitwise makes.
+zt_label(full offload_activations_bitwise_np13 offload_activations_memory offload_activations_planner)
 if(ZT_CUDA_EMU)
-  zt_script_cases(zt_offload_activations_test.py offload_activations "mpi;cuda" 300 cuda_emu)
+  zt_script_cases(zt_offload_activations_test.py offload_activations "mpi;cuda;quick" 300 cuda_emu)
 endif()
 
 # The NVMe tier (tests/mpi/zt_offload_nvme_test.py): bitwise host offload
@@ -165,12 +165,12 @@ endif()
 # zt-plan, VmHWM, an I/O error that stops every rank, the I/O path in the
 # log, checkpoints, refusals; on the emulator, bitwise over NCCL.
 zt_script_cases(zt_offload_nvme_test.py offload_nvme "mpi" 600 bitwise memory io_error io_paths resume refused)
-# The sanitizer pass runs the error, path, resume and refusal cases (the
-# same stream); the comparisons over many runs and the VmHWM measure (which
-# the sanitizers' own memory would blur) are the first pass's.
-set_tests_properties(offload_nvme_bitwise offload_nvme_memory PROPERTIES LABELS "mpi;slow")
+zt_label(quick offload_nvme_io_error offload_nvme_io_paths offload_nvme_resume offload_nvme_refused)
+# The comparisons over many runs, and the VmHWM measure (which the
+# sanitizers' own memory would blur); the quick cases run the same stream.
+zt_label(full offload_nvme_bitwise offload_nvme_memory)
 if(ZT_CUDA_EMU)
-  zt_script_cases(zt_offload_nvme_test.py offload_nvme "mpi;cuda" 600 cuda_emu)
+  zt_script_cases(zt_offload_nvme_test.py offload_nvme "mpi;cuda;quick" 600 cuda_emu)
 endif()
 
 # Several hosts (tests/mpi/zt_hosts_test.py): the collective watchdog on one
@@ -179,16 +179,20 @@ endif()
 # reported as skipped with the reason, where namespaces cannot be made.
 zt_script_cases(zt_hosts_test.py hosts "mpi" 300 watchdog sim_hosts hybrid_node link_bytes hpz link_down)
 set_tests_properties(hosts_sim_hosts hosts_hybrid_node hosts_link_bytes hosts_hpz hosts_link_down PROPERTIES SKIP_RETURN_CODE 77)
-# The link test waits out two timeouts: the first pass runs it.
-set_tests_properties(hosts_link_down PROPERTIES LABELS "mpi;slow")
+zt_label(quick hosts_watchdog hosts_sim_hosts)
+# Node groups run the code of hybrid_stages and hybrid_reshard (groups given
+# by size) once hosts_sim_hosts has found the nodes; these compare bytes on
+# the links. hosts_link_down waits out two timeouts.
+zt_label(full hosts_hybrid_node hosts_link_bytes hosts_hpz hosts_link_down)
 if(ZT_CUDA_EMU) # the device half of the watchdog: a stalled peer's NCCL collective on a stream
-  zt_script_cases(zt_hosts_test.py hosts "mpi;cuda" 300 watchdog_cuda_emu)
+  zt_script_cases(zt_hosts_test.py hosts "mpi;cuda;quick" 300 watchdog_cuda_emu)
 endif()
 
 # Hybrid sharding on one host (tests/mpi/zt_hybrid_test.py): stages 0-3
 # bitwise at np 4 in groups of 2, the closed form and zt-plan per rank, a
 # hybrid checkpoint resumed without groups, refusals and DeepSpeed's key.
-zt_script_cases(zt_hybrid_test.py hybrid "mpi" 300 stages resume refused reshard)
+# Quick: the replica groups' code is theirs alone.
+zt_script_cases(zt_hybrid_test.py hybrid "mpi;quick" 300 stages resume refused reshard)
 if(ZT_CUDA_EMU) # NCCL groups on the emulator
-  zt_script_cases(zt_hybrid_test.py hybrid "mpi;cuda" 300 cuda_emu)
+  zt_script_cases(zt_hybrid_test.py hybrid "mpi;cuda;quick" 300 cuda_emu)
 endif()

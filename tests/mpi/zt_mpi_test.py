@@ -64,40 +64,63 @@ def closed_form(np, stage, dtype):
 def case_np1_equals_single(ctx):
     """mpirun -np 1 at every stage equals the plain single-process run."""
     d = os.path.join(ctx["work"], "single")
-    subprocess.run([ctx["zt"]] + MODEL + ["--steps", "10", "--log-dir", d], check=True, capture_output=True)
+    subprocess.run([ctx["zt"]] + MODEL + ["--steps", STEPS, "--log-dir", d], check=True, capture_output=True)
     ref = json.load(open(os.path.join(d, "summary.json")))
     for stage in range(4):
-        s = train(ctx, 1, ["--steps", "10", "--stage", str(stage)], f"np1-s{stage}")
+        s = train(ctx, 1, ["--steps", STEPS, "--stage", str(stage)], f"np1-s{stage}")
         assert s["losses"] == ref["losses"], (stage, s["losses"], ref["losses"])
         assert s["params_digest"] == ref["params_digest"], stage
     print("ok: np=1 stages 0-3 == single process, bitwise")
 
 
-def stages_identical(ctx, np):
-    runs = [train(ctx, np, ["--steps", "20", "--stage", str(s)], f"np{np}-s{s}") for s in range(4)]
+# Steps of the runs that compare stages, offload and recompute bitwise: the
+# first step gathers without a recorded order and the rest with one, and the
+# optimizer's state is past its first update by step 3, so 6 steps reach
+# every path a longer run does.
+STEPS = "6"
+
+
+def stages_identical(ctx, np, dtype="fp32"):
+    """Stages 0-3 at np ranks in dtype: bitwise-identical losses and digest,
+    persistent bytes equal to the closed form on every rank. Returns the
+    runs (stage order), which the callers compare other runs against; run
+    stage s is in WORK/np{np}-{dtype}-s{s}."""
+    runs = [train(ctx, np, ["--steps", STEPS, "--stage", str(s), "--dtype", dtype], f"np{np}-{dtype}-s{s}")
+            for s in range(4)]
     for s, r in enumerate(runs):
-        assert r["world_size"] == np and r["stage"] == s
-        assert r["losses"] == runs[0]["losses"], (np, s, r["losses"][:3], runs[0]["losses"][:3])
-        assert r["params_digest"] == runs[0]["params_digest"], (np, s)
-        want = closed_form(np, s, "fp32")
+        assert r["world_size"] == np and r["stage"] == s and r["dtype"] == dtype
+        assert r["losses"] == runs[0]["losses"], (np, dtype, s, r["losses"][:3], runs[0]["losses"][:3])
+        assert r["params_digest"] == runs[0]["params_digest"], (np, dtype, s)
+        want = closed_form(np, s, dtype)
         for rank in r["ranks"]:
             got = {c: rank["peak_by_category"][c] for c in CATS}
-            assert got == want, (np, s, rank["rank"], got, want)
-    print(f"ok: np={np}: stages 0-3 bitwise-identical over 20 steps; persistent bytes == closed form on every rank")
+            assert got == want, (np, dtype, s, rank["rank"], got, want)
+    print(f"ok: np={np} {dtype}: stages 0-3 bitwise-identical over {STEPS} steps; persistent bytes == closed form "
+          "on every rank")
     return runs
 
 
 def case_stages_np2(ctx):
-    stages_identical(ctx, 2)
+    """np=2: the stage runs in fp32 and bf16 (stages_identical), and against
+    those same runs, offload at every stage (offload_matches) and every
+    recompute policy at every stage (recompute_matches)."""
+    base = {dtype: stages_identical(ctx, 2, dtype) for dtype in ("fp32", "bf16")}
+    offload_matches(ctx, base)
+    recompute_matches(ctx, base["fp32"])
 
 
 def case_stages_np3(ctx):
+    """np=3 (uneven shards): the stage runs in fp32 and bf16
+    (stages_identical), and fused attention at every stage against the fp32
+    stage 0 run (fused_matches)."""
     units, _ = padded_units(3)
     assert any(n % 3 for n in units), "the np=3 test needs a unit not divisible by 3"
-    stages_identical(ctx, 3)
+    base = {dtype: stages_identical(ctx, 3, dtype) for dtype in ("fp32", "bf16")}
+    fused_matches(ctx, base["fp32"][0])
 
 
 def case_stages_np4(ctx):
+    stages_identical(ctx, 4, "bf16")
     runs = stages_identical(ctx, 4)
     state = [sum(r["ranks"][0]["peak_by_category"][c] for c in CATS) for r in runs]
     ratio = state[3] / state[0]
@@ -215,20 +238,21 @@ def grad_norms(d):
     return [x["grad_norm"] for x in rank_steps(d)]
 
 
-def case_offload_stages(ctx):
+def offload_matches(ctx, base):
     """--offload cpu at every stage, np=2: the fused CPU Adam runs the same
     arithmetic as the device AdamW, so losses and digest are bitwise equal to
-    the run without offload (fp32 and bf16); the device holds no master or
-    optimizer bytes and the host pool exactly 12 bytes per owned parameter."""
+    the run without offload (base[dtype][stage], fp32 and bf16); the device
+    holds no master or optimizer bytes and the host pool exactly 12 bytes per
+    owned parameter."""
     _, padded = padded_units(2)
     for dtype in ("fp32", "bf16"):
         for stage in range(4):
-            base = train(ctx, 2, ["--steps", "8", "--stage", str(stage), "--dtype", dtype], f"off0-{dtype}-{stage}")
-            off = train(ctx, 2, ["--steps", "8", "--stage", str(stage), "--dtype", dtype, "--offload", "cpu"],
+            off = train(ctx, 2, ["--steps", STEPS, "--stage", str(stage), "--dtype", dtype, "--offload", "cpu"],
                         f"off1-{dtype}-{stage}")
+            base_run = base[dtype][stage]
             assert off["offload"] == "cpu"
-            assert off["losses"] == base["losses"], (dtype, stage, off["losses"][:3], base["losses"][:3])
-            assert off["params_digest"] == base["params_digest"], (dtype, stage)
+            assert off["losses"] == base_run["losses"], (dtype, stage, off["losses"][:3], base_run["losses"][:3])
+            assert off["params_digest"] == base_run["params_digest"], (dtype, stage)
             owned = sum(padded) if stage == 0 else sum(p // 2 for p in padded)
             for rank in off["ranks"]:
                 dev, host = rank["peak_by_category"], rank["host_peak_by_category"]
@@ -264,15 +288,17 @@ def case_deferred_copies(ctx):
 POLICIES = ["none", "full", "selective", "every-2"]
 
 
-def case_recompute_stages(ctx):
-    """--recompute none, full, selective and every-2 at every stage, np=2:
-    replays run the same kernels on the same inputs, so losses, gradient
-    norms and digest are bitwise equal to no recompute, at every stage."""
+def recompute_matches(ctx, base):
+    """--recompute none (the fp32 runs base, np=2), full, selective and
+    every-2 at every stage: replays run the same kernels on the same inputs,
+    so losses, gradient norms and digest are bitwise equal to no recompute
+    at stage 0, at every stage."""
     ref = None
     for stage in range(4):
         for pol in POLICIES:
-            name = f"rc-{pol}-{stage}"
-            r = train(ctx, 2, ["--steps", "6", "--stage", str(stage), "--recompute", pol], name)
+            name = f"np2-fp32-s{stage}" if pol == "none" else f"rc-{pol}-{stage}"
+            r = base[stage] if pol == "none" else train(ctx, 2, ["--steps", STEPS, "--stage", str(stage),
+                                                                 "--recompute", pol], name)
             norms = grad_norms(os.path.join(ctx["work"], name))
             if ref is None:
                 ref = (r["losses"], r["params_digest"], norms)
@@ -306,19 +332,20 @@ def case_recompute_cuts_activations(ctx):
     print("ok: recompute policies ordered and sized as stated; zt-plan exact for each")
 
 
-def case_attention_fused(ctx):
+def fused_matches(ctx, base):
     """--attention fused (lse kept, probabilities recomputed in backward), np=3:
     stages 0-3 bitwise identical; losses within 1e-5 of the materialized
-    attention at every step; each rank's activations peak lower by exactly
-    the probabilities it no longer keeps, L x B x NH x T x (T - 1) floats; and
-    zt-plan's prediction of every category's peak (that one included) is
-    exact in both modes, at every stage."""
+    attention at every step (base: the fp32 stage 0 run); each rank's
+    activations peak lower by exactly the probabilities it no longer keeps,
+    L x B x NH x T x (T - 1) floats; and zt-plan's prediction of every
+    category's peak (that one included) is exact in both modes, at every
+    stage."""
     fused = ["--attention", "fused"]
-    runs = [train(ctx, 3, ["--steps", "6", "--stage", str(st)] + fused, f"fused-{st}") for st in range(4)]
+    runs = [train(ctx, 3, ["--steps", STEPS, "--stage", str(st)] + fused, f"fused-{st}") for st in range(4)]
     for st, r in enumerate(runs):
         assert r["attention"] == "fused", r["attention"]
         assert r["losses"] == runs[0]["losses"] and r["params_digest"] == runs[0]["params_digest"], st
-    base = train(ctx, 3, ["--steps", "6", "--stage", "0"], "materialized-0")
+    assert base["attention"] == "materialized" and base["stage"] == 0, (base["attention"], base["stage"])
     worst = max(abs(a - b) / b for a, b in zip(runs[0]["losses"], base["losses"]))
     assert worst <= 1e-5, (runs[0]["losses"], base["losses"])
     L, B, NH, T = 2, 4, 4, 32  # MODEL
@@ -485,18 +512,19 @@ def case_oom_each_phase(ctx):
 
 
 def case_resume_bitwise(ctx):
-    """20 steps straight == 10 steps, save, resume, 10 more: same losses and
-    digest, at np=2 for stage 1 and stage 3, with and without offload."""
+    """6 steps straight == 4 steps saved every 2 (the second checkpoint
+    replaces `latest`), resume, 2 more: same losses and digest, at np=2 for
+    stage 1 and stage 3, with and without offload."""
     for stage in (1, 3):
         for off in ("none", "cpu"):
             tag = f"s{stage}-{off}"
             flags = ["--stage", str(stage), "--offload", off]
-            a = train(ctx, 2, flags + ["--steps", "20"], f"straight-{tag}")
+            a = train(ctx, 2, flags + ["--steps", "6"], f"straight-{tag}")
             save = os.path.join(ctx["work"], f"ck-{tag}")
-            train(ctx, 2, flags + ["--steps", "10", "--save-every", "5", "--save-dir", save], f"first-{tag}")
-            b = train(ctx, 2, flags + ["--steps", "20", "--resume", save], f"resumed-{tag}")
-            assert b["start_step"] == 10 and len(b["losses"]) == 10, b["start_step"]
-            assert a["losses"][10:] == b["losses"], (tag, a["losses"][10:12], b["losses"][:2])
+            train(ctx, 2, flags + ["--steps", "4", "--save-every", "2", "--save-dir", save], f"first-{tag}")
+            b = train(ctx, 2, flags + ["--steps", "6", "--resume", save], f"resumed-{tag}")
+            assert b["start_step"] == 4 and len(b["losses"]) == 2, b["start_step"]
+            assert a["losses"][4:] == b["losses"], (tag, a["losses"][4:], b["losses"])
             assert a["params_digest"] == b["params_digest"], tag
     print("ok: resume continues bitwise (stage 1 and 3, offload on and off)")
 
@@ -653,6 +681,11 @@ def case_export(ctx):
 # changes the results: bitwise comparisons below catch it.
 
 NCCL_NOT_USED = "NCCL not used"
+# Steps of the emulator's bitwise comparisons: every stream operation waits a
+# random jitter, so a missing event shows in the first steps as in any; the
+# third is the first after a step that prefetched in the recorded order and
+# updated Adam's state twice.
+EMU_STEPS = "3"
 
 
 def train_cuda(ctx, np, extra, name, devices, jitter=0):
@@ -672,12 +705,12 @@ def case_cuda_emu_stages(ctx):
     losses within 1e-4 (relative) of the CPU backend's run (the GPU kernels
     sum in other orders)."""
     for np_ in (1, 2, 3):
-        cpu = train(ctx, np_, ["--steps", "5", "--stage", "0"], f"cpu-np{np_}")
+        cpu = train(ctx, np_, ["--steps", EMU_STEPS, "--stage", "0"], f"cpu-np{np_}")
         # host staging at np=2 (the GPU-sharing case); NCCL at every np
         for devices in ((4, 1) if np_ == 2 else (4,)):
             via = "nccl" if devices >= np_ else "staged"
             names = [f"cu-np{np_}-{via}-s{s}" for s in range(4)]
-            runs = [train_cuda(ctx, np_, ["--steps", "5", "--stage", str(s)], names[s], devices, jitter=200)
+            runs = [train_cuda(ctx, np_, ["--steps", EMU_STEPS, "--stage", str(s)], names[s], devices, jitter=200)
                     for s in range(4)]
             for s, r in enumerate(runs):
                 assert r["device"] == "cuda", r["device"]
@@ -714,7 +747,7 @@ def case_cuda_emu_bf16(ctx):
     label the engine gives a widened unit), and the activations peak that of
     the CPU's bf16 run: half of an fp32 run's but for the fp32 statistics."""
     np_ = 2
-    base = ["--steps", "5", "--dtype", "bf16"]
+    base = ["--steps", EMU_STEPS, "--dtype", "bf16"]
     cpu = train(ctx, np_, base + ["--stage", "0"], "cpu-bf16")
     cpu32 = train(ctx, np_, ["--steps", "1", "--stage", "0"], "cpu-fp32-acts")
     names = [f"cu-bf16-s{s}" for s in range(4)]
@@ -751,7 +784,7 @@ def case_cuda_emu_attention_fused(ctx):
     stages 1 and 3 bitwise identical, losses within 1e-4 (relative) of the
     CPU's fused run, and the same activations peak on every rank (the same
     layout: lse instead of the probabilities)."""
-    fused = ["--steps", "5", "--attention", "fused"]
+    fused = ["--steps", EMU_STEPS, "--attention", "fused"]
     cpu = train(ctx, 2, fused + ["--stage", "1"], "cpu-fused")
     runs = [train_cuda(ctx, 2, fused + ["--stage", str(s)], f"cu-fused-s{s}", 4, jitter=200) for s in (1, 3)]
     assert runs[0]["losses"] == runs[1]["losses"] and runs[0]["params_digest"] == runs[1]["params_digest"]
@@ -772,13 +805,13 @@ def case_cuda_emu_overlap(ctx):
     stays within 2% of fp32 per step."""
     fp32 = None
     for dtype, stage in (("fp32", 3), ("bf16", 1)):
-        base_args = ["--steps", "4", "--stage", str(stage), "--dtype", dtype]
+        base_args = ["--steps", EMU_STEPS, "--stage", str(stage), "--dtype", dtype]
         base = train_cuda(ctx, 3, base_args, f"ov-{dtype}-{stage}", 4, jitter=300)
         for extra in (["--offload", "cpu"], ["--recompute", "full"], ["--overlap-comm", "0"]):
             r = train_cuda(ctx, 3, base_args + extra, f"ov-{dtype}-{stage}-{extra[0][2:]}", 4, jitter=300)
             assert r["losses"] == base["losses"], (dtype, stage, extra, r["losses"], base["losses"])
             assert r["params_digest"] == base["params_digest"], (dtype, stage, extra)
-        acc = ["--steps", "4", "--stage", str(stage), "--dtype", dtype, "--grad-accum", "2"]
+        acc = ["--steps", EMU_STEPS, "--stage", str(stage), "--dtype", dtype, "--grad-accum", "2"]
         a1 = train_cuda(ctx, 3, acc, f"acc-{dtype}-{stage}", 4, jitter=300)
         a2 = train_cuda(ctx, 3, acc + ["--offload", "cpu"], f"acc-off-{dtype}-{stage}", 4, jitter=300)
         assert a1["losses"] == a2["losses"] and a1["params_digest"] == a2["params_digest"], (dtype, stage)
@@ -792,17 +825,17 @@ def case_cuda_emu_overlap(ctx):
 
 
 def case_cuda_emu_resume(ctx):
-    """--device cuda, np=2, stage 3, NCCL, stream jitter: 8 steps straight ==
-    4 steps, checkpoint (device shards copied out), resume, 4 more: the same
+    """--device cuda, np=2, stage 3, NCCL, stream jitter: 6 steps straight ==
+    3 steps, checkpoint (device shards copied out), resume, 3 more: the same
     losses and digest, with and without offload."""
     for off in ("none", "cpu"):
         flags = ["--stage", "3", "--offload", off]
-        a = train_cuda(ctx, 2, flags + ["--steps", "8"], f"cu-straight-{off}", 4, jitter=100)
+        a = train_cuda(ctx, 2, flags + ["--steps", "6"], f"cu-straight-{off}", 4, jitter=100)
         save = os.path.join(ctx["work"], f"cu-ck-{off}")
-        train_cuda(ctx, 2, flags + ["--steps", "4", "--save-every", "4", "--save-dir", save], f"cu-first-{off}", 4,
+        train_cuda(ctx, 2, flags + ["--steps", "3", "--save-every", "3", "--save-dir", save], f"cu-first-{off}", 4,
                    jitter=100)
-        b = train_cuda(ctx, 2, flags + ["--steps", "8", "--resume", save], f"cu-resumed-{off}", 4, jitter=100)
-        assert b["start_step"] == 4 and a["losses"][4:] == b["losses"], (off, a["losses"][4:], b["losses"])
+        b = train_cuda(ctx, 2, flags + ["--steps", "6", "--resume", save], f"cu-resumed-{off}", 4, jitter=100)
+        assert b["start_step"] == 3 and a["losses"][3:] == b["losses"], (off, a["losses"][3:], b["losses"])
         assert a["params_digest"] == b["params_digest"], off
     print("ok: cuda resume continues bitwise (stage 3, offload on and off)")
 

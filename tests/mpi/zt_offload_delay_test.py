@@ -99,8 +99,9 @@ def case_planner(ctx):
 
 
 def case_convergence(ctx):
-    """The default model, 400 steps, np 2: within 0.1 nats of the data's entropy rate."""
-    s = train(ctx, 2, ["--quiet", "--trace", "0"] + DELAY, "conv")
+    """The default model, 300 steps, np 2: within 0.1 nats of the data's
+    entropy rate (0.083 after 200 steps: the stale step slows it)."""
+    s = train(ctx, 2, ["--quiet", "--trace", "0", "--steps", "300"] + DELAY, "conv")
     gap = s["final_loss"] - s["data_entropy"]
     assert gap <= 0.1, (s["final_loss"], s["data_entropy"])
     print(f"ok: final loss {s['final_loss']:.5f}, entropy {s['data_entropy']:.5f}, gap {gap:.4f}")
