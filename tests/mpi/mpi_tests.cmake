@@ -98,12 +98,14 @@ zt_label(full optimizer_bytes optimizer_planner optimizer_convergence optimizer_
 # offload and bf16 bitwise; optimizer bytes per rank against a closed form
 # and zt-plan --rank; resume; resharding; convergence.
 zt_script_cases(zt_optimizer_state_test.py optimizer_state "mpi" 900
-                stages stages_more bytes resume reshard convergence)
+                stages stages_12 stages_more bytes resume reshard convergence)
 zt_label(quick optimizer_state_stages optimizer_state_resume)
-# The sanitizer pass runs the code paths (stages with offload, resume); the
-# byte counts (64 runs), bf16 and the delayed update, resharding and the
-# convergence run are the normal build's.
-zt_label(full optimizer_state_bytes optimizer_state_stages_more optimizer_state_reshard optimizer_state_convergence)
+# The sanitizer pass runs the code paths (stages 0 and 3 with offload,
+# resume); stages 1 and 2 (the state sharded as at stage 3), the byte counts
+# (64 runs), bf16 and the delayed update, resharding and the convergence run
+# are the normal build's.
+zt_label(full optimizer_state_stages_12 optimizer_state_bytes optimizer_state_stages_more optimizer_state_reshard
+              optimizer_state_convergence)
 if(ZT_CUDA_EMU)
   zt_script_cases(zt_optimizer_state_test.py optimizer_state "mpi;cuda;quick" 900 cuda_emu)
 endif()

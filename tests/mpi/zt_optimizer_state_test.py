@@ -76,21 +76,39 @@ def optimizer_bytes(opt, np, stage, rank):
     return total
 
 
-def case_stages(ctx):
+def stages_equal(ctx, stages, offload, tag):
     """np 3, fp32: for each optimizer, losses and params_digest bitwise equal
-    at stages 0-3 and with offload at stages 0 and 3."""
-    digests = set()
+    at the given stages and with offload at the given ones; returns each
+    optimizer's digest."""
+    digests = {}
     for name, flags in OPTIMIZERS.items():
         args = MODEL + flags + ["--steps", "4"]
-        runs = [train(ctx, 3, args + ["--stage", str(s)], f"{name}-s{s}") for s in range(4)]
-        runs += [train(ctx, 3, args + ["--stage", str(s), "--offload", "cpu"], f"{name}-o{s}") for s in (0, 3)]
+        runs = [train(ctx, 3, args + ["--stage", str(s)], f"{name}-s{s}") for s in stages]
+        runs += [train(ctx, 3, args + ["--stage", str(s), "--offload", "cpu"], f"{name}-o{s}") for s in offload]
         for r in runs:
             assert losses(r) == losses(runs[0]) and r["params_digest"] == runs[0]["params_digest"], name
         if name != "adafactor+m":  # its first moment starts at zero, without bias correction: slow at first
             assert losses(runs[0])[-1] < losses(runs[0])[0], (name, losses(runs[0]))
-        digests.add(runs[0]["params_digest"])
-        print(f"ok: {name}: stages 0-3, offload at 0 and 3 bitwise equal ({runs[0]['params_digest']})")
-    assert len(digests) == len(OPTIMIZERS), digests
+        digests[name] = runs[0]["params_digest"]
+        print(f"ok: {name}: stages {stages}, offload at {offload} bitwise equal ({runs[0]['params_digest']}) [{tag}]")
+    assert len(set(digests.values())) == len(OPTIMIZERS), digests
+    return digests
+
+
+def case_stages(ctx):
+    """np 3, fp32: for each optimizer, losses and params_digest bitwise equal
+    at stages 0 and 3 and with offload at stage 3 (the full state, the
+    sharded state, the host pool's shard); stages 1 and 2 and offload at 0
+    are case stages_12's."""
+    stages_equal(ctx, (0, 3), (3,), "stages")
+
+
+def case_stages_12(ctx):
+    """As case stages, at stages 0, 1 and 2 and with offload at stage 0:
+    stages 1 and 2 shard the state as stage 3 does, so under the sanitizers
+    case stages alone runs; together the two cover stages 0-3 and offload at
+    0 and 3, each against stage 0."""
+    stages_equal(ctx, (0, 1, 2), (0,), "stages_12")
 
 
 def case_stages_more(ctx):
@@ -234,7 +252,7 @@ def case_cuda_emu(ctx):
               f"within 1e-4 of the CPU")
 
 
-CASES = {"stages": case_stages, "stages_more": case_stages_more, "bytes": case_bytes, "resume": case_resume, "reshard": case_reshard,
+CASES = {"stages": case_stages, "stages_12": case_stages_12, "stages_more": case_stages_more, "bytes": case_bytes, "resume": case_resume, "reshard": case_reshard,
          "convergence": case_convergence, "cuda_emu": case_cuda_emu}
 
 if __name__ == "__main__":
