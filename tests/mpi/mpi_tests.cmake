@@ -99,7 +99,10 @@ zt_label(full optimizer_bytes optimizer_planner optimizer_convergence optimizer_
 # and zt-plan --rank; resume; resharding; convergence.
 zt_script_cases(zt_optimizer_state_test.py optimizer_state "mpi" 900
                 stages stages_12 stages_more bytes resume reshard convergence)
-zt_label(quick optimizer_state_stages optimizer_state_resume)
+zt_label(quick optimizer_state_stages)
+# Resume's C paths (each optimizer's checkpoint blocks written and read) are
+# optim_conformance's save/load/reshard round trips under the sanitizers.
+zt_label(full optimizer_state_resume)
 # The sanitizer pass runs the code paths (stages 0 and 3 with offload,
 # resume); stages 1 and 2 (the state sharded as at stage 3), the byte counts
 # (64 runs), bf16 and the delayed update, resharding and the convergence run
@@ -130,7 +133,9 @@ endif()
 # bandwidth per direction, overlap on the copy streams, zt-plan's transfer
 # bytes and times, refusals; on the emulator, CUDA's refusal.
 zt_script_cases(zt_link_test.py link "mpi" 600 bandwidth overlap planner refused)
-zt_label(quick link_bandwidth link_overlap link_refused)
+zt_label(quick link_bandwidth link_overlap)
+# Refusals: a few checks before anything is allocated (runtime/backend.c).
+zt_label(full link_refused)
 zt_label(full link_planner)
 if(ZT_CUDA_EMU)
   zt_script_cases(zt_link_test.py link "mpi;cuda;quick" 300 cuda_emu)
@@ -154,7 +159,9 @@ endif()
 # behind real stream events.
 zt_script_cases(zt_offload_activations_test.py offload_activations "mpi" 300
                 bitwise bitwise_np13 memory planner refused)
-zt_label(quick offload_activations_bitwise offload_activations_refused)
+zt_label(quick offload_activations_bitwise)
+# Refusals: option checks in train/train_config.c, before any allocation.
+zt_label(full offload_activations_refused)
 # np 1 and 3 run the code np 2 runs (the kept inputs are per rank, not per
 # shard); sizes and the planner's arithmetic over the runs bitwise makes.
 zt_label(full offload_activations_bitwise_np13 offload_activations_memory offload_activations_planner)
@@ -167,7 +174,9 @@ endif()
 # zt-plan, VmHWM, an I/O error that stops every rank, the I/O path in the
 # log, checkpoints, refusals; on the emulator, bitwise over NCCL.
 zt_script_cases(zt_offload_nvme_test.py offload_nvme "mpi" 600 bitwise memory io_error io_paths resume refused)
-zt_label(quick offload_nvme_io_error offload_nvme_io_paths offload_nvme_resume offload_nvme_refused)
+zt_label(quick offload_nvme_io_error offload_nvme_io_paths offload_nvme_resume)
+# Refusals: the engine's checks at init, before the file exists.
+zt_label(full offload_nvme_refused)
 # The comparisons over many runs, and the VmHWM measure (which the
 # sanitizers' own memory would blur); the quick cases run the same stream.
 zt_label(full offload_nvme_bitwise offload_nvme_memory)
