@@ -13,3 +13,6 @@ foreach(zt_np 1 2 4)
   add_test(NAME optim_hook_np${zt_np} COMMAND ${PROJECT_SOURCE_DIR}/launch/zt-run -np ${zt_np} $<TARGET_FILE:test_optim_hook>)
   set_tests_properties(optim_hook_np${zt_np} PROPERTIES LABELS "quick;mpi" TIMEOUT 300)
 endforeach()
+# More ranks than cores: alone, so that CTest's -j 2 does not stack it on
+# another test.
+set_tests_properties(optim_hook_np4 PROPERTIES RUN_SERIAL TRUE)

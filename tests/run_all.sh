@@ -79,7 +79,9 @@ run_suite() {
   passes[-1]="$dir $b $(( SECONDS - t0 ))"
 }
 
-run_suite build "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Two at a time: the tests that start no mpirun or start few ranks run side by
+# side; every test of many ranks is RUN_SERIAL and runs alone.
+run_suite build "-j $jobs" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # LeakSanitizer stays on; OpenMP's and Open MPI's own one-time allocations are
 # not ours, so leaks inside those libraries are suppressed.
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
@@ -88,7 +90,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # The sanitizer pass: the quick tier and the full tests labelled asan (C paths
 # the quick ones miss); not the CUDA backend, which the first pass compiled
 # and no GPU here can run.
-run_suite build-asan "-L quick|asan" -DCMAKE_BUILD_TYPE=Debug -DZT_SANITIZE=ON -DZT_CUDA=OFF
+run_suite build-asan "-L quick|asan -j $jobs" -DCMAKE_BUILD_TYPE=Debug -DZT_SANITIZE=ON -DZT_CUDA=OFF
 unset LSAN_OPTIONS ASAN_OPTIONS UBSAN_OPTIONS
 # The GPU code paths without a GPU: kernels against the CPU, and training
 # under mpirun over emulated NCCL and host staging with stream jitter.

@@ -148,7 +148,7 @@ def save_points(ctx, np_, args):
 def case_kill_during_save(ctx):
     """kill -9 of one rank at a seeded point of a save (before, between and
     after each file's write, fsync and rename, each directory rename and
-    removal), 20 trials, half of them re-saving a step that exists: the job
+    removal), 12 trials, half of them re-saving a step that exists: the job
     ends, and resuming from the directory continues bitwise to the digest of
     an uninterrupted run."""
     w, np_ = ctx["work"], 2
@@ -166,7 +166,7 @@ def case_kill_during_save(ctx):
     assert any("set aside" in p for p in kinds["resave"][0]), kinds["resave"][0]
     rng = random.Random(25)
     seen = set()
-    for trial in range(20):
+    for trial in range(12):
         kind = "fresh" if trial % 2 == 0 else "resave"
         rank = rng.randrange(np_)
         k = rng.randrange(len(kinds[kind][rank]))
@@ -184,7 +184,7 @@ def case_kill_during_save(ctx):
         seen.add(kinds[kind][rank][k])
         print(f"ok: trial {trial}: {kind}, rank {rank} killed at '{kinds[kind][rank][k]}'; resumed from step "
               f"{got['start_step']}, digest equal")
-    print(f"ok: 20 kills at {len(seen)} distinct save points: every checkpoint directory resumed bitwise")
+    print(f"ok: 12 kills at {len(seen)} distinct save points: every checkpoint directory resumed bitwise")
 
 
 def case_latest(ctx):
