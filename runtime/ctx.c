@@ -1,5 +1,7 @@
 #include "zt_ctx.h"
 
+#include "blas_warm_up.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,15 @@ zt_status zt_ctx_init_on(zt_ctx *ctx, zt_device device, int cuda_device, int nth
     ctx->rank = rank;
     ctx->world_size = world_size;
     zt_log_init(&ctx->log, rank, world_size, quiet);
+    zt_proc_mem_init(&ctx->proc);
     ZT_TRY(zt_backend_create_on(device, nthreads, cuda_device, &ctx->be, &ctx->err));
+    /* BLAS maps its buffers at its first call: made here, under a watch,
+     * they are named lib_blas in the whole bill. */
+    if (device == ZT_DEVICE_CPU) {
+        ZT_TRY(zt_proc_watch_begin(&ctx->proc, &ctx->err));
+        zt_cpu_blas_warm_up();
+        ZT_TRY(zt_proc_watch_end(&ctx->proc, ZT_PART_LIB_BLAS, &ctx->err));
+    }
     zt_mem_init(&ctx->device_mem, "device", ctx->be->raw_device, device_limit);
     zt_raw_allocator host = ctx->be->raw_host.alloc ? ctx->be->raw_host : zt_raw_allocator_host_locked(&ctx->host_lock);
     zt_mem_init(&ctx->host_mem, "host", host, 0);
@@ -41,12 +51,20 @@ void zt_ctx_capture_oom_report(zt_ctx *ctx) {
     FILE *f = open_memstream(&ctx->oom_report, &len);
     if (!f) return;
     zt_mem_report(&ctx->device_mem, f, 10);
+    /* The whole bill at the failure: what the process holds besides the
+     * allocator's blocks (a GPU's device blocks are not its pages). */
+    zt_proc_sample s;
+    zt_error err = {0};
+    const zt_mem *device = ctx->be->device == ZT_DEVICE_CPU ? &ctx->device_mem : NULL;
+    if (zt_proc_sample_take(&ctx->proc, device, &ctx->host_mem, &s, &err) == ZT_OK) zt_proc_sample_print(f, &s);
+    else fprintf(f, "process: not measured (%s)\n", err.msg);
     fclose(f);
 }
 
 void zt_ctx_destroy(zt_ctx *ctx) {
     free(ctx->oom_report);
     ctx->oom_report = NULL;
+    zt_proc_mem_destroy(&ctx->proc);
     if (ctx->be) {
         zt_stream_destroy(ctx->be, &ctx->h2d);
         zt_stream_destroy(ctx->be, &ctx->d2h);

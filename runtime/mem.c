@@ -301,12 +301,18 @@ zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *lab
     m->window_reserved_peak = max_sz(m->window_reserved_peak, m->reserved.current);
     m->window_phase_peak[m->phase] = max_sz(m->window_phase_peak[m->phase], m->allocated.current);
     *out = b;
+    if (m->peak_watch_bytes && !m->peak_watch_state && m->allocated.current >= m->peak_watch_bytes)
+        m->peak_watch_state = 1;
     if (m->observer) m->observer(m->observer_arg, m, cat);
     return ZT_OK;
 }
 
 void zt_mem_free(zt_mem *m, zt_block *b) {
     if (!b) return;
+    if (m->peak_watch_state == 1) {
+        m->peak_watch_state = 2;
+        if (m->on_peak) m->on_peak(m->moments_arg, m);
+    }
     zt_mem_list_remove(&m->live, b);
     m->by_category[b->category].current -= b->requested_bytes;
     m->allocated.current -= b->requested_bytes;
@@ -319,6 +325,7 @@ void zt_mem_free(zt_mem *m, zt_block *b) {
 }
 
 void zt_mem_set_phase(zt_mem *m, zt_phase p) {
+    if (p != m->phase && m->on_phase_end) m->on_phase_end(m->moments_arg, m, m->phase);
     m->phase = p;
     /* Memory already held when a phase starts counts toward that phase's peak. */
     m->phase_peak[p] = max_sz(m->phase_peak[p], m->allocated.current);
@@ -331,6 +338,7 @@ void zt_mem_window_reset(zt_mem *m) {
     m->window_reserved_peak = m->reserved.current;
     for (int p = 0; p < ZT_NUM_PHASES; p++) m->window_phase_peak[p] = 0;
     m->window_phase_peak[m->phase] = m->allocated.current;
+    m->peak_watch_state = 0;
 }
 
 /* Free blocks by size, in powers of two: what a request larger than the

@@ -8,6 +8,7 @@
 #include "zt_error.h"
 #include "zt_log.h"
 #include "zt_mem.h"
+#include "zt_proc_mem.h"
 #include "zt_trace.h"
 
 typedef struct {
@@ -28,6 +29,9 @@ typedef struct {
     /* The device memory report taken at the moment an allocation failed
      * (before cleanup frees everything); owned, NULL when none. */
     char *oom_report;
+    /* What the whole-bill sampler knows of this process's libraries (the
+     * pages their initialisation made, zt_proc_mem.h). */
+    zt_proc_mem proc;
 } zt_ctx;
 
 /* Captures zt_mem_report of the device space into ctx->oom_report. */

@@ -169,6 +169,17 @@ typedef struct zt_mem {
     /* Called after every allocation and free (the timeline hooks in here). */
     void (*observer)(void *arg, const struct zt_mem *m, zt_category changed);
     void *observer_arg;
+
+    /* The moments the whole-bill sampler (zt_proc_mem.h) samples at:
+     * on_phase_end when the phase changes, with the phase that ended;
+     * on_peak once per window, just before the first free after allocated
+     * has reached peak_watch_bytes (0: off), when the blocks of the peak
+     * have been written. */
+    void (*on_phase_end)(void *arg, const struct zt_mem *m, zt_phase ended);
+    void (*on_peak)(void *arg, const struct zt_mem *m);
+    void *moments_arg;
+    size_t peak_watch_bytes;
+    int peak_watch_state; /* 0: waiting, 1: reached, 2: sampled (this window) */
 } zt_mem;
 
 void zt_mem_init(zt_mem *m, const char *space_name, zt_raw_allocator raw, size_t limit_bytes);

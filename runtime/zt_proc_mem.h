@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "zt_error.h"
 #include "zt_mem.h"
@@ -45,7 +46,7 @@ typedef struct {
     long long unexplained_bytes;   /* os_bytes - the measured parts (may be negative) */
     size_t allocator_reserved_not_resident; /* reserved bytes of both spaces with no resident page */
     size_t vm_rss, vm_hwm;         /* /proc/self/status, read in the same pass */
-    int step;                      /* when it was taken (-1: init) */
+    int step;                      /* the step it was taken in, 1-based (0: before the first; -1: not said) */
     zt_phase phase;
 } zt_proc_sample;
 
@@ -55,31 +56,47 @@ typedef struct {
     zt_proc_part part;
 } zt_proc_range;
 
+#define ZT_PROC_MAX_STACKS 256
+
 /* The sampler's state (one per process, in zt_ctx or the caller's frame
  * before the context exists). */
 typedef struct {
-    zt_proc_range *ranges; /* [nranges] */
+    zt_proc_range *ranges; /* [nranges]: what the watches found */
     int nranges, ranges_cap;
-    /* The anonymous pages resident when the open watch began: sorted page
-     * addresses, [nbefore]. */
+    /* Thread stacks found so far (a thread busy when sampled keeps its
+     * stack from before), [nstacks]. */
+    zt_proc_range stacks[ZT_PROC_MAX_STACKS];
+    int nstacks;
+    /* When the open watch began: the anonymous pages resident (sorted page
+     * addresses, [nbefore]) and the anonymous mappings ([nbefore_maps]). */
     uintptr_t *before;
     size_t nbefore;
+    zt_proc_range *before_maps;
+    size_t nbefore_maps;
     int watching;
 } zt_proc_mem;
 
 void zt_proc_mem_init(zt_proc_mem *pm);
 void zt_proc_mem_destroy(zt_proc_mem *pm);
-/* Records which anonymous pages are resident now ... */
+/* Records which anonymous mappings exist and which of their pages are
+ * resident now ... */
 zt_status zt_proc_watch_begin(zt_proc_mem *pm, zt_error *err);
-/* ... and gives the anonymous pages that became resident since to `part`. */
+/* ... and gives to `part` the anonymous mappings made since (whole: a
+ * library's buffer is touched later) and the pages of older ones that
+ * became resident since. malloc's heaps are never given: what malloc
+ * holds is the heap part's. */
 zt_status zt_proc_watch_end(zt_proc_mem *pm, zt_proc_part part, zt_error *err);
-/* Moves another sampler's evidence into pm (the one kept before the
+/* Adds another sampler's evidence to pm's (the one kept before the
  * context existed); src is left empty. */
-void zt_proc_mem_adopt(zt_proc_mem *pm, zt_proc_mem *src);
+zt_status zt_proc_mem_adopt(zt_proc_mem *pm, zt_proc_mem *src, zt_error *err);
 
 /* One pass over /proc/self/smaps and /proc/self/status: the bill now.
  * device and host may be NULL (their parts are then not measured). */
-zt_status zt_proc_sample_take(const zt_proc_mem *pm, const zt_mem *device, const zt_mem *host, zt_proc_sample *out,
+/* A few lines for a person: the total, the allocators' parts and the
+ * reserved bytes not resident, every other measured part, unexplained. */
+void zt_proc_sample_print(FILE *f, const zt_proc_sample *s);
+
+zt_status zt_proc_sample_take(zt_proc_mem *pm, const zt_mem *device, const zt_mem *host, zt_proc_sample *out,
                               zt_error *err);
 
 #endif

@@ -26,3 +26,11 @@ add_executable(test_schedule ${CMAKE_CURRENT_SOURCE_DIR}/test_schedule.c)
 target_link_libraries(test_schedule PRIVATE zt_shard)
 add_test(NAME test_schedule COMMAND test_schedule)
 set_tests_properties(test_schedule PROPERTIES LABELS "unit;quick" TIMEOUT 60)
+
+# The whole-bill sampler (runtime/zt_proc_mem.h) on the test's own process:
+# parts that add up, allocator pages live and cached, a watch's mapping,
+# a waiting thread's stack. Quick: well under a second.
+add_executable(test_proc_mem ${CMAKE_CURRENT_SOURCE_DIR}/test_proc_mem.c)
+target_link_libraries(test_proc_mem PRIVATE zt_runtime pthread)
+add_test(NAME test_proc_mem COMMAND test_proc_mem)
+set_tests_properties(test_proc_mem PROPERTIES LABELS "unit;quick" TIMEOUT 60)

@@ -15,6 +15,20 @@ static void metric(FILE *f, const char *name, const char *type, const char *help
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s{rank=\"%d\"} %.17g\n", name, help, name, type, name, rank, value);
 }
 
+/* The whole bill: the OS's total and each measured part. */
+static void write_process(FILE *f, int rank, const zt_proc_sample *s) {
+    metric(f, "zt_process_os_bytes", "gauge", "Resident bytes of this rank's process (Rss over smaps).", rank,
+           (double)s->os_bytes);
+    fprintf(f, "# HELP zt_process_part_bytes Resident bytes per part of the whole bill (docs/memory.md).\n"
+               "# TYPE zt_process_part_bytes gauge\n");
+    for (int p = 0; p < ZT_NUM_PARTS; p++)
+        if (s->measured & (1u << p))
+            fprintf(f, "zt_process_part_bytes{rank=\"%d\",part=\"%s\"} %zu\n", rank,
+                    zt_proc_part_name((zt_proc_part)p), s->parts[p]);
+    metric(f, "zt_process_unexplained_bytes", "gauge", "Resident bytes no evidence names.", rank,
+           (double)s->unexplained_bytes);
+}
+
 static void write_all(FILE *f, int rank, const zt_mem *dev, const zt_mem *host, const zt_metrics_values *v) {
     zt_free_stats fs = zt_mem_free_stats(dev);
     double reserved = (double)dev->reserved.current, allocated = (double)dev->allocated.current;
@@ -41,6 +55,7 @@ static void write_all(FILE *f, int rank, const zt_mem *dev, const zt_mem *host, 
     metric(f, "zt_tokens_per_second", "gauge", "Tokens per second of the last step, over all ranks.", rank,
            v->tokens_per_s);
     if (v->step >= 0) metric(f, "zt_step", "gauge", "Optimizer steps done.", rank, v->step);
+    if (v->process) write_process(f, rank, v->process);
 }
 
 zt_status zt_metrics_write(const char *path, int rank, const zt_mem *device, const zt_mem *host,

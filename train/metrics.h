@@ -8,12 +8,14 @@
 
 #include "zt_error.h"
 #include "zt_mem.h"
+#include "zt_proc_mem.h"
 
 typedef struct {
     int step;                    /* steps done (-1: not known, as at an OOM) */
     double tokens_per_s;
     double h2d_bytes, d2h_bytes; /* offload transfers since the start */
     int oom_events;              /* 1 when the rank ran out of memory */
+    const zt_proc_sample *process; /* the step's whole bill (NULL: none taken) */
 } zt_metrics_values;
 
 /* Rank r's file: PATH with ".rank<r>" before its extension (zt.prom ->

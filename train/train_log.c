@@ -147,9 +147,12 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
                                 json_integer((json_int_t)s->rank_host_cat_peak[(size_t)r * ZT_NUM_CATEGORIES + cc]));
         json_object_set_new(rj, "host_peak_by_category", hcats);
         json_object_set_new(rj, "os_peak_bytes", json_integer((json_int_t)s->rank_os_peak[r]));
+        json_t *proc = s->rank_process ? json_array_get(s->rank_process, (size_t)r) : NULL;
+        if (proc && !json_is_null(proc)) json_object_set(rj, "process", proc);
         json_array_append_new(ranks, rj);
     }
     json_object_set_new(o, "ranks", ranks);
+    json_object_set_new(o, "process_sampling_overhead", json_real(s->process_sampling_overhead));
     zt_imbalance im = zt_imbalance_compute(s->rank_peak, s->rank_cat_peak, s->world_size);
     json_t *imj = json_object();
     json_object_set_new(imj, "peak_max_over_mean", json_real(im.peak_max_over_mean));

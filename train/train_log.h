@@ -44,6 +44,8 @@ typedef struct {
     const char *rank_host;
     int nnodes;
     json_t *model; /* the family and its hyperparameters (zt_train_model.describe) */
+    json_t *rank_process; /* [world_size]: each rank's whole bill (proc_bill.h), or null */
+    double process_sampling_overhead; /* this rank's sampling time over its run's */
 } zt_summary;
 
 /* Writes DIR/summary.json (via a temporary file and a rename). */

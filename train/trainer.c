@@ -10,6 +10,7 @@
 
 #include "data.h"
 #include "metrics.h"
+#include "proc_bill.h"
 #include "train_log.h"
 #include "zt_checkpoint.h"
 #include "zt_imbalance.h"
@@ -142,11 +143,12 @@ enum {
     ROW_NODE,        /* zt_comm's node index and local rank */
     ROW_LOCAL_RANK,
     ROW_HOST_CAT,
-    RANK_ROW = ROW_HOST_CAT + ZT_NUM_CATEGORIES
+    ROW_PROCESS = ROW_HOST_CAT + ZT_NUM_CATEGORIES, /* the whole bill's sample (zt_proc_sample_pack) */
+    RANK_ROW = ROW_PROCESS + ZT_PROC_ROW
 };
 
 /* Every rank's row goes to every rank: table[N][RANK_ROW]. */
-static zt_status gather_rank_rows(zt_ctx *ctx, zt_comm *comm, size_t *table) {
+static zt_status gather_rank_rows(zt_ctx *ctx, const zt_bill *bill, zt_comm *comm, size_t *table) {
     int N = comm->world_size;
     size_t row[RANK_ROW];
     zt_os_mem os = {0};
@@ -162,6 +164,7 @@ static zt_status gather_rank_rows(zt_ctx *ctx, zt_comm *comm, size_t *table) {
     zt_backend_driver_mem(ctx->be, &row[ROW_DRIVER_USED], &driver_total);
     row[ROW_NODE] = (size_t)comm->node;
     row[ROW_LOCAL_RANK] = (size_t)comm->local_rank;
+    zt_proc_sample_pack(&bill->run_best, bill->have_run, row + ROW_PROCESS);
     unsigned long long *col = calloc((size_t)N, sizeof *col);
     if (!col) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate");
     zt_status st = ZT_OK;
@@ -189,6 +192,17 @@ static void print_node_lines(int N, const size_t *table, const size_t *peaks) {
         printf("node %zu: %zu rank(s), peak max %.3f MiB, mean %.3f MiB\n", n, count, (double)most / 1048576.0,
                count ? (double)sum / (double)count / 1048576.0 : 0.0);
     }
+}
+
+/* The whole bill of every rank (its sample with the most os_bytes). */
+static void print_process_table(int N, const size_t *table) {
+    zt_proc_sample *samples = calloc((size_t)N, sizeof *samples);
+    int *have = calloc((size_t)N, sizeof *have);
+    for (int r = 0; samples && have && r < N; r++)
+        have[r] = zt_proc_sample_unpack(table + (size_t)r * RANK_ROW + ROW_PROCESS, &samples[r]);
+    if (samples && have) zt_proc_print_table(stdout, N, samples, have);
+    free(samples);
+    free(have);
 }
 
 /* Rank 0 prints rank x category peaks (MiB) and what drives the imbalance. */
@@ -224,6 +238,7 @@ static void print_rank_table(const zt_ctx *ctx, int N, const size_t *table, cons
     if (driver)
         printf("driver used: cudaMemGetInfo's total - free on the rank's GPU, including the CUDA context, library "
                "workspaces and every process sharing that GPU\n");
+    print_process_table(N, table);
     fflush(stdout);
     free(peaks);
     free(cats);
@@ -243,6 +258,7 @@ typedef struct {
     double tokens_time; /* seconds and tokens of the steps after the first */
     long tokens_counted;
     int crowded;        /* the last step ended fragmented near the cap (warned once per onset) */
+    zt_bill bill;       /* the whole bill's samples (proc_bill.h) */
 } run_state;
 
 /* One step: what was counted before it, and what it measured. */
@@ -551,7 +567,9 @@ static zt_status train_step(run_state *r, step_record *s) {
     model_step g = {r, s->T};
     zt_step_model model = {&g, model_forward, model_backward, model_take_losses};
     zt_step_options opt = {c->grad_accum, s->lr, c->max_skipped_steps, exit_hook, r};
+    zt_bill_step_begin(&r->bill, s->step);
     ZT_TRY(zt_train_step(&t->eng, &model, &opt, s->step, &s->r));
+    zt_bill_step_end(&r->bill);
     zt_backend_driver_mem(r->ctx->be, &s->driver_used, &s->driver_total); /* once per step */
     t->losses[s->step - r->start] = s->r.loss;
     t->step_times[s->step - r->start] = s->r.time_s;
@@ -645,6 +663,8 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
         json_object_set_new(o, "offload", offload_json(ctx, t, s));
     if (strcmp(r->c->offload, "nvme") == 0) json_object_set_new(o, "nvme", nvme_json(t, s));
     if (ctx->be->link) json_object_set_new(o, "link", zt_link_step_json(ctx->be->link, &s->link_before));
+    const zt_proc_sample *bill = zt_bill_step_sample(&r->bill);
+    if (bill) json_object_set_new(o, "process", zt_proc_sample_json(bill));
     char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
     json_decref(o);
     if (line) {
@@ -656,7 +676,7 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
 /* --metrics-file after a step. */
 static zt_status write_metrics(const run_state *r, const step_record *s, double tps) {
     zt_transfer_stats x = all_transfers(r->t);
-    zt_metrics_values v = {s->step + 1, tps, x.h2d_bytes, x.d2h_bytes, 0};
+    zt_metrics_values v = {s->step + 1, tps, x.h2d_bytes, x.d2h_bytes, 0, zt_bill_latest(&r->bill)};
     return zt_metrics_write(r->c->metrics_file, r->ctx->rank, &r->ctx->device_mem, &r->ctx->host_mem, &v,
                             &r->ctx->err);
 }
@@ -715,7 +735,7 @@ static zt_status after_step(run_state *r, const step_record *s) {
     if (c->report_every > 0 && done % c->report_every == 0 && done < c->steps) {
         size_t *rows = calloc((size_t)comm->world_size * RANK_ROW, sizeof *rows);
         if (!rows) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
-        zt_status rs = gather_rank_rows(ctx, comm, rows);
+        zt_status rs = gather_rank_rows(ctx, &r->bill, comm, rows);
         char when[32];
         snprintf(when, sizeof when, "after step %d", done);
         if (rs == ZT_OK && !c->quiet) print_rank_table(ctx, comm->world_size, rows, when);
@@ -778,11 +798,18 @@ static zt_status write_summary(const run_state *r, const size_t *table, const ch
         node[k] = (int)table[(size_t)k * RANK_ROW + ROW_NODE];
         local[k] = (int)table[(size_t)k * RANK_ROW + ROW_LOCAL_RANK];
     }
+    json_t *process = json_array(); /* [N]: each rank's whole bill, or null */
+    for (int k = 0; k < N; k++) {
+        zt_proc_sample ps;
+        int have = zt_proc_sample_unpack(table + (size_t)k * RANK_ROW + ROW_PROCESS, &ps);
+        json_array_append_new(process, have ? zt_proc_sample_json(&ps) : json_null());
+    }
     const zt_train_config *c = r->c;
     zt_summary s = {c,      N,    r->t->family->spec(r->t->model)->total_numel, c->steps, r->start, r->t->losses,
                     r->floor, tps, median, digest, peak, cat, host, osp, hcat, node, local, hosts, r->comm->nnodes,
-                    json_object_get(r->t->run_info, "model")};
+                    json_object_get(r->t->run_info, "model"), process, zt_bill_overhead(&r->bill)};
     zt_status st = zt_summary_write(&s, c->log_dir, &r->ctx->err);
+    json_decref(process);
     free(cols);
     free(node);
     return st;
@@ -825,7 +852,7 @@ static zt_status finish(run_state *r) {
     size_t *table = calloc((size_t)N * RANK_ROW, sizeof *table);
     if (!table) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
     char *hosts = calloc((size_t)N, ZT_HOST_NAME); /* [N][ZT_HOST_NAME]: every rank's host */
-    zt_status st = hosts ? gather_rank_rows(ctx, r->comm, table)
+    zt_status st = hosts ? gather_rank_rows(ctx, &r->bill, r->comm, table)
                          : ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the host names");
     if (st == ZT_OK) {
         memcpy(hosts + (size_t)ctx->rank * ZT_HOST_NAME, r->comm->host, ZT_HOST_NAME);
@@ -846,6 +873,7 @@ static zt_status run(const zt_train_config *c, const zt_train_hooks *test, zt_ct
     ZT_TRY(open_data(&r));
     ZT_TRY(create_model(&r));
     ZT_TRY(open_outputs(&r));
+    zt_bill_start(&r.bill, ctx);
     for (int step = r.start; step < c->steps; step++) {
         step_record s;
         memset(&s, 0, sizeof s);
@@ -866,9 +894,13 @@ zt_status zt_train_run(const zt_train_config *c, const zt_train_model *family, c
      * memory now would wait for the collective that never ends. */
     if (st == ZT_ERR_TIMEOUT) return st;
     if (st == ZT_ERR_OOM) zt_ctx_capture_oom_report(ctx); /* before cleanup frees the evidence */
-    /* The timeline lives in t: unhook it before anything else is freed. */
+    /* The timeline lives in t, the whole bill's sampler in run's frame:
+     * unhook both before anything else is freed. */
     ctx->trace = comm->trace = NULL;
     ctx->device_mem.observer = ctx->host_mem.observer = NULL;
+    ctx->device_mem.on_phase_end = NULL;
+    ctx->device_mem.on_peak = NULL;
+    ctx->device_mem.peak_watch_bytes = 0;
     trainer_free(&t);
     return st;
 }

@@ -45,6 +45,7 @@ typedef struct {
     int rank, world;
     MPI_Comm ctrl;        /* the agreements' own communicator */
     double alone_after_s; /* FAIL_ALONE_AFTER_S */
+    zt_proc_mem startup;  /* the pages MPI's initialisation made (zt_proc_mem.h), until the context takes them */
 } job;
 
 static int exit_code_for(zt_status st) {
@@ -126,6 +127,7 @@ static void abort_on_timeout(const job *j, zt_status st, const zt_error *err, zt
 }
 
 static int finish(job *j, int code) {
+    zt_proc_mem_destroy(&j->startup);
     MPI_Comm_free(&j->ctrl);
     MPI_Finalize();
     return code;
@@ -138,7 +140,7 @@ static void report_oom(const zt_ctx *ctx, const zt_train_config *cfg) {
     fprintf(stderr, "[rank %d] out-of-memory report:\n%s", ctx->rank, report);
     fflush(stderr);
     zt_error ignore_metrics = {0};
-    zt_metrics_values oom = {-1, 0.0, 0.0, 0.0, 1}; /* the scraper sees the stop */
+    zt_metrics_values oom = {-1, 0.0, 0.0, 0.0, 1, NULL}; /* the scraper sees the stop */
     if (cfg->metrics_file[0])
         (void)zt_metrics_write(cfg->metrics_file, ctx->rank, &ctx->device_mem, &ctx->host_mem, &oom, &ignore_metrics);
     if (!cfg->log_dir[0]) return;
@@ -345,18 +347,25 @@ static int threads_for(const zt_train_config *cfg, const zt_comm *comm) {
     return cores > comm->local_size ? (int)(cores / comm->local_size) : 1;
 }
 
-/* Communicator, then context; both settled by every rank. 0: started. */
-static int start(const job *j, const zt_train_config *cfg, zt_comm *comm, zt_ctx *ctx) {
+/* Communicator, then context; both settled by every rank. 0: started.
+ * startup holds the pages MPI_Init made; the communicator's are added, and
+ * the context keeps both (the whole bill names them). */
+static int start(const job *j, const zt_train_config *cfg, zt_comm *comm, zt_ctx *ctx, zt_proc_mem *startup) {
     char note[1100] = "";
     zt_error err = {0};
     memset(ctx, 0, sizeof *ctx);
-    int code = settle(j, create_comm(cfg, comm, note, sizeof note, &err), &err, " to start");
+    int cuda = strcmp(cfg->device, "cuda") == 0;
+    zt_status st = zt_proc_watch_begin(startup, &err);
+    if (st == ZT_OK) st = create_comm(cfg, comm, note, sizeof note, &err);
+    if (st == ZT_OK) st = zt_proc_watch_end(startup, cuda ? ZT_PART_LIB_CUDA : ZT_PART_LIB_MPI, &err);
+    int code = settle(j, st, &err, " to start");
     if (code) return code;
     zt_comm_set_timeout(comm, cfg->collective_timeout);
     zt_device device = strcmp(cfg->device, "cuda") == 0 ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
     int threads = threads_for(cfg, comm);
     /* The GPU is the one NCCL uses: this rank's index on its node. */
-    zt_status st = zt_ctx_init_on(ctx, device, comm->local_rank, threads, cfg->mem_limit, j->rank, j->world, cfg->quiet);
+    st = zt_ctx_init_on(ctx, device, comm->local_rank, threads, cfg->mem_limit, j->rank, j->world, cfg->quiet);
+    if (st == ZT_OK) st = zt_proc_mem_adopt(&ctx->proc, startup, &ctx->err);
     if (st == ZT_OK) ctx->be->sync_timeout_s = cfg->collective_timeout; /* the device's half of the watchdog */
     zt_alloc_mode mode = ZT_ALLOC_SIMPLE;
     (void)zt_alloc_mode_parse(cfg->allocator, &mode); /* the options table allows no other */
@@ -404,12 +413,19 @@ static int print_config(const job *j, const zt_train_config *cfg) {
 }
 
 int zt_train_main(int argc, char **argv, const zt_train_model *const *models, int nmodels) {
-    MPI_Init(&argc, &argv);
+    /* The pages MPI_Init makes are lib_mpi's in the whole bill. A watch that
+     * cannot read /proc only leaves them unexplained: the sampler reports
+     * the same failure when it runs. */
     const char *alone = getenv("ZT_FAIL_ALONE_AFTER_S");
-    job j = {"zt-train", 0, 1, MPI_COMM_NULL, alone && atof(alone) > 0 ? atof(alone) : FAIL_ALONE_AFTER_S};
+    job j = {"zt-train", 0, 1, MPI_COMM_NULL, alone && atof(alone) > 0 ? atof(alone) : FAIL_ALONE_AFTER_S, {0}};
+    zt_proc_mem_init(&j.startup);
+    zt_error watch_err = {0};
+    int watched = zt_proc_watch_begin(&j.startup, &watch_err) == ZT_OK;
+    MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &j.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &j.world);
     MPI_Comm_dup(MPI_COMM_WORLD, &j.ctrl);
+    if (watched) (void)zt_proc_watch_end(&j.startup, ZT_PART_LIB_MPI, &watch_err);
 
     zt_train_config cfg;
     zt_train_config_defaults(&cfg);
@@ -442,7 +458,7 @@ int zt_train_main(int argc, char **argv, const zt_train_model *const *models, in
     zt_comm comm;
     zt_ctx ctx;
     memset(&comm, 0, sizeof comm);
-    code = start(&j, &cfg, &comm, &ctx);
+    code = start(&j, &cfg, &comm, &ctx, &j.startup);
     if (code == 0) {
         st = zt_train_run(&cfg, family, &hooks, &ctx, &comm);
         abort_on_timeout(&j, st, &ctx.err, &comm);

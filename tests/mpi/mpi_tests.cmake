@@ -207,3 +207,11 @@ zt_script_cases(zt_hybrid_test.py hybrid "mpi;quick" 300 stages resume refused r
 if(ZT_CUDA_EMU) # NCCL groups on the emulator
   zt_script_cases(zt_hybrid_test.py hybrid "mpi;cuda;quick" 300 cuda_emu)
 endif()
+
+# The whole bill per rank (tests/mpi/zt_bill_test.py, docs/memory.md): the
+# reconciliation at np 2 and 3 on the issue's configuration (full: the
+# sanitizers' own mappings are unexplained by design; test_proc_mem runs
+# the sampler's C paths under them), and the OOM report's bill (quick).
+zt_script_cases(zt_bill_test.py bill "mpi" 600 reconcile oom)
+zt_label(quick bill_oom)
+zt_label(full bill_reconcile)
