@@ -127,3 +127,32 @@ int zt_evidence_watched(zt_evidence_list *l, const zt_proc_mem *pm) {
         if (zt_evidence_push(l, pm->ranges[i].lo, pm->ranges[i].hi, pm->ranges[i].part, ZT_EVIDENCE_WATCH)) return -1;
     return 0;
 }
+
+/* glibc maps a large request on its own (unless MALLOC_MMAP_MAX_=0, as
+ * launch/zt-run sets): the chunk starts the mapping with a zero prev_size
+ * and a size word holding the page-multiple length with IS_MMAPPED (2)
+ * set. Such chunks are malloc's, so the heap part's; neighbours may share
+ * one mapping, so the walk goes chunk by chunk. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ZT_READS_FOREIGN_MEMORY __attribute__((no_sanitize_address))
+#else
+#define ZT_READS_FOREIGN_MEMORY
+#endif
+
+/* Reads the first words of mappings it did not make (under ASan: memory
+ * the sanitizer never saw allocated). */
+ZT_READS_FOREIGN_MEMORY
+int zt_evidence_malloc_chunks(zt_evidence_list *l, const zt_vma_list *vmas, size_t page) {
+    for (size_t i = 0; i < vmas->n; i++) {
+        const zt_vma *v = &vmas->v[i];
+        if (v->kind != ZT_VMA_ANON || !v->writable || v->rss == 0) continue;
+        for (uintptr_t at = v->lo; at + 2 * sizeof(size_t) <= v->hi;) {
+            const volatile size_t *head = (const volatile size_t *)at;
+            size_t prev = head[0], word = head[1], len = word & ~(size_t)7;
+            if (prev != 0 || (word & 7) != 2 || len == 0 || len % page || len > v->hi - at) break;
+            if (zt_evidence_push(l, at, at + len, ZT_PART_HEAP, ZT_EVIDENCE_MALLOC)) return -1;
+            at += len;
+        }
+    }
+    return 0;
+}

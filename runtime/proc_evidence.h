@@ -8,9 +8,10 @@
 
 enum {
     ZT_EVIDENCE_WATCH = 1,     /* became resident around a library's initialisation */
-    ZT_EVIDENCE_OBJECT = 2,    /* a shared object's zero-filled data */
-    ZT_EVIDENCE_STACK = 3,     /* the mapping under a thread's stack pointer */
-    ZT_EVIDENCE_ALLOCATOR = 4  /* a tracked allocator's block */
+    ZT_EVIDENCE_MALLOC = 2,    /* a block malloc mapped on its own (glibc's mmapped chunk) */
+    ZT_EVIDENCE_OBJECT = 3,    /* a shared object's zero-filled data */
+    ZT_EVIDENCE_STACK = 4,     /* the mapping under a thread's stack pointer */
+    ZT_EVIDENCE_ALLOCATOR = 5  /* a tracked allocator's block */
 };
 
 typedef struct {
@@ -31,5 +32,6 @@ int zt_evidence_allocator(zt_evidence_list *l, const zt_mem *m, zt_proc_part liv
 int zt_evidence_objects(zt_evidence_list *l, size_t page);
 int zt_evidence_stacks(zt_evidence_list *l, zt_proc_mem *pm, const zt_vma_list *vmas);
 int zt_evidence_watched(zt_evidence_list *l, const zt_proc_mem *pm);
+int zt_evidence_malloc_chunks(zt_evidence_list *l, const zt_vma_list *vmas, size_t page);
 
 #endif

@@ -97,7 +97,9 @@ static int gather_evidence(zt_proc_mem *pm, const zt_mem *device, const zt_mem *
                            zt_evidence_list *ev, size_t page) {
     if (device && zt_evidence_allocator(ev, device, ZT_PART_ALLOCATOR_ALLOCATED, ZT_PART_ALLOCATOR_CACHED)) return -1;
     if (host && zt_evidence_allocator(ev, host, ZT_PART_HOST_POOL_ALLOCATED, ZT_PART_HOST_POOL_CACHED)) return -1;
-    if (zt_evidence_objects(ev, page) || zt_evidence_stacks(ev, pm, vmas) || zt_evidence_watched(ev, pm)) return -1;
+    if (zt_evidence_objects(ev, page) || zt_evidence_stacks(ev, pm, vmas) || zt_evidence_watched(ev, pm) ||
+        zt_evidence_malloc_chunks(ev, vmas, page))
+        return -1;
     qsort(ev->e, ev->n, sizeof *ev->e, cmp_evidence);
     return 0;
 }
