@@ -106,6 +106,8 @@ int zt_vma_read(zt_vma_list *out) {
         }
         unsigned long long kb;
         if (have && strncmp(line, "Rss:", 4) == 0 && sscanf(line + 4, "%llu", &kb) == 1) cur.rss = (size_t)kb * 1024;
+        else if (have && strncmp(line, "Pss:", 4) == 0 && sscanf(line + 4, "%llu", &kb) == 1)
+            cur.pss = (size_t)kb * 1024;
     }
     if (have && rc == 0) rc = push(out, &cur);
     fclose(f);

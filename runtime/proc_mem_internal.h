@@ -18,6 +18,7 @@ typedef enum {
 typedef struct {
     uintptr_t lo, hi;
     size_t rss;        /* bytes */
+    size_t pss;        /* bytes: Rss with each shared page divided among its sharers */
     zt_vma_kind kind;
     zt_proc_part part; /* ZT_VMA_FILE's part */
     int writable;      /* rw: anonymous memory that can hold data */

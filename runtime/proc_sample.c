@@ -69,10 +69,11 @@ static zt_proc_part default_part(const zt_vma *v, int *named) {
 
 /* Every mapping's Rss into parts (signed: a mapping's evidence may count a
  * page mincore sees that Rss does not, such as the shared zero page). */
-static int split(const zt_vma_list *vmas, page_owners *po, size_t page, long long *parts, size_t *os) {
+static int split(const zt_vma_list *vmas, page_owners *po, size_t page, long long *parts, zt_proc_sample *out) {
     for (size_t i = 0; i < vmas->n; i++) {
         const zt_vma *v = &vmas->v[i];
-        *os += v->rss;
+        out->os_bytes += v->rss;
+        out->pss_bytes += v->pss;
         long long rest = (long long)v->rss;
         if (po[i].owner) {
             size_t np = (v->hi - v->lo) / page;
@@ -148,7 +149,7 @@ zt_status zt_proc_sample_take(zt_proc_mem *pm, const zt_mem *device, const zt_me
     }
     po = calloc(vmas.n ? vmas.n : 1, sizeof *po);
     rc = !po || gather_evidence(pm, device, host, &vmas, &ev, page) || assign_evidence(&vmas, &ev, po, page) ||
-         split(&vmas, po, page, parts, &out->os_bytes);
+         split(&vmas, po, page, parts, out);
     for (size_t i = 0; po && i < vmas.n; i++) {
         free(po[i].owner);
         free(po[i].strength);

@@ -236,4 +236,14 @@ typedef struct {
 } zt_os_mem;
 zt_status zt_os_mem_read(zt_os_mem *out, zt_error *err);
 
+/* What this node lets its processes hold: MemTotal (/proc/meminfo), or the
+ * process's memory cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes)
+ * where one is set and smaller. source: "MemTotal" or "the cgroup's memory
+ * limit". */
+typedef struct {
+    size_t bytes;
+    const char *source;
+} zt_node_mem_limit;
+zt_status zt_node_mem_limit_read(zt_node_mem_limit *out, zt_error *err);
+
 #endif

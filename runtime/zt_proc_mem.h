@@ -41,6 +41,8 @@ const char *zt_proc_part_name(zt_proc_part p);
 
 typedef struct {
     size_t os_bytes;               /* sum of Rss over /proc/self/smaps */
+    size_t pss_bytes;              /* sum of Pss: shared pages divided among the processes sharing them, so
+                                    * a node's ranks' sums add up to what they hold together */
     size_t parts[ZT_NUM_PARTS];    /* only those with their bit in `measured` */
     unsigned measured;             /* bit p: parts[p] was measured; the others are not_measured */
     long long unexplained_bytes;   /* os_bytes - the measured parts (may be negative) */

@@ -87,6 +87,7 @@ double zt_bill_overhead(const zt_bill *b) {
 json_t *zt_proc_sample_json(const zt_proc_sample *s) {
     json_t *o = json_object(), *parts = json_object(), *missing = json_array();
     json_object_set_new(o, "os_bytes", json_integer((json_int_t)s->os_bytes));
+    json_object_set_new(o, "pss_bytes", json_integer((json_int_t)s->pss_bytes));
     for (int p = 0; p < ZT_NUM_PARTS; p++) {
         const char *name = zt_proc_part_name((zt_proc_part)p);
         if (s->measured & (1u << p)) json_object_set_new(parts, name, json_integer((json_int_t)s->parts[p]));
@@ -104,7 +105,7 @@ json_t *zt_proc_sample_json(const zt_proc_sample *s) {
     return o;
 }
 
-enum { ROW_HAVE = 0, ROW_OS, ROW_UNEXPLAINED, ROW_MEASURED, ROW_NOT_RESIDENT, ROW_RSS, ROW_HWM, ROW_STEP, ROW_PHASE,
+enum { ROW_HAVE = 0, ROW_OS, ROW_PSS, ROW_UNEXPLAINED, ROW_MEASURED, ROW_NOT_RESIDENT, ROW_RSS, ROW_HWM, ROW_STEP, ROW_PHASE,
        ROW_PARTS };
 
 void zt_proc_sample_pack(const zt_proc_sample *s, int have, size_t *row) {
@@ -112,6 +113,7 @@ void zt_proc_sample_pack(const zt_proc_sample *s, int have, size_t *row) {
     if (!have) return;
     row[ROW_HAVE] = 1;
     row[ROW_OS] = s->os_bytes;
+    row[ROW_PSS] = s->pss_bytes;
     row[ROW_UNEXPLAINED] = (size_t)s->unexplained_bytes; /* two's complement, undone in unpack */
     row[ROW_MEASURED] = s->measured;
     row[ROW_NOT_RESIDENT] = s->allocator_reserved_not_resident;
@@ -126,6 +128,7 @@ int zt_proc_sample_unpack(const size_t *row, zt_proc_sample *s) {
     memset(s, 0, sizeof *s);
     if (!row[ROW_HAVE]) return 0;
     s->os_bytes = row[ROW_OS];
+    s->pss_bytes = row[ROW_PSS];
     s->unexplained_bytes = (long long)row[ROW_UNEXPLAINED];
     s->measured = (unsigned)row[ROW_MEASURED];
     s->allocator_reserved_not_resident = row[ROW_NOT_RESIDENT];

@@ -48,7 +48,7 @@ json_t *zt_proc_sample_json(const zt_proc_sample *s);
 
 /* A sample as a row of the rank table (every rank's row to every rank):
  * ZT_PROC_ROW words; have 0 fills a row that says "none". */
-#define ZT_PROC_ROW (ZT_NUM_PARTS + 9)
+#define ZT_PROC_ROW (ZT_NUM_PARTS + 10)
 void zt_proc_sample_pack(const zt_proc_sample *s, int have, size_t *row);
 /* 0 when the row says "none". */
 int zt_proc_sample_unpack(const size_t *row, zt_proc_sample *s);

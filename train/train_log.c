@@ -103,6 +103,30 @@ static json_t *imbalance_by_node(const zt_summary *s) {
     return nodes;
 }
 
+/* Each node's host memory: its ranks' Pss summed (shared pages counted
+ * once among them) against what the node allows. */
+static json_t *host_memory_by_node(const zt_summary *s) {
+    json_t *nodes = json_array();
+    for (int n = 0; n < s->nnodes; n++) {
+        size_t pss = 0, limit = 0;
+        int measured = 1;
+        for (int r = 0; r < s->world_size; r++) {
+            if (s->rank_node[r] != n) continue;
+            json_t *proc = s->rank_process ? json_array_get(s->rank_process, (size_t)r) : NULL;
+            json_t *p = proc ? json_object_get(proc, "pss_bytes") : NULL;
+            if (p) pss += (size_t)json_integer_value(p);
+            else measured = 0;
+            if (s->rank_node_limit) limit = s->rank_node_limit[r];
+        }
+        json_t *o = json_object();
+        json_object_set_new(o, "node", json_integer(n));
+        json_object_set_new(o, "pss_bytes", measured ? json_integer((json_int_t)pss) : json_null());
+        json_object_set_new(o, "limit_bytes", limit ? json_integer((json_int_t)limit) : json_null());
+        json_array_append_new(nodes, o);
+    }
+    return nodes;
+}
+
 zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) {
     const zt_train_config *c = s->cfg;
     json_t *o = json_object();
@@ -162,6 +186,7 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     json_object_set_new(o, "imbalance", imj);
     json_object_set_new(o, "nodes", json_integer(s->nnodes));
     json_object_set_new(o, "imbalance_by_node", imbalance_by_node(s));
+    json_object_set_new(o, "host_memory_by_node", host_memory_by_node(s));
 
     ZT_TRY(zt_mkdir_p(dir, err));
     char path[1100], tmp[1110];

@@ -45,6 +45,7 @@ typedef struct {
     int nnodes;
     json_t *model; /* the family and its hyperparameters (zt_train_model.describe) */
     json_t *rank_process; /* [world_size]: each rank's whole bill (proc_bill.h), or null */
+    const size_t *rank_node_limit; /* [world_size]: its node's memory limit (zt_node_mem_limit_read; 0: unknown) */
     double process_sampling_overhead; /* this rank's sampling time over its run's */
 } zt_summary;
 

@@ -142,6 +142,7 @@ enum {
     ROW_DRIVER_USED, /* cudaMemGetInfo: total - free now (0 on the CPU) */
     ROW_NODE,        /* zt_comm's node index and local rank */
     ROW_LOCAL_RANK,
+    ROW_NODE_LIMIT,  /* the node's memory limit (zt_node_mem_limit_read; 0: unknown) */
     ROW_HOST_CAT,
     ROW_PROCESS = ROW_HOST_CAT + ZT_NUM_CATEGORIES, /* the whole bill's sample (zt_proc_sample_pack) */
     RANK_ROW = ROW_PROCESS + ZT_PROC_ROW
@@ -165,6 +166,9 @@ static zt_status gather_rank_rows(zt_ctx *ctx, const zt_bill *bill, zt_comm *com
     row[ROW_NODE] = (size_t)comm->node;
     row[ROW_LOCAL_RANK] = (size_t)comm->local_rank;
     zt_proc_sample_pack(&bill->run_best, bill->have_run, row + ROW_PROCESS);
+    zt_node_mem_limit limit;
+    zt_error ignore = {0};
+    row[ROW_NODE_LIMIT] = zt_node_mem_limit_read(&limit, &ignore) == ZT_OK ? limit.bytes : 0;
     unsigned long long *col = calloc((size_t)N, sizeof *col);
     if (!col) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate");
     zt_status st = ZT_OK;
@@ -790,11 +794,13 @@ static zt_status write_summary(const run_state *r, const size_t *table, const ch
         osp[k] = row[ROW_OS_PEAK];
     }
     int *node = calloc((size_t)N * 2 + 1, sizeof *node), *local = node ? node + N : NULL;
+    size_t *limits = osp + N + (size_t)N * ZT_NUM_CATEGORIES; /* after hcat */
     if (!node) {
         free(cols);
         return ZT_FAIL(&r->ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the summary table");
     }
     for (int k = 0; k < N; k++) {
+        limits[k] = table[(size_t)k * RANK_ROW + ROW_NODE_LIMIT];
         node[k] = (int)table[(size_t)k * RANK_ROW + ROW_NODE];
         local[k] = (int)table[(size_t)k * RANK_ROW + ROW_LOCAL_RANK];
     }
@@ -807,7 +813,7 @@ static zt_status write_summary(const run_state *r, const size_t *table, const ch
     const zt_train_config *c = r->c;
     zt_summary s = {c,      N,    r->t->family->spec(r->t->model)->total_numel, c->steps, r->start, r->t->losses,
                     r->floor, tps, median, digest, peak, cat, host, osp, hcat, node, local, hosts, r->comm->nnodes,
-                    json_object_get(r->t->run_info, "model"), process, zt_bill_overhead(&r->bill)};
+                    json_object_get(r->t->run_info, "model"), process, limits, zt_bill_overhead(&r->bill)};
     zt_status st = zt_summary_write(&s, c->log_dir, &r->ctx->err);
     json_decref(process);
     free(cols);
