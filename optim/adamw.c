@@ -8,11 +8,6 @@
 
 enum { EXP_AVG = 0, EXP_AVG_SQ };
 
-static size_t adamw_slot_words(const zt_engine_config *cfg, int slot, const zt_unit_spec *us, size_t lo, size_t hi) {
-    (void)cfg, (void)slot, (void)us;
-    return hi - lo;
-}
-
 /* Per parameter over each piece of gradients: its own weight decay. */
 static zt_status adamw_device_step(zt_engine *e, int u, const zt_optim_step *s) {
     const zt_ops *ops = e->ctx->be->ops;
@@ -55,7 +50,7 @@ const zt_optim zt_optim_adamw = {
     .description = "AdamW: exp_avg, exp_avg_sq per element (8 bytes of state per parameter)",
     .nslots = 2,
     .slots = {{"exp_avg", ZT_SLOT_PER_ELEMENT, 32, -1}, {"exp_avg_sq", ZT_SLOT_PER_ELEMENT, 32, -1}},
-    .slot_words = adamw_slot_words,
+    .slot_words = zt_optim_words_per_element,
     .chunk_align = 1,
     .device_step = adamw_device_step,
     .host_step = zt_optim_host_step_elementwise,

@@ -40,3 +40,9 @@ int zt_optim_elementwise(const zt_optim *opt) {
         if (opt->slots[i].layout != ZT_SLOT_PER_ELEMENT) return 0;
     return 1;
 }
+
+size_t zt_optim_words_per_element(const zt_engine_config *cfg, int slot, const zt_unit_spec *us, size_t lo,
+                                  size_t hi) {
+    (void)cfg, (void)slot, (void)us;
+    return hi - lo;
+}

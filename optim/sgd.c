@@ -7,11 +7,6 @@
 
 enum { MOMENTUM_BUF = 0 };
 
-static size_t sgd_slot_words(const zt_engine_config *cfg, int slot, const zt_unit_spec *us, size_t lo, size_t hi) {
-    (void)cfg, (void)slot, (void)us;
-    return hi - lo;
-}
-
 static zt_status sgd_device_step(zt_engine *e, int u, const zt_optim_step *s) {
     const zt_ops *ops = e->ctx->be->ops;
     zt_stream *cs = &e->ctx->compute;
@@ -54,7 +49,7 @@ const zt_optim zt_optim_sgd = {
     .description = "SGD with momentum: momentum_buf per element (4 bytes of state per parameter)",
     .nslots = 1,
     .slots = {{"momentum_buf", ZT_SLOT_PER_ELEMENT, 32, -1}},
-    .slot_words = sgd_slot_words,
+    .slot_words = zt_optim_words_per_element,
     .chunk_align = 1,
     .device_step = sgd_device_step,
     .host_step = zt_optim_host_step_elementwise,

@@ -83,6 +83,11 @@ typedef struct {
     zt_status (*apply)(zt_engine *e, int u, const zt_optim_step *s, const float *upd);
 } zt_optim_matrix_hook;
 
+/* slot_words of an optimizer whose every slot holds one fp32 word per
+ * owned element (AdamW's moments, SGD's momentum). */
+size_t zt_optim_words_per_element(const zt_engine_config *cfg, int slot, const zt_unit_spec *us, size_t lo,
+                                  size_t hi);
+
 struct zt_optim {
     const char *name;        /* --optimizer's value, the checkpoint manifest's "optimizer" */
     const char *description; /* one line for help and logs */
