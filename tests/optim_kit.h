@@ -18,14 +18,6 @@
 #include "zt_engine.h"
 #include "zt_optim.h"
 
-#define MUST(call, ctx)                                                                         \
-    do {                                                                                        \
-        if ((call) != ZT_OK) {                                                                  \
-            fprintf(stderr, "FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, (ctx)->err.msg); \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
-
 /* Two units: u0 = w0 [7, 6], b0 [5], w1 [3, 4]; u1 = w2 [8, 9], b2 [9].
  * At 2 and 4 ranks (slices of 32 or 16 elements) w0 and w2 span two
  * slices or more; w1 lies in one. */

@@ -65,16 +65,6 @@
 #define FP16_GRAD_REL 1e-2
 
 /* A runtime error ends the test: nothing after it would mean anything. */
-#define MUST(expr, ctxp)                                                                                 \
-    do {                                                                                                 \
-        zt_status must_st_ = (expr);                                                                     \
-        if (must_st_ != ZT_OK) {                                                                         \
-            printf("FAIL %s:%d: %s: %s: %s\n", __FILE__, __LINE__, #expr, zt_status_name(must_st_),      \
-                   (ctxp)->err.msg);                                                                     \
-            exit(1);                                                                                     \
-        }                                                                                                \
-    } while (0)
-
 /* ---- the model and its engine ------------------------------------------- */
 
 typedef struct {

@@ -83,16 +83,6 @@
 
 
 /* Stops the test on a runtime error: nothing after it would be meaningful. */
-#define MUST(expr, ctxp)                                                                       \
-    do {                                                                                       \
-        zt_status must_s_ = (expr);                                                            \
-        if (must_s_ != ZT_OK) {                                                                \
-            printf("FAIL %s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #expr,              \
-                   zt_status_name(must_s_), (ctxp)->err.msg);                                  \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-
 /* ---- deterministic random numbers (own generator, fixed seed) ----------- */
 
 static uint64_t g_rng = 0x5EEDC0FFEE123457ull;

@@ -33,15 +33,6 @@
 #include "zt_engine.h"
 #include "test_comm.h"
 
-#define MUST(expr, ctxp)                                                                   \
-    do {                                                                                   \
-        zt_status must_s_ = (expr);                                                        \
-        if (must_s_ != ZT_OK) {                                                            \
-            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #expr, (ctxp)->err.msg);    \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
 static void fill_zero(void *arg, int unit, int param, size_t first, size_t count, float *dst) {
     (void)arg, (void)unit, (void)param, (void)first;
     memset(dst, 0, count * sizeof(float));

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "zt_error.h"
+
 static int g_failures = 0;
 static long g_checks = 0;
 
@@ -21,6 +23,19 @@ static long g_checks = 0;
             printf(__VA_ARGS__);                        \
             printf("\n");                               \
         }                                               \
+    } while (0)
+
+/* A call that must succeed for the test to go on: on failure prints where,
+ * the call, its status and ctxp's message (anything with an `err` member:
+ * a zt_ctx, an engine's context), then exits. */
+#define MUST(expr, ctxp)                                                                         \
+    do {                                                                                         \
+        zt_status must_st_ = (expr);                                                             \
+        if (must_st_ != ZT_OK) {                                                                 \
+            printf("FAIL %s:%d: %s: %s: %s\n", __FILE__, __LINE__, #expr, zt_status_name(must_st_), \
+                   (ctxp)->err.msg);                                                             \
+            exit(1);                                                                             \
+        }                                                                                        \
     } while (0)
 
 /* Tests set their own seed (rng_state = ...) where they need another stream. */
