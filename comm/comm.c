@@ -5,6 +5,7 @@
 
 #include "zt_time.h"
 #include "zt_comm.h"
+#include "zt_cuda_module.h"
 
 const char *zt_coll_name(zt_coll_kind k) {
     static const char *const names[ZT_COLL_KINDS] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
@@ -240,19 +241,18 @@ void zt_coll_bandwidth(const zt_coll_stats *s, zt_coll_kind k, int world_size, d
     *busbw_gbs = alg * factor;
 }
 
-#ifndef ZT_HAVE_NCCL
+/* The CUDA communicators live in the CUDA module (runtime/zt_cuda_module.h):
+ * opening it maps the CUDA libraries, which a CPU run never does. */
 zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
     memset(c, 0, sizeof *c);
-    return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "`device` cuda: this build has no NCCL (configure with CUDA to get it)");
+    const zt_cuda_module *m = NULL;
+    ZT_TRY(zt_cuda_module_open(&m, err));
+    return m->comm_create_nccl(c, err);
 }
-#endif
 
-#ifndef ZT_HAVE_CUDA_COMM
 zt_status zt_comm_create_staged(zt_comm *c, size_t pool_floor_bytes, zt_error *err) {
-    (void)pool_floor_bytes;
     memset(c, 0, sizeof *c);
-    return ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
-                   "`device` cuda: this build has no CUDA support (build where nvcc is found, or with ZT_CUDA=ON); "
-                   "use `device` cpu");
+    const zt_cuda_module *m = NULL;
+    ZT_TRY(zt_cuda_module_open(&m, err));
+    return m->comm_create_staged(c, pool_floor_bytes, err);
 }
-#endif

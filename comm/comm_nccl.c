@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "nccl_reduce.h"
-#include "zt_comm.h"
+#include "comm_cuda.h"
 #include "zt_time.h"
 
 /* A collective in flight: timing events around it on its stream. */
@@ -381,7 +381,7 @@ static zt_status nccl_split(zt_comm *c, int color, int key, zt_comm *out, zt_err
     return init_nccl(out, m, err);
 }
 
-zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err) {
+zt_status zt_comm_nccl_create(zt_comm *c, zt_error *err) {
     memset(c, 0, sizeof *c);
     nccl_impl *m = calloc(1, sizeof *m);
     if (!m) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate");

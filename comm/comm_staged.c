@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zt_comm.h"
+#include "comm_cuda.h"
 
 #define STAGED_POOL 16
 
@@ -268,7 +268,7 @@ static const zt_comm_ops staged_ops = {
     .set_timeout = staged_set_timeout,
 };
 
-zt_status zt_comm_create_staged(zt_comm *c, size_t pool_floor_bytes, zt_error *err) {
+zt_status zt_comm_staged_create(zt_comm *c, size_t pool_floor_bytes, zt_error *err) {
     memset(c, 0, sizeof *c);
     staged_impl *m = calloc(1, sizeof *m);
     if (!m) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate");

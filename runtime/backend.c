@@ -2,8 +2,8 @@
 #include <stdlib.h>
 
 #include "zt_backend.h"
+#include "zt_cuda_module.h"
 
-#ifdef ZT_HAVE_CUDA
 /* The CUDA ordinal for this process: ZT_CUDA_DEVICE, else the launcher's
  * local rank (as the NCCL communicator picks its device), else 0. */
 static int cuda_device_index(void) {
@@ -19,7 +19,6 @@ static int cuda_device_index(void) {
     }
     return 0;
 }
-#endif
 
 zt_status zt_backend_create(zt_device device, int nthreads, zt_backend **out, zt_error *err) {
     return zt_backend_create_on(device, nthreads, -1, out, err);
@@ -28,24 +27,18 @@ zt_status zt_backend_create(zt_device device, int nthreads, zt_backend **out, zt
 zt_status zt_backend_create_on(zt_device device, int nthreads, int cuda_device, zt_backend **out, zt_error *err) {
     *out = NULL;
     if (device == ZT_DEVICE_CPU) return zt_backend_cpu_create(nthreads, out, err);
-#ifdef ZT_HAVE_CUDA
-    if (device == ZT_DEVICE_CUDA)
-        return zt_backend_cuda_create(nthreads, cuda_device >= 0 ? cuda_device : cuda_device_index(), out, err);
-    return ZT_FAIL(err, ZT_ERR_INVALID, "unknown device %d", (int)device);
-#else
-    (void)cuda_device;
-    return ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
-                   "`device` cuda: this build has no CUDA backend (configure with -DZT_CUDA=ON on a "
-                   "machine with the CUDA toolkit); use `device` cpu");
-#endif
+    if (device != ZT_DEVICE_CUDA) return ZT_FAIL(err, ZT_ERR_INVALID, "unknown device %d", (int)device);
+    const zt_cuda_module *m = NULL;
+    ZT_TRY(zt_cuda_module_open(&m, err));
+    if (cuda_device < 0) cuda_device = cuda_device_index();
+    return m->backend_create(nthreads, cuda_device, out, err);
 }
 
 int zt_cuda_devices_visible(void) {
-#ifdef ZT_HAVE_CUDA
-    return zt_backend_cuda_device_count();
-#else
-    return 0;
-#endif
+    const zt_cuda_module *m = NULL;
+    zt_error ignore = {0};
+    if (!zt_cuda_driver_present() || zt_cuda_module_open(&m, &ignore) != ZT_OK) return 0;
+    return m->device_count();
 }
 
 zt_status zt_backend_set_link(zt_backend *be, double h2d_gbs, double d2h_gbs, zt_error *err) {

@@ -40,7 +40,7 @@ endif()
 # The host-staging communicator's values and its pool of pinned buffers, under
 # mpirun at np 2 and 3 (tests/test_staged_pool.c; skipped without a device).
 add_executable(test_staged_pool ${CMAKE_CURRENT_LIST_DIR}/test_staged_pool.c)
-target_link_libraries(test_staged_pool PRIVATE zt_comm ${ZT_CUDART})
+target_link_libraries(test_staged_pool PRIVATE zt_comm_cuda ${ZT_CUDART})
 foreach(zt_np 2 3)
   add_test(NAME mpi_staged_pool_np${zt_np}
            COMMAND ${PROJECT_SOURCE_DIR}/launch/zt-run -np ${zt_np} $<TARGET_FILE:test_staged_pool>)

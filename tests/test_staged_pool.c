@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "test_util.h"
-#include "zt_comm.h"
+#include "comm_cuda.h"
 
 #define STEPS_A 6
 #define STEPS_B 4
@@ -102,8 +102,8 @@ int main(int argc, char **argv) {
     }
     zt_error err = {0};
     zt_comm c;
-    if (zt_comm_create_staged(&c, FLOOR_BYTES, &err) != ZT_OK) {
-        printf("FAIL: zt_comm_create_staged: %s\n", err.msg);
+    if (zt_comm_staged_create(&c, FLOOR_BYTES, &err) != ZT_OK) {
+        printf("FAIL: zt_comm_staged_create: %s\n", err.msg);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     size_t N = (size_t)c.world_size;
