@@ -51,15 +51,23 @@ def main():
         print("\nnon-allocator parts of a CPU rank (default model, 10 steps), MiB: rank 0's Rss and Pss")
         print("| np | Rss | Pss | heap | lib_mpi | lib_blas | lib_other | mpi_shm | thread_stacks |")
         print("|---|---|---|---|---|---|---|---|---|")
+        rss, pss = {}, {}
         for np_ in (1, 2, 4):
             s = train(np_, ["--steps", "10"], work)
             b = s["ranks"][0]["process"]
             alloc = sum(v for k, v in b["parts"].items() if k in ALLOCATOR_PARTS)
             # Pss of the non-allocator part: the allocators' pages are private (Pss = Rss).
-            print(f"| {np_} | {(b['os_bytes'] - alloc) / MIB:.2f} | {(b['pss_bytes'] - alloc) / MIB:.2f} | "
+            rss[np_], pss[np_] = b["os_bytes"] - alloc, b["pss_bytes"] - alloc
+            print(f"| {np_} | {rss[np_] / MIB:.2f} | {pss[np_] / MIB:.2f} | "
                   + " | ".join(f"{b['parts'][k] / MIB:.2f}"
                                for k in ("heap", "lib_mpi", "lib_blas", "lib_other", "mpi_shm", "thread_stacks"))
                   + " |")
+        # Pss(n) = a + b / n through np 1 and 4; Rss: the most seen (MPI's shared memory grows with n).
+        b_shared = (pss[1] - pss[4]) / (1 - 1 / 4)
+        a_fixed = pss[1] - b_shared
+        print(f"\nconstants for train/plan_process.c (MiB): rss {max(rss.values()) / MIB:.2f}, "
+              f"pss a {a_fixed / MIB:.2f}, b {b_shared / MIB:.2f} "
+              f"(predicts np 2: {(a_fixed + b_shared / 2) / MIB:.2f}, measured {pss[2] / MIB:.2f})")
 
 
 if __name__ == "__main__":

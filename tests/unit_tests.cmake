@@ -34,3 +34,11 @@ add_executable(test_proc_mem ${CMAKE_CURRENT_SOURCE_DIR}/test_proc_mem.c)
 target_link_libraries(test_proc_mem PRIVATE zt_runtime pthread)
 add_test(NAME test_proc_mem COMMAND test_proc_mem)
 set_tests_properties(test_proc_mem PROPERTIES LABELS "unit;quick" TIMEOUT 60)
+
+# The leak watch (train/leak_watch.h) on made-up samples: named once within
+# the window (also when the budget declines step ends), quiet on noise, on a
+# cache that grows with allocated and on parts not measured. Quick.
+add_executable(test_leak_watch ${CMAKE_CURRENT_SOURCE_DIR}/test_leak_watch.c)
+target_link_libraries(test_leak_watch PRIVATE zt_train)
+add_test(NAME test_leak_watch COMMAND test_leak_watch)
+set_tests_properties(test_leak_watch PROPERTIES LABELS "unit;quick" TIMEOUT 60)

@@ -29,6 +29,18 @@ static void write_process(FILE *f, int rank, const zt_proc_sample *s) {
            (double)s->unexplained_bytes);
 }
 
+/* The leak watch: what it named so far, and each series' rate while named. */
+static void write_leaks(FILE *f, int rank, const zt_leak_watch *w) {
+    metric(f, "zt_leak_warnings_total", "counter", "Parts the leak watch has named (docs/memory.md).", rank,
+           (double)w->warnings);
+    fprintf(f, "# HELP zt_leak_bytes_per_step Growth per step of a part the leak watch names now.\n"
+               "# TYPE zt_leak_bytes_per_step gauge\n");
+    for (int k = 0; k < ZT_LEAK_SERIES; k++)
+        if (w->leaking[k])
+            fprintf(f, "zt_leak_bytes_per_step{rank=\"%d\",part=\"%s\"} %.17g\n", rank, zt_leak_series_name(k),
+                    w->rate_now[k]);
+}
+
 static void write_all(FILE *f, int rank, const zt_mem *dev, const zt_mem *host, const zt_metrics_values *v) {
     zt_free_stats fs = zt_mem_free_stats(dev);
     double reserved = (double)dev->reserved.current, allocated = (double)dev->allocated.current;
@@ -56,6 +68,7 @@ static void write_all(FILE *f, int rank, const zt_mem *dev, const zt_mem *host, 
            v->tokens_per_s);
     if (v->step >= 0) metric(f, "zt_step", "gauge", "Optimizer steps done.", rank, v->step);
     if (v->process) write_process(f, rank, v->process);
+    if (v->leak) write_leaks(f, rank, v->leak);
 }
 
 zt_status zt_metrics_write(const char *path, int rank, const zt_mem *device, const zt_mem *host,

@@ -8,6 +8,7 @@
 
 #include "zt_error.h"
 #include "zt_mem.h"
+#include "leak_watch.h"
 #include "zt_proc_mem.h"
 
 typedef struct {
@@ -16,6 +17,7 @@ typedef struct {
     double h2d_bytes, d2h_bytes; /* offload transfers since the start */
     int oom_events;              /* 1 when the rank ran out of memory */
     const zt_proc_sample *process; /* the step's whole bill (NULL: none taken) */
+    const zt_leak_watch *leak;     /* the leak watch (NULL: none) */
 } zt_metrics_values;
 
 /* Rank r's file: PATH with ".rank<r>" before its extension (zt.prom ->

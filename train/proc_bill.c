@@ -66,14 +66,21 @@ void zt_bill_start(zt_bill *b, zt_ctx *ctx) {
 
 void zt_bill_step_begin(zt_bill *b, int step) {
     b->step = step;
-    b->have_step = 0;
+    b->have_step = b->have_step_end = 0;
 }
 
 void zt_bill_step_end(zt_bill *b) {
+    long before = b->taken;
     if (!b->failed && affordable(b, 1.0)) take(b);
     else if (!b->failed) b->declined++;
+    if (b->taken > before) {
+        b->step_end = b->latest;
+        b->have_step_end = 1;
+    }
     b->ctx->device_mem.peak_watch_bytes = b->ctx->device_mem.window_allocated_peak;
 }
+
+const zt_proc_sample *zt_bill_step_end_sample(const zt_bill *b) { return b->have_step_end ? &b->step_end : NULL; }
 
 const zt_proc_sample *zt_bill_step_sample(const zt_bill *b) { return b->have_step ? &b->step_best : NULL; }
 

@@ -23,7 +23,8 @@ typedef struct {
     long taken, declined;
     zt_proc_sample step_best, run_best; /* the most os_bytes */
     zt_proc_sample latest;
-    int have_step, have_run;
+    zt_proc_sample step_end; /* taken at this step's end (the leak watch's) */
+    int have_step, have_run, have_step_end;
     int step;
     int failed; /* a sample failed: sampling stopped (warned once) */
 } zt_bill;
@@ -36,6 +37,8 @@ void zt_bill_step_begin(zt_bill *b, int step);
 /* The step's end: a sample when the budget allows; arms the next step's
  * peak moment at this step's allocated peak. */
 void zt_bill_step_end(zt_bill *b);
+/* The sample taken at this step's end, or NULL (the budget declined it). */
+const zt_proc_sample *zt_bill_step_end_sample(const zt_bill *b);
 /* This step's sample with the most os_bytes, or NULL. */
 const zt_proc_sample *zt_bill_step_sample(const zt_bill *b);
 /* The last sample taken, or NULL (the metrics file's: a scraper wants

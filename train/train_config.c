@@ -170,6 +170,11 @@ static const opt_spec options[] = {
      "Prometheus' text format (for a textfile collector)"},
     {"max-split-size", OPT_SIZE, F(max_split_size), 0, 0, 1e18, NULL,
      "caching: free blocks at least this large are not split for smaller requests (0: none)"},
+    {"leak-window", OPT_INT, F(leak_window), 0, 1, 1e6, NULL,
+     "the leak watch: steps over which a part of the whole bill outside the allocator's live blocks is fitted "
+     "(docs/memory.md, \"The leak watch\")"},
+    {"leak-min-rate", OPT_SIZE, F(leak_min_rate), 0, 1, 1e18, NULL,
+     "the leak watch: growth per step, e.g. 64KiB, above which a part is named as leaking"},
     {"threads", OPT_INT, F(threads), 0, 0, 1024, NULL, "threads per process (0: cores / ranks on this node)"},
     {"save-every", OPT_INT, F(save_every), 0, 0, INT_MAX, NULL, "save a sharded checkpoint every K steps (0: never)"},
     {"save-dir", OPT_STRING, S(save_dir), 0, 0, NULL, "directory for checkpoints (step-NNNNNN/ and 'latest')"},
@@ -222,6 +227,8 @@ void zt_train_config_defaults(zt_train_config *c) {
     snprintf(c->warmup_type, sizeof c->warmup_type, "log"); /* DeepSpeed's defaults */
     c->cos_min_ratio = 0.0001;
     c->print_every = 1;
+    c->leak_window = 50;
+    c->leak_min_rate = 64u << 10;
     c->sub_group_size = 1 << 16;
     c->grad_accum = 1;
     c->seed = 1234;

@@ -63,6 +63,8 @@ typedef struct {
     char link_gbs[64];     /* "H2D,D2H" in GB/s ("": none) */
     char metrics_file[1024]; /* Prometheus text per rank per step ("": none) */
     size_t max_split_size; /* caching: free blocks this large are not split for smaller requests (0: none) */
+    int leak_window;       /* the leak watch's steps (leak_watch.h) */
+    size_t leak_min_rate;  /* bytes per step a part must grow by to be named */
     char log_dir[512];
     int save_every;
     char save_dir[512], resume[1024];

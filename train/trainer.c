@@ -10,6 +10,7 @@
 
 #include "data.h"
 #include "metrics.h"
+#include "leak_watch.h"
 #include "proc_bill.h"
 #include "train_log.h"
 #include "zt_checkpoint.h"
@@ -52,6 +53,9 @@ typedef struct {
     FILE *jsonl;
     zt_trace trace;
     json_t *run_info;
+    zt_leak_watch leak;  /* over the whole bill's step-end samples */
+    void **leak_blocks;  /* [nleak_blocks] ZT_TEST_LEAK's blocks, freed at the end */
+    int nleak_blocks;
 } trainer;
 
 static void trainer_free(trainer *t) {
@@ -70,6 +74,9 @@ static void trainer_free(trainer *t) {
     if (t->jsonl) fclose(t->jsonl);
     zt_trace_close(&t->trace);
     if (t->run_info) json_decref(t->run_info);
+    zt_leak_watch_destroy(&t->leak);
+    for (int i = 0; i < t->nleak_blocks; i++) free(t->leak_blocks[i]);
+    free(t->leak_blocks);
 }
 
 /* Test hooks at every crash point of a save (zt_ckpt_hooks):
@@ -279,6 +286,8 @@ typedef struct {
     zt_nvme_stats nvme_before;   /* the NVMe tier's I/O */
     zt_link_stats link_before; /* the modelled link's counters (zeros: none) */
     size_t driver_used, driver_total;
+    zt_leak_warning leaks[ZT_LEAK_SERIES]; /* [nleaks] named at this step */
+    int nleaks;
 } step_record;
 
 /* The data source; sets r->floor. */
@@ -548,6 +557,40 @@ static void exit_hook(void *arg, int step) {
     _exit(7);
 }
 
+
+/* ZT_TEST_LEAK=RANK:BYTES: this rank's heap grows by BYTES, touched, at
+ * every step (the blocks stay to the end, so no leak checker objects). */
+static zt_status test_leak(run_state *r) {
+    const zt_train_hooks *h = r->test;
+    trainer *t = r->t;
+    if (h->leak_rank != r->ctx->rank || h->leak_bytes <= 0) return ZT_OK;
+    void **grown = realloc(t->leak_blocks, (size_t)(t->nleak_blocks + 1) * sizeof *grown);
+    char *block = grown ? malloc((size_t)h->leak_bytes) : NULL;
+    if (grown) t->leak_blocks = grown;
+    if (!block) return ZT_FAIL(&r->ctx->err, ZT_ERR_OOM, "ZT_TEST_LEAK: out of host memory");
+    memset(block, 0x5a, (size_t)h->leak_bytes);
+    t->leak_blocks[t->nleak_blocks++] = block;
+    return ZT_OK;
+}
+
+/* The step-end sample into the leak watch; what it names goes to the log
+ * now and to the step's JSONL line and the metrics after. */
+static void watch_leaks(run_state *r, step_record *s) {
+    const zt_proc_sample *end = zt_bill_step_end_sample(&r->bill);
+    if (!end) return; /* the sampling budget declined this step's end */
+    zt_leak_watch_add(&r->t->leak, end, s->leaks, &s->nleaks);
+    for (int i = 0; i < s->nleaks; i++) {
+        const zt_leak_warning *w = &s->leaks[i];
+        zt_log_warn(&r->ctx->log, "leak watch: %s grew %.1f KiB per step over steps %d-%d (least squares over the "
+                    "whole bill's step-end samples; --leak-min-rate %.1f KiB, --leak-window %d); allocated %s",
+                    zt_leak_series_name(w->series), w->bytes_per_step / 1024.0, w->first_step, w->step,
+                    r->c->leak_min_rate / 1024.0, r->c->leak_window,
+                    w->series == ZT_PART_ALLOCATOR_CACHED || w->series == ZT_PART_HOST_POOL_CACHED
+                        ? "stayed flat: the cache keeps growing"
+                        : "is not this part: memory outside the allocator");
+    }
+}
+
 /* One training step (zt_train_step), with what it is measured against. */
 static zt_status train_step(run_state *r, step_record *s) {
     const zt_train_config *c = r->c;
@@ -573,7 +616,9 @@ static zt_status train_step(run_state *r, step_record *s) {
     zt_step_options opt = {c->grad_accum, s->lr, c->max_skipped_steps, exit_hook, r};
     zt_bill_step_begin(&r->bill, s->step);
     ZT_TRY(zt_train_step(&t->eng, &model, &opt, s->step, &s->r));
+    ZT_TRY(test_leak(r));
     zt_bill_step_end(&r->bill);
+    watch_leaks(r, s);
     zt_backend_driver_mem(r->ctx->be, &s->driver_used, &s->driver_total); /* once per step */
     t->losses[s->step - r->start] = s->r.loss;
     t->step_times[s->step - r->start] = s->r.time_s;
@@ -630,6 +675,16 @@ static json_t *nvme_json(const trainer *t, const step_record *s) {
                      (json_int_t)now.file_bytes, "io", now.how ? now.how : "");
 }
 
+/* The leak watch's warnings of the step: [{part, bytes_per_step, from_step}]. */
+static json_t *leaks_json(const step_record *s) {
+    json_t *a = json_array();
+    for (int i = 0; i < s->nleaks; i++)
+        json_array_append_new(a, json_pack("{s:s,s:f,s:i}", "part", zt_leak_series_name(s->leaks[i].series),
+                                           "bytes_per_step", s->leaks[i].bytes_per_step, "from_step",
+                                           s->leaks[i].first_step));
+    return a;
+}
+
 /* The step's line in DIR/rank<r>.jsonl. */
 static void write_step_json(const run_state *r, const step_record *s, double tps) {
     const zt_ctx *ctx = r->ctx;
@@ -669,6 +724,9 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
     if (ctx->be->link) json_object_set_new(o, "link", zt_link_step_json(ctx->be->link, &s->link_before));
     const zt_proc_sample *bill = zt_bill_step_sample(&r->bill);
     if (bill) json_object_set_new(o, "process", zt_proc_sample_json(bill));
+    if (s->nleaks) json_object_set_new(o, "leaks", leaks_json(s));
+    if (zt_bill_step_end_sample(&r->bill)) /* a step end the leak watch saw: whether it could judge */
+        json_object_set_new(o, "leak_judged", json_boolean(t->leak.judged_now));
     char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
     json_decref(o);
     if (line) {
@@ -680,7 +738,7 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
 /* --metrics-file after a step. */
 static zt_status write_metrics(const run_state *r, const step_record *s, double tps) {
     zt_transfer_stats x = all_transfers(r->t);
-    zt_metrics_values v = {s->step + 1, tps, x.h2d_bytes, x.d2h_bytes, 0, zt_bill_latest(&r->bill)};
+    zt_metrics_values v = {s->step + 1, tps, x.h2d_bytes, x.d2h_bytes, 0, zt_bill_latest(&r->bill), &r->t->leak};
     return zt_metrics_write(r->c->metrics_file, r->ctx->rank, &r->ctx->device_mem, &r->ctx->host_mem, &v,
                             &r->ctx->err);
 }
@@ -854,6 +912,11 @@ static zt_status finish(run_state *r) {
     else
         zt_log_rank0(&ctx->log, "done: no steps to run (at step %d), params digest %s", r->start, digest);
     if (c->log_dir[0]) ZT_TRY(zt_labels_write(c->log_dir, ctx->rank, &ctx->device_mem, &ctx->host_mem, &ctx->err));
+    const zt_leak_watch *lw = &r->t->leak;
+    if (ran >= c->leak_window && lw->judgements == 0 && !r->bill.failed)
+        zt_log_warn(&ctx->log, "leak watch: judged nothing: %ld step ends sampled in %d steps (sampling keeps to 1%% "
+                    "of the run), never %d within a window of %d steps; a longer --leak-window sees more",
+                    lw->samples, ran, ZT_LEAK_MIN_SAMPLES, c->leak_window);
     int N = r->comm->world_size;
     size_t *table = calloc((size_t)N * RANK_ROW, sizeof *table);
     if (!table) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
@@ -879,6 +942,7 @@ static zt_status run(const zt_train_config *c, const zt_train_hooks *test, zt_ct
     ZT_TRY(open_data(&r));
     ZT_TRY(create_model(&r));
     ZT_TRY(open_outputs(&r));
+    ZT_TRY(zt_leak_watch_init(&t->leak, c->leak_window, (double)c->leak_min_rate, &ctx->err));
     zt_bill_start(&r.bill, ctx);
     for (int step = r.start; step < c->steps; step++) {
         step_record s;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_process.h"
 #include "zt_train.h"
 #include "zt_train_model.h"
 #include "train_config.h"
@@ -416,6 +417,43 @@ static json_t *transfers_json(const plan_transfers *t) {
     return x;
 }
 
+/* The OS's view of the plan (plan_process.h): this rank's process and its
+ * node's ranks together, from the expected reserved bytes. */
+static zt_plan_process process_of(const zt_plan *p, const plan_flags *pf, const zt_train_config *c) {
+    zt_plan_process out;
+    zt_error err = {0};
+    int nodes = pf->nodes > 0 ? pf->nodes : 1;
+    int local = pf->world / nodes > 0 ? pf->world / nodes : 1;
+    zt_device device = strcmp(c->device, "cuda") == 0 ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
+    if (zt_plan_process_predict(device, zt_plan_expected_reserved(p->peak_bytes, allocator_of(c)), p->host_bytes,
+                                local, &out, &err) != ZT_OK)
+        memset(&out, 0, sizeof out); /* no /proc/meminfo: nothing to say */
+    out.local_ranks = local;
+    return out;
+}
+
+static json_t *process_json(const zt_plan_process *q) {
+    if (!q->measured) return json_pack("{s:b}", "measured", 0);
+    return json_pack("{s:b,s:I,s:I,s:i,s:I,s:s,s:b,s:s}", "measured", 1, "rank_bytes", (json_int_t)q->rank_bytes,
+                     "node_bytes", (json_int_t)q->node_bytes, "local_ranks", q->local_ranks, "node_limit_bytes",
+                     (json_int_t)q->limit.bytes, "node_limit_source", q->limit.source ? q->limit.source : "",
+                     "node_fits", q->node_fits, "constants_measured", q->measured_on);
+}
+
+static void print_process(const zt_plan_process *q) {
+    if (!q->measured) {
+        printf("  process total: not predicted (no measured constants for this device yet, train/plan_process.c)\n");
+        return;
+    }
+    char a[64], b2[64], l[64];
+    gb(a, sizeof a, (double)q->rank_bytes);
+    gb(b2, sizeof b2, (double)q->node_bytes);
+    gb(l, sizeof l, (double)q->limit.bytes);
+    printf("  process total per rank (resident, the OS's view): %s; this node's %d rank(s) together (Pss): %s of "
+           "%s (%s): %s\n", a, q->local_ranks, b2, l, q->limit.source ? q->limit.source : "?",
+           q->node_fits ? "fits" : "DOES NOT FIT the node's memory");
+}
+
 /* largest[2]: the largest micro-batch and sequence length that fit (-1: not asked). */
 static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
                        const int *minw, int fits, const int *largest) {
@@ -461,6 +499,8 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     json_object_set_new(o, "min_world_by_stage", mw);
     if (largest[0] >= 0) json_object_set_new(o, "max_micro_batch", json_integer(largest[0]));
     if (largest[1] >= 0) json_object_set_new(o, "max_seq_len", json_integer(largest[1]));
+    zt_plan_process q = process_of(p, pf, c);
+    json_object_set_new(o, "process", process_json(&q));
     char *text = json_dumps(o, JSON_INDENT(1));
     printf("%s\n", text);
     free(text);
@@ -546,6 +586,8 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
     printf("  host<->device per step: %s in, %s out; at %g,%g GB/s (%s): %.3f ms in, %.3f ms out\n", a, b2,
            t.gbs[ZT_LINK_H2D], t.gbs[ZT_LINK_D2H], t.link_given ? "the given link" : "PCIe 4.0, --link pcie4",
            1e3 * t.seconds[ZT_LINK_H2D], 1e3 * t.seconds[ZT_LINK_D2H]);
+    zt_plan_process q = process_of(p, pf, c);
+    print_process(&q);
     if (pf->device_mem) print_verdict(p, pf, &j->model.s.recompute, j->model.s.attention_fused, minw, fits);
     if (largest[0] >= 0) printf("  the largest micro-batch that fits: %d\n", largest[0]);
     if (largest[1] >= 0) printf("  the longest sequence that fits: %d\n", largest[1]);

@@ -140,7 +140,7 @@ static void report_oom(const zt_ctx *ctx, const zt_train_config *cfg) {
     fprintf(stderr, "[rank %d] out-of-memory report:\n%s", ctx->rank, report);
     fflush(stderr);
     zt_error ignore_metrics = {0};
-    zt_metrics_values oom = {-1, 0.0, 0.0, 0.0, 1, NULL}; /* the scraper sees the stop */
+    zt_metrics_values oom = {-1, 0.0, 0.0, 0.0, 1, NULL, NULL}; /* the scraper sees the stop */
     if (cfg->metrics_file[0])
         (void)zt_metrics_write(cfg->metrics_file, ctx->rank, &ctx->device_mem, &ctx->host_mem, &oom, &ignore_metrics);
     if (!cfg->log_dir[0]) return;
@@ -181,6 +181,8 @@ zt_train_hooks zt_train_hooks_from_env(void) {
         if (strcmp(kind, "read") == 0) h.nvme_fail_read = nth;
         if (strcmp(kind, "write") == 0) h.nvme_fail_write = nth;
     }
+    const char *leak = getenv("ZT_TEST_LEAK");
+    if (leak && (sscanf(leak, "%d:%lld", &h.leak_rank, &h.leak_bytes) != 2 || h.leak_bytes <= 0)) h.leak_rank = -1;
     const char *overflow = getenv("ZT_TEST_OVERFLOW");
     if (overflow && sscanf(overflow, "%d:%d", &h.overflow_step, &h.overflow_rank) != 2) h.overflow_step = -1;
     return h;

@@ -23,12 +23,17 @@ typedef struct {
      * when -1) N-th request of that kind fails (zt_nvme.h). */
     long nvme_fail_read, nvme_fail_write;
     int nvme_fail_rank;
+    /* ZT_TEST_LEAK=RANK:BYTES: that rank mallocs and touches BYTES more
+     * heap at every step and keeps it to the end (the leak watch's test). */
+    int leak_rank;
+    long long leak_bytes;
 } zt_train_hooks;
 
 /* No hook armed. */
 static inline zt_train_hooks zt_train_hooks_none(void) {
     return (zt_train_hooks){.exit_rank = -1, .exit_step = -1, .stall_rank = -1, .stall_step = -1,
-                            .kill_step = -1, .overflow_step = -1, .nvme_fail_rank = -1};
+                            .kill_step = -1, .overflow_step = -1, .nvme_fail_rank = -1,
+                            .leak_rank = -1};
 }
 
 /* The hooks the ZT_TEST_* variables of this process arm. */

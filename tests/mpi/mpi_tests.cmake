@@ -212,6 +212,9 @@ endif()
 # reconciliation at np 2 and 3 on the issue's configuration (full: the
 # sanitizers' own mappings are unexplained by design; test_proc_mem runs
 # the sampler's C paths under them), and the OOM report's bill (quick).
-zt_script_cases(zt_bill_test.py bill "mpi" 600 reconcile oom)
+# The leak watch: ZT_TEST_LEAK named within 2K steps, a clean 400-step run
+# never (full: hundreds of steps; test_leak_watch runs its C paths quick).
+# zt-plan's process total and node Pss against a run (full: the sanitizers' shadow memory is in the OS's view).
+zt_script_cases(zt_bill_test.py bill "mpi" 600 reconcile oom leak clean plan)
 zt_label(quick bill_oom)
-zt_label(full bill_reconcile)
+zt_label(full bill_reconcile bill_leak bill_clean bill_plan)

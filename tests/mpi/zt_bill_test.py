@@ -14,6 +14,18 @@ reconcile  np 2 and 3 on the issue's configuration (stage 3, fp32, 4 layers
            them.
 oom        an out-of-memory stop prints the whole bill beside the
            allocator's report (reserved, not resident, the other parts).
+leak       ZT_TEST_LEAK=1:1MiB on the issue's configuration at np 2: rank 1's
+           heap is named by the leak watch within 2K steps (K the default
+           window of 50), in its log, its JSONL and its metrics; rank 0,
+           which leaks nothing, is never named.
+plan       zt-plan's process total per rank and its node's Pss (train/
+           plan_process.c) against a measured run of the issue's
+           configuration at np 2: within the reserved band (-25%..+30%);
+           under a memory cgroup of 64 MiB (where this test may make one)
+           the node's ranks do not fit and the limit is the cgroup's.
+clean      a clean run of 400 steps with the default leak settings names
+           nothing on any rank (and its step ends were sampled often enough
+           to be judged).
 """
 import glob
 import json
@@ -24,13 +36,17 @@ import tempfile
 
 CONFIG = ["--stage", "3", "--layers", "4", "--d-model", "256", "--heads", "4", "--seq-len", "128", "--vocab", "512",
           "--micro-batch", "8", "--threads", "1"]
+# The leak cases: steps long enough (tens of ms) for the 1% sampling budget
+# to take a step end every few steps, short enough for 400 of them.
+LEAK_CONFIG = ["--layers", "2", "--d-model", "128", "--heads", "4", "--seq-len", "128", "--vocab", "256",
+               "--micro-batch", "8", "--threads", "1"]
 PARTS = ["allocator_allocated", "allocator_cached", "host_pool_allocated", "host_pool_cached", "lib_cuda", "lib_mpi",
          "lib_blas", "lib_other", "mpi_shm", "heap", "thread_stacks", "files"]
 
 
-def launch(ctx, np_, args, expect_rc=0):
+def launch(ctx, np_, args, expect_rc=0, env=None):
     cmd = [ctx["zt_run"], "-np", str(np_), ctx["zt"]] + args
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, **(env or {})))
     if expect_rc is not None and p.returncode != expect_rc:
         sys.exit(f"FAIL: {' '.join(cmd)}: exit {p.returncode}, expected {expect_rc}\n"
                  f"stdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}")
@@ -60,6 +76,8 @@ def case_reconcile(ctx):
             worst = max(worst, share)
             assert share <= 0.02, (np_, r["rank"], share, b)
             assert b["os_bytes"] >= 0.95 * b["vm_hwm"], (np_, r["rank"], b)
+            # A CPU run maps no CUDA library (the CUDA module is opened for a GPU only).
+            assert b["parts"].get("lib_cuda", 0) == 0, (np_, r["rank"], b)
             # On the CPU the device is host memory: the allocator's parts are measured.
             assert "allocator_allocated" in b["parts"] and b["parts"]["allocator_allocated"] > 0, b
             sampled = 0
@@ -86,7 +104,105 @@ def case_oom(ctx):
     print("ok: the out-of-memory report carries the whole bill")
 
 
-CASES = {"reconcile": case_reconcile, "oom": case_oom}
+def leaks_in(d, rank):
+    """The JSONL's leak warnings of a rank: [(step, part, bytes_per_step)]; and the steps it judged."""
+    named, judged = [], 0
+    for line in open(os.path.join(d, f"rank{rank}.jsonl")):
+        rec = json.loads(line)
+        judged += rec.get("leak_judged", False)
+        for w in rec.get("leaks", []):
+            named.append((rec["step"], w["part"], w["bytes_per_step"]))
+    return named, judged
+
+
+def case_leak(ctx):
+    d = os.path.join(ctx["work"], "leak")
+    prom = os.path.join(d, "zt.prom")
+    window = 50
+    p = launch(ctx, 2, LEAK_CONFIG + ["--steps", str(2 * window), "--log-dir", d, "--metrics-file", prom],
+               env={"ZT_TEST_LEAK": "1:1048576"})
+    named, judged = leaks_in(d, 1)
+    assert named, f"rank 1 leaked 1 MiB per step for {2 * window} steps and was not named ({judged} steps judged)"
+    step, part, rate = named[0]
+    assert part == "heap" and 0.8 * 1048576 < rate < 1.25 * 1048576, named
+    assert step <= 2 * window, named
+    log = p.stdout + p.stderr
+    assert "leak watch: heap grew" in log, log[-3000:]
+    metrics = open(prom.replace("zt.prom", "zt.rank1.prom")).read()
+    assert 'zt_leak_bytes_per_step{rank="1",part="heap"}' in metrics, metrics[-1500:]
+    assert 'zt_leak_warnings_total{rank="1"} 1' in metrics, metrics[-1500:]
+    clean, _ = leaks_in(d, 0)
+    assert not clean, ("rank 0 leaks nothing", clean)
+    print(f"ok: a 1 MiB/step heap leak on rank 1 named at step {step} ({rate / 1024:.0f} KiB/step) in the log, "
+          f"JSONL and metrics; rank 0 never named")
+
+
+def case_clean(ctx):
+    d = os.path.join(ctx["work"], "clean")
+    p = launch(ctx, 2, LEAK_CONFIG + ["--steps", "400", "--log-dir", d])
+    for rank in (0, 1):
+        named, judged = leaks_in(d, rank)
+        assert not named, (rank, named)
+        assert judged >= 20, (rank, "the watch judged only", judged, "step ends of 400 steps")
+    assert "leak watch" not in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]
+    print("ok: 400 clean steps at np 2, judged at 20 step ends or more, no part named on any rank")
+
+
+def plan_process(ctx, args, world, prefix=()):
+    plan = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
+    out = subprocess.run(list(prefix) + [plan, "--world", str(world), "--json"] + args, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)["process"]
+
+
+def memory_cgroup():
+    """A fresh child of this process's memory cgroup (v1 or v2), or None where none can be made."""
+    for line in open("/proc/self/cgroup"):
+        _, ctrl, path = line.rstrip("\n").split(":", 2)
+        base = ("/sys/fs/cgroup/memory" if ctrl == "memory" else "/sys/fs/cgroup" if ctrl == "" else None)
+        if base is None or not os.path.isdir(base + path):
+            continue
+        limit = "memory.limit_in_bytes" if ctrl == "memory" else "memory.max"
+        d = os.path.join(base + path, f"zt_bill_test_{os.getpid()}")
+        try:
+            os.mkdir(d)
+            open(os.path.join(d, limit), "w").write(str(64 << 20))
+            return d
+        except OSError:
+            if os.path.isdir(d):
+                os.rmdir(d)
+    return None
+
+
+def case_plan(ctx):
+    q = plan_process(ctx, CONFIG, 2)
+    assert q["measured"] and q["local_ranks"] == 2 and q["node_fits"], q
+    d = os.path.join(ctx["work"], "plan")
+    launch(ctx, 2, CONFIG + ["--steps", "6", "--log-dir", d, "--quiet"])
+    s = json.load(open(os.path.join(d, "summary.json")))
+    for r in s["ranks"]:
+        ratio = q["rank_bytes"] / r["process"]["vm_hwm"] - 1
+        assert -0.25 <= ratio <= 0.30, (r["rank"], q["rank_bytes"], r["process"]["vm_hwm"], ratio)
+    pss = sum(r["process"]["pss_bytes"] for r in s["ranks"])
+    node_ratio = q["node_bytes"] / pss - 1
+    assert -0.25 <= node_ratio <= 0.30, (q["node_bytes"], pss, node_ratio)
+    print(f"ok: zt-plan's process total {q['rank_bytes'] / 2**20:.1f} MiB per rank, {100 * ratio:+.1f}% of the "
+          f"measured VmHWM; the node's Pss {q['node_bytes'] / 2**20:.1f} MiB, {100 * node_ratio:+.1f}% of measured")
+    cg = memory_cgroup()
+    if cg is None:
+        print("skipped: no memory cgroup can be made here (the cgroup half)")
+        return
+    try:
+        enter = ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh"]
+        q = plan_process(ctx, CONFIG, 8, prefix=enter)
+    finally:
+        os.rmdir(cg)
+    assert q["node_limit_bytes"] == 64 << 20 and "cgroup" in q["node_limit_source"] and not q["node_fits"], q
+    print("ok: under a 64 MiB memory cgroup the node's 8 ranks do not fit, and the limit named is the cgroup's")
+
+
+CASES = {"reconcile": case_reconcile, "plan": case_plan, "oom": case_oom, "leak": case_leak, "clean": case_clean}
 
 if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[1] not in CASES:
