@@ -70,6 +70,8 @@ static int push_page(watch_view *w, uintptr_t page) {
     return 0;
 }
 
+#define WATCH_MAX_MAPPING ((uintptr_t)16 << 30)
+
 /* The anonymous mappings outside malloc's heaps and their resident pages. */
 static int take_view(watch_view *w) {
     zt_vma_list vmas = {0};
@@ -81,14 +83,18 @@ static int take_view(watch_view *w) {
         const zt_vma *v = &vmas.v[i];
         if (!watched_kind(v)) continue;
         w->maps[w->nmaps++] = (zt_proc_range){v->lo, v->hi, ZT_PART_LIB_OTHER};
-        if (!v->writable || v->rss == 0) continue;
-        size_t np = (v->hi - v->lo) / page;
-        unsigned char *vec = malloc(np);
-        if (!vec) rc = -1;
-        else if (mincore((void *)v->lo, v->hi - v->lo, vec) == 0)
-            for (size_t p = 0; p < np && rc == 0; p++)
-                if (vec[p] & 1) rc = push_page(w, v->lo + p * page);
-        free(vec);
+        /* A mapping of WATCH_MAX_MAPPING or more is address space reserved
+         * whole (a sanitizer's shadow): what a watch makes resident there
+         * stays unexplained rather than cost a pass over every page. */
+        if (!v->writable || v->rss == 0 || v->hi - v->lo >= WATCH_MAX_MAPPING) continue;
+        unsigned char vec[4096];
+        for (uintptr_t a = v->lo; a < v->hi && rc == 0;) {
+            size_t np = (v->hi - a) / page < sizeof vec ? (v->hi - a) / page : sizeof vec;
+            if (mincore((void *)a, np * page, vec) == 0)
+                for (size_t p = 0; p < np && rc == 0; p++)
+                    if (vec[p] & 1) rc = push_page(w, a + p * page);
+            a += np * page;
+        }
     }
     zt_vma_free(&vmas);
     if (rc) {

@@ -6,55 +6,94 @@
 
 #include "proc_evidence.h"
 
-#define NO_OWNER 0xFF
-
-/* Per mapping that some evidence touches: each page's owner and the
- * strength that named it. */
+/* Evidence as page-aligned boundaries for a sweep in address order: a page
+ * any evidence touches belongs to the strongest evidence touching it. Only
+ * the ranges evidence covers are read with mincore, so a mapping of
+ * terabytes (a sanitizer's shadow, reserved address space) costs what its
+ * named pages cost. */
 typedef struct {
-    unsigned char *owner, *strength; /* [pages of the mapping] */
-} page_owners;
+    uintptr_t addr;
+    int delta; /* +1 where the range starts, -1 where it ends */
+    int strength;
+    zt_proc_part part;
+} boundary;
 
-static int cmp_evidence(const void *a, const void *b) {
-    const zt_evidence *x = a, *y = b;
-    return x->lo < y->lo ? -1 : x->lo > y->lo;
+static int cmp_boundary(const void *a, const void *b) {
+    const boundary *x = a, *y = b;
+    return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-/* Gives e's pages inside mapping v (index i) to e's part where e is
- * stronger than what named them before. */
-static int claim(const zt_vma_list *vmas, size_t i, page_owners *po, const zt_evidence *e, size_t page) {
-    const zt_vma *v = &vmas->v[i];
-    size_t np = (v->hi - v->lo) / page;
-    if (!po[i].owner) {
-        po[i].owner = malloc(np);
-        po[i].strength = calloc(np, 1);
-        if (!po[i].owner || !po[i].strength) return -1;
-        memset(po[i].owner, NO_OWNER, np);
-    }
-    uintptr_t lo = e->lo > v->lo ? e->lo : v->lo, hi = e->hi < v->hi ? e->hi : v->hi;
-    for (size_t p = (lo - v->lo) / page; p < np && v->lo + p * page < hi; p++) {
-        if (po[i].strength[p] >= e->strength) continue;
-        po[i].owner[p] = (unsigned char)e->part;
-        po[i].strength[p] = (unsigned char)e->strength;
-    }
-    return 0;
+/* The ranges evidence covers at one moment of the sweep, per strength and part. */
+typedef struct {
+    int count[ZT_EVIDENCE_ALLOCATOR + 1][ZT_NUM_PARTS];
+} coverage;
+
+/* The strongest part covering now (strength >= min_strength), or ZT_NUM_PARTS. */
+static zt_proc_part strongest(const coverage *c, int min_strength) {
+    for (int s = ZT_EVIDENCE_ALLOCATOR; s >= min_strength; s--)
+        for (int p = 0; p < ZT_NUM_PARTS; p++)
+            if (c->count[s][p] > 0) return (zt_proc_part)p;
+    return ZT_NUM_PARTS;
 }
 
-static int assign_evidence(const zt_vma_list *vmas, const zt_evidence_list *ev, page_owners *po, size_t page) {
+/* Resident bytes in [lo, hi) (page-aligned, inside one mapping). */
+static size_t resident_bytes(uintptr_t lo, uintptr_t hi, size_t page) {
+    unsigned char vec[4096];
+    size_t n = 0;
+    for (uintptr_t a = lo; a < hi;) {
+        size_t pages = (hi - a) / page < sizeof vec ? (hi - a) / page : sizeof vec;
+        if (mincore((void *)a, pages * page, vec) == 0)
+            for (size_t p = 0; p < pages; p++) n += vec[p] & 1;
+        a += pages * page;
+    }
+    return n * page;
+}
+
+/* The named pages of [lo, hi) in every mapping it crosses from *vi on:
+ * into parts and each mapping's claimed bytes. */
+static void name_segment(const zt_vma_list *vmas, size_t *vi, uintptr_t lo, uintptr_t hi, const coverage *c,
+                         size_t page, long long *parts, long long *claimed) {
+    while (*vi < vmas->n && vmas->v[*vi].hi <= lo) (*vi)++;
+    zt_proc_part any = strongest(c, 1), allocator = strongest(c, ZT_EVIDENCE_ALLOCATOR);
+    for (size_t i = *vi; i < vmas->n && vmas->v[i].lo < hi; i++) {
+        const zt_vma *w = &vmas->v[i];
+        if (w->kind == ZT_VMA_FILE || !w->writable || w->rss == 0) continue;
+        /* What malloc holds is the heap part's, whoever asked for it; only
+         * the tracked allocators' blocks are named inside it. */
+        zt_proc_part part = w->kind == ZT_VMA_HEAP ? allocator : any;
+        if (part == ZT_NUM_PARTS) continue;
+        size_t bytes = resident_bytes(lo > w->lo ? lo : w->lo, hi < w->hi ? hi : w->hi, page);
+        parts[part] += (long long)bytes;
+        claimed[i] += (long long)bytes;
+    }
+}
+
+static int name_evidence(const zt_vma_list *vmas, const zt_evidence_list *ev, size_t page, long long *parts,
+                         long long *claimed) {
+    boundary *b = malloc((2 * ev->n + 1) * sizeof *b);
+    coverage *c = calloc(1, sizeof *c);
+    if (!b || !c) {
+        free(b);
+        free(c);
+        return -1;
+    }
+    size_t nb = 0;
     for (size_t k = 0; k < ev->n; k++) {
         const zt_evidence *e = &ev->e[k];
-        const zt_vma *v = zt_vma_find(vmas, e->lo);
-        size_t i = v ? (size_t)(v - vmas->v) : 0;
-        if (!v) /* starts in a hole: the first mapping after it */
-            while (i < vmas->n && vmas->v[i].hi <= e->lo) i++;
-        for (; i < vmas->n && vmas->v[i].lo < e->hi; i++) {
-            const zt_vma *w = &vmas->v[i];
-            if (w->kind == ZT_VMA_FILE || !w->writable || w->rss == 0) continue;
-            /* What malloc holds is the heap part's, whoever asked for it;
-             * only the tracked allocators' blocks are named inside it. */
-            if (w->kind == ZT_VMA_HEAP && e->strength != ZT_EVIDENCE_ALLOCATOR) continue;
-            if (claim(vmas, i, po, e, page)) return -1;
-        }
+        if (e->hi <= e->lo) continue;
+        uintptr_t lo = e->lo / page * page, hi = (e->hi + page - 1) / page * page;
+        b[nb++] = (boundary){lo, +1, e->strength, e->part};
+        b[nb++] = (boundary){hi, -1, e->strength, e->part};
     }
+    qsort(b, nb, sizeof *b, cmp_boundary);
+    size_t vi = 0;
+    for (size_t k = 0; k < nb;) {
+        uintptr_t at = b[k].addr;
+        for (; k < nb && b[k].addr == at; k++) c->count[b[k].strength][b[k].part] += b[k].delta;
+        if (k < nb) name_segment(vmas, &vi, at, b[k].addr, c, page, parts, claimed);
+    }
+    free(b);
+    free(c);
     return 0;
 }
 
@@ -67,31 +106,18 @@ static zt_proc_part default_part(const zt_vma *v, int *named) {
     return ZT_NUM_PARTS;
 }
 
-/* Every mapping's Rss into parts (signed: a mapping's evidence may count a
- * page mincore sees that Rss does not, such as the shared zero page). */
-static int split(const zt_vma_list *vmas, page_owners *po, size_t page, long long *parts, zt_proc_sample *out) {
+/* Every mapping's Rss into parts: what evidence named in it, and the rest
+ * to its default part (signed: evidence may count a page mincore sees that
+ * Rss does not, such as the shared zero page). */
+static void split(const zt_vma_list *vmas, const long long *claimed, long long *parts, zt_proc_sample *out) {
     for (size_t i = 0; i < vmas->n; i++) {
         const zt_vma *v = &vmas->v[i];
         out->os_bytes += v->rss;
         out->pss_bytes += v->pss;
-        long long rest = (long long)v->rss;
-        if (po[i].owner) {
-            size_t np = (v->hi - v->lo) / page;
-            unsigned char *vec = malloc(np);
-            if (!vec) return -1;
-            if (mincore((void *)v->lo, v->hi - v->lo, vec) == 0)
-                for (size_t p = 0; p < np; p++)
-                    if ((vec[p] & 1) && po[i].owner[p] != NO_OWNER) {
-                        parts[po[i].owner[p]] += (long long)page;
-                        rest -= (long long)page;
-                    }
-            free(vec);
-        }
         int named;
         zt_proc_part d = default_part(v, &named);
-        if (named) parts[d] += rest; /* else: unexplained, what os_bytes holds beyond the parts */
+        if (named) parts[d] += (long long)v->rss - claimed[i]; /* else: unexplained */
     }
-    return 0;
 }
 
 static int gather_evidence(zt_proc_mem *pm, const zt_mem *device, const zt_mem *host, const zt_vma_list *vmas,
@@ -101,7 +127,6 @@ static int gather_evidence(zt_proc_mem *pm, const zt_mem *device, const zt_mem *
     if (zt_evidence_objects(ev, page) || zt_evidence_stacks(ev, pm, vmas) || zt_evidence_watched(ev, pm) ||
         zt_evidence_malloc_chunks(ev, vmas, page))
         return -1;
-    qsort(ev->e, ev->n, sizeof *ev->e, cmp_evidence);
     return 0;
 }
 
@@ -140,21 +165,18 @@ zt_status zt_proc_sample_take(zt_proc_mem *pm, const zt_mem *device, const zt_me
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     zt_vma_list vmas = {0};
     zt_evidence_list ev = {0};
-    page_owners *po = NULL;
+    long long *claimed = NULL; /* [vmas.n] bytes evidence named in each mapping */
     long long parts[ZT_NUM_PARTS] = {0};
     int rc = zt_vma_read(&vmas);
     if (rc) {
         zt_vma_free(&vmas);
         return ZT_FAIL(err, ZT_ERR_IO, "cannot read this process's mappings (/proc/self/smaps)");
     }
-    po = calloc(vmas.n ? vmas.n : 1, sizeof *po);
-    rc = !po || gather_evidence(pm, device, host, &vmas, &ev, page) || assign_evidence(&vmas, &ev, po, page) ||
-         split(&vmas, po, page, parts, out);
-    for (size_t i = 0; po && i < vmas.n; i++) {
-        free(po[i].owner);
-        free(po[i].strength);
-    }
-    free(po);
+    claimed = calloc(vmas.n ? vmas.n : 1, sizeof *claimed);
+    rc = !claimed || gather_evidence(pm, device, host, &vmas, &ev, page) ||
+         name_evidence(&vmas, &ev, page, parts, claimed);
+    if (!rc) split(&vmas, claimed, parts, out);
+    free(claimed);
     zt_evidence_free(&ev);
     zt_vma_free(&vmas);
     if (rc) return ZT_FAIL(err, ZT_ERR_OOM, "cannot allocate while sampling this process's memory");

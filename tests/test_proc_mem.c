@@ -75,7 +75,11 @@ static void test_watch(zt_proc_mem *pm, zt_ctx *ctx) {
     memset(inside + 2 * MIB, 7, 6 * MIB); /* a library's buffer, used later */
     zt_proc_sample s1 = sample(pm, ctx);
     size_t blas = s1.parts[ZT_PART_LIB_BLAS] - s0.parts[ZT_PART_LIB_BLAS];
-    CHECK(blas >= 8 * MIB && blas <= 8 * MIB + 65536, "the watched mapping's 8 MiB touched: lib_blas grew by %zu", blas);
+    /* Slack: pages of older anonymous mappings that became resident during
+     * the watch count too (under AddressSanitizer its own bookkeeping,
+     * about 110 KiB); far below the 8 MiB untouched half of the mapping. */
+    CHECK(blas >= 8 * MIB && blas <= 8 * MIB + 512 * 1024, "the watched mapping's 8 MiB touched: lib_blas grew by %zu",
+          blas);
     char *after = touch_map(8 * MIB, 8 * MIB);
     zt_proc_sample s2 = sample(pm, ctx);
     CHECK(s2.parts[ZT_PART_LIB_BLAS] - s1.parts[ZT_PART_LIB_BLAS] < MIB,
