@@ -477,7 +477,7 @@ static void test_jitter(void) {
     void *abc[3] = {NULL, NULL, NULL};
     size_t reserved_at_max = 0;
     for (int i = 0; i < 10; i++) {
-        char label[16];
+        char label[24]; /* "round" and any int */
         snprintf(label, sizeof label, "round%d", i + 1);
         zt_block *b = must_alloc_block(&m, sizes[i], ZT_CAT_ACTIVATIONS, label, blocks[i]);
         if (!b) continue;

@@ -463,7 +463,7 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
         json_object_set_new(cat_peaks, zt_category_name(cc), json_integer((json_int_t)p->peak_by_category[cc]));
     }
     for (int s = 0; s < 4 && pf->device_mem; s++) {
-        char k[4];
+        char k[12]; /* a stage number, room for any int */
         snprintf(k, sizeof k, "%d", s);
         json_object_set_new(mw, k, minw[s] ? json_integer(minw[s]) : json_null());
     }

@@ -145,7 +145,8 @@ endif()
 # bitwise, bytes on device, host and link against zt-plan, checkpoints,
 # refusals; on the emulator, bitwise with pinned shards.
 zt_script_cases(zt_offload_params_test.py offload_params "mpi" 600 bitwise resume refused)
-zt_label(quick offload_params_resume offload_params_refused)
+zt_label(quick offload_params_resume)
+zt_label(full offload_params_refused) # checks before any allocation: under the sanitizers, offload_delay_refused's exit
 # The comparisons over np 1-3 and dtypes: resume runs the same shards in.
 zt_label(full offload_params_bitwise)
 if(ZT_CUDA_EMU)
@@ -202,8 +203,12 @@ endif()
 # Hybrid sharding on one host (tests/mpi/zt_hybrid_test.py): stages 0-3
 # bitwise at np 4 in groups of 2, the closed form and zt-plan per rank, a
 # hybrid checkpoint resumed without groups, refusals and DeepSpeed's key.
-# Quick: the replica groups' code is theirs alone.
-zt_script_cases(zt_hybrid_test.py hybrid "mpi;quick" 300 stages resume refused reshard)
+# Quick: the replica groups' and hpZ's code is theirs alone; the refusals
+# are full (checks before any allocation: under the sanitizers their error
+# exit is offload_delay_refused's).
+zt_script_cases(zt_hybrid_test.py hybrid "mpi" 300 stages resume refused reshard)
+zt_label(quick hybrid_stages hybrid_resume hybrid_reshard)
+zt_label(full hybrid_refused)
 if(ZT_CUDA_EMU) # NCCL groups on the emulator
   zt_script_cases(zt_hybrid_test.py hybrid "mpi;cuda;quick" 300 cuda_emu)
 endif()
@@ -218,3 +223,10 @@ endif()
 zt_script_cases(zt_bill_test.py bill "mpi" 600 reconcile oom leak clean plan)
 zt_label(quick bill_oom)
 zt_label(full bill_reconcile bill_leak bill_clean bill_plan)
+
+# The sanitizer build compares the stage-repeated checks at stages 0 and 3
+# only (tests/mpi/zt_harness.py, STAGES_COMPARED; tests/MERGED.md).
+if(ZT_SANITIZE)
+  set_property(TEST mpi_stages_np2 mpi_stages_np3 hybrid_stages optimizer_stages optimizer_freeze
+               APPEND PROPERTY ENVIRONMENT ZT_TEST_SANITIZED=1)
+endif()

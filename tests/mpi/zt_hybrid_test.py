@@ -11,7 +11,7 @@ usage: zt_hybrid_test.py CASE ZT_TRAIN ZT_RUN
 import json
 import os
 
-from zt_harness import launch, losses, main, plan, train
+from zt_harness import STAGES_COMPARED, launch, losses, main, plan, train
 
 C, T, V, L = 64, 32, 64, 2
 MODEL = ["--threads", "1", "--quiet", "--trace", "0", "--layers", str(L), "--d-model", str(C), "--heads", "4",
@@ -46,7 +46,7 @@ def case_stages(ctx):
     state is half that."""
     for dtype in ("fp32", "bf16"):
         runs = []
-        for stage in range(4):
+        for stage in STAGES_COMPARED:
             flags = MODEL + ["--stage", str(stage), "--dtype", dtype, "--steps", "3", "--shard-group", "2"]
             s = train(ctx, 4, flags, f"g2-{dtype}-s{stage}")
             runs.append(s)
@@ -61,7 +61,7 @@ def case_stages(ctx):
         for s in runs[1:]:
             assert losses(s) == losses(runs[0]) and s["params_digest"] == runs[0]["params_digest"], dtype
         world = train(ctx, 4, MODEL + ["--stage", "3", "--dtype", dtype, "--steps", "1"], f"world-{dtype}")
-        g2 = runs[3]["ranks"][0]["peak_by_category"]["optimizer"]
+        g2 = runs[-1]["ranks"][0]["peak_by_category"]["optimizer"]  # stage 3
         assert world["ranks"][0]["peak_by_category"]["optimizer"] * 2 == g2 != 0, (world["ranks"][0], g2)
     fp32 = closed_form(2, 3, "fp32")
     print(f"ok: --shard-group 2 at np 4: stages 0-3 bitwise (fp32, bf16); stage-3 state {sum(fp32.values())} bytes "

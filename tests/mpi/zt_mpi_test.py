@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+from zt_harness import STAGES_COMPARED
+
 # Small enough for CI, large enough to have several units and buckets.
 MODEL = ["--layers", "2", "--d-model", "32", "--heads", "4", "--seq-len", "32", "--vocab", "48",
          "--micro-batch", "4", "--threads", "1", "--quiet", "--bucket-size", "16KiB"]
@@ -246,7 +248,7 @@ def offload_matches(ctx, base):
     owned parameter."""
     _, padded = padded_units(2)
     for dtype in ("fp32", "bf16"):
-        for stage in range(4):
+        for stage in STAGES_COMPARED:
             off = train(ctx, 2, ["--steps", STEPS, "--stage", str(stage), "--dtype", dtype, "--offload", "cpu"],
                         f"off1-{dtype}-{stage}")
             base_run = base[dtype][stage]
@@ -296,7 +298,7 @@ def recompute_matches(ctx, base):
     so losses, gradient norms and digest are bitwise equal to no recompute
     at stage 0, at every stage."""
     ref = None
-    for stage in range(4):
+    for stage in STAGES_COMPARED:
         for pol in POLICIES:
             name = f"np2-fp32-s{stage}" if pol == "none" else f"rc-{pol}-{stage}"
             r = base[stage] if pol == "none" else train(ctx, 2, ["--steps", STEPS, "--stage", str(stage),
@@ -343,8 +345,8 @@ def fused_matches(ctx, base):
     category's peak (that one included) is exact in both modes, at every
     stage."""
     fused = ["--attention", "fused"]
-    runs = [train(ctx, 3, ["--steps", STEPS, "--stage", str(st)] + fused, f"fused-{st}") for st in range(4)]
-    for st, r in enumerate(runs):
+    runs = [train(ctx, 3, ["--steps", STEPS, "--stage", str(st)] + fused, f"fused-{st}") for st in STAGES_COMPARED]
+    for st, r in zip(STAGES_COMPARED, runs):
         assert r["attention"] == "fused", r["attention"]
         assert r["losses"] == runs[0]["losses"] and r["params_digest"] == runs[0]["params_digest"], st
     assert base["attention"] == "materialized" and base["stage"] == 0, (base["attention"], base["stage"])
@@ -355,7 +357,7 @@ def fused_matches(ctx, base):
     for r_f, r_m in zip(runs[0]["ranks"], base["ranks"]):
         got = r_m["peak_by_category"]["activations"] - r_f["peak_by_category"]["activations"]
         assert got == saved, (got, saved)
-    for st, run in list(enumerate(runs)) + [(0, base)]:
+    for st, run in list(zip(STAGES_COMPARED, runs)) + [(0, base)]:
         mode = run["attention"]
         check_plan_categories(plan(ctx, 3, MODEL + ["--stage", str(st), "--attention", mode]), run, (mode, st))
     print(f"ok: fused attention: stages 0-3 bitwise equal at np=3, losses within {worst:.1e} of materialized, "

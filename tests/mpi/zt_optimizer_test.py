@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 
-from zt_harness import launch, losses, main, train
+from zt_harness import STAGES_COMPARED, launch, losses, main, train
 
 MODEL = ["--layers", "2", "--d-model", "32", "--heads", "4", "--seq-len", "32", "--vocab", "48",
          "--micro-batch", "4", "--threads", "1", "--quiet", "--bucket-size", "16KiB"]
@@ -29,7 +29,7 @@ def padded_units(np, layers=2, C=32, T=32, V=48):
 def case_stages(ctx):
     """np 3, fp32: SGD's losses and params_digest bitwise equal at stages 0-3,
     with offload and with the delayed update's own (stale) result at every stage."""
-    runs = [train(ctx, 3, MODEL + SGD + ["--steps", "4", "--stage", str(s)], f"s{s}") for s in range(4)]
+    runs = [train(ctx, 3, MODEL + SGD + ["--steps", "4", "--stage", str(s)], f"s{s}") for s in STAGES_COMPARED]
     runs += [train(ctx, 3, MODEL + SGD + ["--steps", "4", "--stage", str(s), "--offload", "cpu"], f"o{s}")
              for s in (0, 3)]
     for r in runs:
@@ -120,17 +120,17 @@ def case_freeze(ctx):
     freeze = ["--freeze", "embedding,blocks:0"]
     units = padded_units(3)
     trained = units[2:]  # block 1 and the head
-    runs = []
-    for stage in range(4):
+    runs = {}
+    for stage in STAGES_COMPARED:
         s = train(ctx, 3, MODEL + freeze + ["--steps", "3", "--stage", str(stage)], f"f{stage}")
-        runs.append(s)
+        runs[stage] = s
         if stage in (0, 3):
             own = sum(trained) if stage == 0 else sum(u // 3 for u in trained)
             grads = sum(trained) if stage < 2 else sum(u // 3 for u in trained)
             for r in s["ranks"]:
                 assert r["peak_by_category"]["optimizer"] == 8 * own, (stage, r["peak_by_category"], own)
                 assert r["peak_by_category"]["grads"] == 4 * grads, (stage, r["peak_by_category"], grads)
-    assert all(r["params_digest"] == runs[0]["params_digest"] for r in runs)
+    assert all(r["params_digest"] == runs[0]["params_digest"] for r in runs.values())
     exe = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
     for stage, r in ((0, runs[0]), (3, runs[3])):
         p = json.loads(subprocess.run([exe, "--world", "3", "--json"] + MODEL + freeze + ["--stage", str(stage)],
