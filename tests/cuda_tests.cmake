@@ -47,3 +47,16 @@ foreach(zt_np 2 3)
   set_tests_properties(mpi_staged_pool_np${zt_np} PROPERTIES LABELS "mpi;cuda;quick" SKIP_RETURN_CODE 77 TIMEOUT 120
                                                               RUN_SERIAL TRUE)
 endforeach()
+
+# The CUDA module's refusals (tests/cuda_module/): a missing module, one of
+# another ABI and a shared object with no entry, each refused by name with
+# exit 2; a CPU run ignores ZT_CUDA_MODULE. Quick: three short refusals.
+foreach(zt_flavour stale foreign)
+  add_library(zt_cuda_module_${zt_flavour} MODULE ${CMAKE_CURRENT_LIST_DIR}/cuda_module/stale_module.c)
+  target_include_directories(zt_cuda_module_${zt_flavour} PRIVATE ${PROJECT_SOURCE_DIR}/runtime)
+endforeach()
+target_compile_definitions(zt_cuda_module_stale PRIVATE ZT_STALE_ABI)
+add_test(NAME cuda_module_refused
+         COMMAND Python3::Interpreter ${CMAKE_CURRENT_LIST_DIR}/cuda_module/zt_cuda_module_test.py
+                 $<TARGET_FILE:zt-train> $<TARGET_FILE:zt_cuda_module_stale> $<TARGET_FILE:zt_cuda_module_foreign>)
+set_tests_properties(cuda_module_refused PROPERTIES LABELS "cuda;quick" TIMEOUT 120)
