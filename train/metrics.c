@@ -10,17 +10,22 @@ void zt_metrics_path(const char *path, int rank, char *out, size_t cap) {
     snprintf(out, cap, "%.*s.rank%d%s", (int)(dot - path), path, rank, dot);
 }
 
+/* A metric's HELP and TYPE lines, before its samples. */
+static void family(FILE *f, const char *name, const char *type, const char *help) {
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
 /* One gauge or counter with its HELP and TYPE lines. */
 static void metric(FILE *f, const char *name, const char *type, const char *help, int rank, double value) {
-    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s{rank=\"%d\"} %.17g\n", name, help, name, type, name, rank, value);
+    family(f, name, type, help);
+    fprintf(f, "%s{rank=\"%d\"} %.17g\n", name, rank, value);
 }
 
 /* The whole bill: the OS's total and each measured part. */
 static void write_process(FILE *f, int rank, const zt_proc_sample *s) {
     metric(f, "zt_process_os_bytes", "gauge", "Resident bytes of this rank's process (Rss over smaps).", rank,
            (double)s->os_bytes);
-    fprintf(f, "# HELP zt_process_part_bytes Resident bytes per part of the whole bill (docs/memory.md).\n"
-               "# TYPE zt_process_part_bytes gauge\n");
+    family(f, "zt_process_part_bytes", "gauge", "Resident bytes per part of the whole bill (docs/memory.md).");
     for (int p = 0; p < ZT_NUM_PARTS; p++)
         if (s->measured & (1u << p))
             fprintf(f, "zt_process_part_bytes{rank=\"%d\",part=\"%s\"} %zu\n", rank,
@@ -33,8 +38,7 @@ static void write_process(FILE *f, int rank, const zt_proc_sample *s) {
 static void write_leaks(FILE *f, int rank, const zt_leak_watch *w) {
     metric(f, "zt_leak_warnings_total", "counter", "Parts the leak watch has named (docs/memory.md).", rank,
            (double)w->warnings);
-    fprintf(f, "# HELP zt_leak_bytes_per_step Growth per step of a part the leak watch names now.\n"
-               "# TYPE zt_leak_bytes_per_step gauge\n");
+    family(f, "zt_leak_bytes_per_step", "gauge", "Growth per step of a part the leak watch names now.");
     for (int k = 0; k < ZT_LEAK_SERIES; k++)
         if (w->leaking[k])
             fprintf(f, "zt_leak_bytes_per_step{rank=\"%d\",part=\"%s\"} %.17g\n", rank, zt_leak_series_name(k),

@@ -13,7 +13,8 @@ static int affordable(const zt_bill *b, double share) {
     return b->spent_s + b->last_cost_s <= share * ZT_BILL_BUDGET * elapsed;
 }
 
-static void take(zt_bill *b) {
+/* 1 when a sample was taken. */
+static int take(zt_bill *b) {
     zt_ctx *ctx = b->ctx;
     zt_proc_sample s;
     zt_error err = {0};
@@ -26,7 +27,7 @@ static void take(zt_bill *b) {
     if (st != ZT_OK) {
         b->failed = 1;
         zt_log_warn(&ctx->log, "the whole bill is not measured from here on: %s", err.msg);
-        return;
+        return 0;
     }
     b->taken++;
     s.step = b->step + 1; /* 1-based, as the step lines; 0: before the first step */
@@ -34,6 +35,7 @@ static void take(zt_bill *b) {
     if (!b->have_step || s.os_bytes > b->step_best.os_bytes) b->step_best = s;
     if (!b->have_run || s.os_bytes > b->run_best.os_bytes) b->run_best = s;
     b->have_step = b->have_run = 1;
+    return 1;
 }
 
 static void on_phase_end(void *arg, const zt_mem *m, zt_phase ended) {
@@ -70,12 +72,13 @@ void zt_bill_step_begin(zt_bill *b, int step) {
 }
 
 void zt_bill_step_end(zt_bill *b) {
-    long before = b->taken;
-    if (!b->failed && affordable(b, 1.0)) take(b);
-    else if (!b->failed) b->declined++;
-    if (b->taken > before) {
-        b->step_end = b->latest;
-        b->have_step_end = 1;
+    if (!b->failed && affordable(b, 1.0)) {
+        if (take(b)) {
+            b->step_end = b->latest;
+            b->have_step_end = 1;
+        }
+    } else if (!b->failed) {
+        b->declined++;
     }
     b->ctx->device_mem.peak_watch_bytes = b->ctx->device_mem.window_allocated_peak;
 }

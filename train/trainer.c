@@ -557,7 +557,6 @@ static void exit_hook(void *arg, int step) {
     _exit(7);
 }
 
-
 /* ZT_TEST_LEAK=RANK:BYTES: this rank's heap grows by BYTES, touched, at
  * every step (the blocks stay to the end, so no leak checker objects). */
 static zt_status test_leak(run_state *r) {
