@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The planner's expected reserved bytes (shard/plan_reserved.c) against
+"""The planner's closed-form reserved estimate (shard/plan_reserved.c, zt-plan --no-replay) against
 measured runs, for each allocator mode: every configuration trains 3 steps
 uncapped under launch/zt-run, and its largest reserved peak over ranks and
 steps is compared with zt-plan's figure. Prints one row per configuration
@@ -40,7 +40,7 @@ def measured_reserved(build, np_, args, work):
 
 
 def planned(build, np_, args):
-    out = subprocess.run([os.path.join(build, "examples", "zt-plan"), "--world", str(np_), "--json"] + args,
+    out = subprocess.run([os.path.join(build, "examples", "zt-plan"), "--world", str(np_), "--json", "--no-replay"] + args,
                          capture_output=True, text=True)
     return json.loads(out.stdout)
 

@@ -128,6 +128,12 @@ typedef struct zt_comm {
     double timeout_s;
     char name[48]; /* the peer group in messages ("": the world) */
     int *member_node; /* [world_size]: each member's node index (malloc'd; NULL: all on this node) */
+    /* NCCL: the device memory this communicator holds outside the tracked
+     * allocator, measured as the device's used bytes (cudaMemGetInfo)
+     * around its init and around the first collective of each kind (its
+     * connections and their buffers); device_measured 0 elsewhere. */
+    size_t device_bytes;
+    int device_measured;
 } zt_comm;
 
 /* Sets the watchdog's timeout (seconds; 0: none) on c and the
@@ -164,6 +170,12 @@ zt_status zt_comm_create_nccl(zt_comm *c, zt_error *err);
  * CUDA. */
 #define ZT_STAGED_POOL_FLOOR_DEFAULT ((size_t)512 << 20)
 zt_status zt_comm_create_staged(zt_comm *c, size_t pool_floor_bytes, zt_error *err);
+/* Rank `rank` of a world of world_size that is not there (blocks of
+ * ranks_per_node per node): every collective completes at once and moves
+ * nothing, host-side gathers answer with this rank's value for every rank.
+ * zt-plan replays one rank's run over it and the dry backend. It has no
+ * split: a replay makes each group's communicator with this call. */
+zt_status zt_comm_create_dry(zt_comm *c, int rank, int world_size, int ranks_per_node, zt_error *err);
 void zt_comm_destroy(zt_comm *c);
 /* Lets every collective in flight on h progress (MPI only advances
  * nonblocking collectives inside MPI calls); never blocks. */

@@ -11,13 +11,27 @@ zt_status zt_ctx_init(zt_ctx *ctx, zt_device device, int nthreads, size_t device
     return zt_ctx_init_on(ctx, device, -1, nthreads, device_limit, rank, world_size, quiet);
 }
 
-zt_status zt_ctx_init_on(zt_ctx *ctx, zt_device device, int cuda_device, int nthreads, size_t device_limit,
-                         int rank, int world_size, int quiet) {
+/* The memory spaces and streams over ctx->be. */
+static zt_status spaces_and_streams(zt_ctx *ctx, size_t device_limit) {
+    zt_mem_init(&ctx->device_mem, "device", ctx->be->raw_device, device_limit);
+    zt_raw_allocator host = ctx->be->raw_host.alloc ? ctx->be->raw_host : zt_raw_allocator_host_locked(&ctx->host_lock);
+    zt_mem_init(&ctx->host_mem, "host", host, 0);
+    ctx->compute = zt_backend_stream(ctx->be);
+    ZT_TRY(zt_stream_create(ctx->be, &ctx->h2d, &ctx->err));
+    return zt_stream_create(ctx->be, &ctx->d2h, &ctx->err);
+}
+
+static void ctx_begin(zt_ctx *ctx, int rank, int world_size, int quiet) {
     memset(ctx, 0, sizeof *ctx);
     ctx->rank = rank;
     ctx->world_size = world_size;
     zt_log_init(&ctx->log, rank, world_size, quiet);
     zt_proc_mem_init(&ctx->proc);
+}
+
+zt_status zt_ctx_init_on(zt_ctx *ctx, zt_device device, int cuda_device, int nthreads, size_t device_limit,
+                         int rank, int world_size, int quiet) {
+    ctx_begin(ctx, rank, world_size, quiet);
     ZT_TRY(zt_backend_create_on(device, nthreads, cuda_device, &ctx->be, &ctx->err));
     /* BLAS maps its buffers at its first call: made here, under a watch,
      * they are named lib_blas in the whole bill. */
@@ -26,13 +40,13 @@ zt_status zt_ctx_init_on(zt_ctx *ctx, zt_device device, int cuda_device, int nth
         zt_cpu_blas_warm_up();
         ZT_TRY(zt_proc_watch_end(&ctx->proc, ZT_PART_LIB_BLAS, &ctx->err));
     }
-    zt_mem_init(&ctx->device_mem, "device", ctx->be->raw_device, device_limit);
-    zt_raw_allocator host = ctx->be->raw_host.alloc ? ctx->be->raw_host : zt_raw_allocator_host_locked(&ctx->host_lock);
-    zt_mem_init(&ctx->host_mem, "host", host, 0);
-    ctx->compute = zt_backend_stream(ctx->be);
-    ZT_TRY(zt_stream_create(ctx->be, &ctx->h2d, &ctx->err));
-    ZT_TRY(zt_stream_create(ctx->be, &ctx->d2h, &ctx->err));
-    return ZT_OK;
+    return spaces_and_streams(ctx, device_limit);
+}
+
+zt_status zt_ctx_init_dry(zt_ctx *ctx, zt_device like, size_t device_limit, int rank, int world_size) {
+    ctx_begin(ctx, rank, world_size, 1);
+    ZT_TRY(zt_backend_dry_create(like, 1, &ctx->be, &ctx->err));
+    return spaces_and_streams(ctx, device_limit);
 }
 
 zt_status zt_ctx_set_link(zt_ctx *ctx, double h2d_gbs, double d2h_gbs) {

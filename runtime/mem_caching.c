@@ -38,11 +38,20 @@ static int fits(const zt_mem *m, const zt_block *b, size_t bytes) {
     return 1;
 }
 
+/* Between free blocks of one size: the older segment's, then the lower
+ * address in it. Never the system's addresses across segments, so the
+ * same requests give the same blocks on every machine, and in zt-plan's
+ * replay over addresses of its own. */
+static int before(const zt_block *a, const zt_block *b) {
+    if (a->seg != b->seg) return a->seg->serial < b->seg->serial;
+    return a->ptr < b->ptr;
+}
+
 static zt_block *best_free(zt_mem *m, size_t bytes) {
     zt_block *best = NULL;
     for (zt_block *b = m->cached; b; b = b->next)
         if (fits(m, b, bytes) && (!best || b->block_bytes < best->block_bytes ||
-                                  (b->block_bytes == best->block_bytes && b->ptr < best->ptr)))
+                                  (b->block_bytes == best->block_bytes && before(b, best))))
             best = b;
     return best;
 }
@@ -77,6 +86,7 @@ static zt_block *new_segment(zt_mem *m, size_t bytes) {
     s->base = p;
     s->bytes = sb;
     s->large = is_large(bytes);
+    s->serial = m->segments_made++;
     s->first = b;
     s->next = m->segments;
     if (m->segments) m->segments->prev = s;
@@ -123,6 +133,7 @@ static zt_mem_segment *pool_segment(zt_mem *m, int large) {
         return NULL;
     }
     s->base = base;
+    s->serial = m->segments_made++;
     s->va_bytes = POOL_ADDRESSES;
     s->large = large;
     s->mapped = mapped;

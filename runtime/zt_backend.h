@@ -214,6 +214,19 @@ typedef struct {
     double exposed_s[2];
 } zt_link_stats;
 
+/* The device memory a backend's own setup holds outside the tracked
+ * allocator (CUDA; zeros elsewhere), each measured as the device's used
+ * bytes (cudaMemGetInfo) before and after making it, so a process
+ * allocating on the same GPU meanwhile would count too: the cuBLAS and
+ * cuBLASLt handles with the GEMM workspace, and the backend's own buffers
+ * (the norm's scratch). The CUDA context's bytes are the device bill's
+ * (zt_device_bill.h), from NVML at init. */
+typedef struct {
+    int measured;
+    size_t blas_bytes, own_bytes;
+    char pci_bus_id[32]; /* cudaDeviceGetPCIBusId: the GPU as NVML names it too */
+} zt_device_setup;
+
 typedef struct zt_backend {
     zt_device device;
     const char *name;
@@ -257,6 +270,7 @@ typedef struct zt_backend {
     zt_status (*mem_info)(struct zt_backend *be, size_t *free_bytes, size_t *total_bytes, zt_error *err);
     void (*destroy)(struct zt_backend *be);
     zt_link_stats *link;  /* the modelled link's figures; NULL: none (the real link, or memory speed) */
+    zt_device_setup setup;
     void *default_stream; /* zt_stream.handle of zt_backend_stream: cudaStream_t on CUDA, NULL on CPU */
     void *impl;
 } zt_backend;
@@ -307,6 +321,12 @@ zt_status zt_backend_set_link(zt_backend *be, double h2d_gbs, double d2h_gbs, zt
 
 /* Implementation entry points (one per backend). */
 zt_status zt_backend_cpu_create(int nthreads, zt_backend **out, zt_error *err);
+/* The dry backend (runtime/dry): every kernel a no-op, device buffers
+ * addresses without memory, host-pool buffers all on one small shared
+ * file, copies and fills into them skipped (into other host memory:
+ * zeros). Shaped like `like` (device field; CUDA's event-ordered paths),
+ * for replaying a run's allocations (zt-plan). */
+zt_status zt_backend_dry_create(zt_device like, int nthreads, zt_backend **out, zt_error *err);
 zt_status zt_cpu_install_link(zt_backend *be, double h2d_gbs, double d2h_gbs, zt_error *err); /* cpu/link.c */
 /* CUDA (built with ZT_HAVE_CUDA): runs on CUDA device `device` modulo the
  * visible count; ZT_ERR_UNSUPPORTED when no device is visible. */

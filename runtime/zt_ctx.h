@@ -45,6 +45,10 @@ zt_status zt_ctx_init(zt_ctx *ctx, zt_device device, int nthreads, size_t device
  * launcher's local-rank variable, see zt_backend_create). */
 zt_status zt_ctx_init_on(zt_ctx *ctx, zt_device device, int cuda_device, int nthreads, size_t device_limit,
                          int rank, int world_size, int quiet);
+/* A context over the dry backend (zt_backend_dry_create) shaped like
+ * `like`: the same allocator and cap, no memory behind the buffers, no
+ * work in the kernels, and a quiet log. zt-plan replays a rank's run in one. */
+zt_status zt_ctx_init_dry(zt_ctx *ctx, zt_device like, size_t device_limit, int rank, int world_size);
 /* A modelled host-device link under ctx's copy streams (zt_backend_set_link),
  * which are made anew: call before anything else creates a stream. */
 zt_status zt_ctx_set_link(zt_ctx *ctx, double h2d_gbs, double d2h_gbs);

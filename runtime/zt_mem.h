@@ -104,6 +104,8 @@ typedef struct zt_mem_segment {
     void *base;
     size_t bytes;
     int large;                      /* its pool: 0 small, 1 large */
+    unsigned long serial;           /* the order it was made in: ties between equal free blocks go to the
+                                     * older segment, wherever the system placed it */
     size_t va_bytes;                /* EXPANDABLE: addresses reserved */
     unsigned char *mapped;          /* EXPANDABLE: [va_bytes / ZT_MEM_GRANULE], 1 where memory is mapped */
     zt_block *first;                /* the block at base */
@@ -161,6 +163,7 @@ typedef struct zt_mem {
     zt_alloc_mode mode;        /* set before the first allocation (zt_mem_set_mode) */
     size_t max_split_bytes;    /* CACHING: free blocks this large are not split for smaller requests (0: no cap) */
     zt_mem_segment *segments;      /* CACHING: doubly linked */
+    unsigned long segments_made;   /* CACHING: serial of the next segment */
 
     /* Fault injection for tests: refuse the first allocation made in phase
      * inject_phase - 1 (0: off), as a full device would. */

@@ -162,8 +162,8 @@ static const opt_spec options[] = {
     {"overlap-comm", OPT_BOOL, F(overlap_comm), 0, 0, 1, NULL, "overlap collectives with compute (0: wait at once)"},
     {"mem-limit", OPT_SIZE, F(mem_limit), 0, 0, 1e18, NULL, "device memory cap, e.g. 512MiB (0: none)"},
     {"allocator", OPT_CHOICE, S(allocator), 0, 0, "simple|caching|expandable",
-     "device allocator: simple (a system block per request, cached whole), caching (segments split "
-     "best-fit and coalesced, as GPU caching allocators: can fragment) or expandable (one growing segment "
+     "device allocator: caching (the default: segments split best-fit and coalesced, as GPU caching "
+     "allocators: can fragment), simple (a system block per request, cached whole) or expandable (one growing segment "
      "per pool, memory mapped in 2 MiB granules under the blocks in use)"},
     {"metrics-file", OPT_STRING, S(metrics_file), 0, 0, NULL,
      "write each rank's memory and progress after every step to PATH with .rank<r> before its extension, in "
@@ -214,7 +214,7 @@ void zt_train_config_defaults(zt_train_config *c) {
     snprintf(c->lr_schedule, sizeof c->lr_schedule, "cosine");
     snprintf(c->optimizer, sizeof c->optimizer, "adamw");
     c->momentum = 0.9;
-    snprintf(c->allocator, sizeof c->allocator, "simple");
+    snprintf(c->allocator, sizeof c->allocator, "caching");
     snprintf(c->link, sizeof c->link, "none");
     snprintf(c->offload_params, sizeof c->offload_params, "none");
     c->nvme_block_size = (size_t)1 << 20;

@@ -314,53 +314,6 @@ static zt_status open_data(run_state *r) {
     return ZT_OK;
 }
 
-/* The engine's configuration from the options (the model's spec laid out). */
-static zt_status engine_config(const zt_train_config *c, const zt_train_hooks *test, const zt_ctx *ctx,
-                               const zt_model_spec *spec, zt_engine_config *ec, zt_error *err) {
-    int prefetch = c->prefetch;
-    if (c->prefetch_bucket_size > 0) /* DeepSpeed's knob counts parameters; ours counts units */
-        prefetch = (int)(c->prefetch_bucket_size / (int64_t)spec->largest_unit_numel);
-    zt_engine_config e = {.stage = c->stage,
-                          .momentum = (float)c->momentum,
-                          .nesterov = c->nesterov,
-                          .adafactor_decay = (float)c->adafactor_decay,
-                          .adafactor_clip = (float)c->adafactor_clip,
-                          .adafactor_eps = (float)c->adafactor_eps,
-                          .adafactor_beta1 = (float)c->adafactor_beta1,
-                          .beta1 = (float)c->beta1,
-                          .beta2 = (float)c->beta2,
-                          .eps = (float)c->eps,
-                          .weight_decay = (float)c->weight_decay,
-                          .grad_clip = (float)c->grad_clip,
-                          .bucket_bytes = c->bucket_size,
-                          .prefetch = prefetch,
-                          .overlap_comm = c->overlap_comm,
-                          .offload = strcmp(c->offload, "none") != 0,
-                          .offload_params = strcmp(c->offload_params, "none") != 0,
-                          .nvme_optimizer = strcmp(c->offload, "nvme") == 0,
-                          .nvme_params = strcmp(c->offload_params, "nvme") == 0,
-                          .nvme = {c->nvme_path, c->nvme_block_size, c->nvme_buffers,
-                                   {ZT_NVME_IO_AUTO, (unsigned)c->nvme_queue_depth, 0, 0}},
-                          .offload_delay = c->offload_delay,
-                          .persist_threshold = (size_t)c->persist_threshold,
-                          .max_live_params = (size_t)c->max_live_params,
-                          .max_reuse_distance = (size_t)c->max_reuse_distance,
-                          .sub_group_size = (size_t)c->sub_group_size,
-                          .host_threads = ctx->be->nthreads,
-                          .loss = {c->loss_scale, c->initial_scale_power, c->loss_scale_window, c->hysteresis,
-                                   c->min_loss_scale}};
-    if (test->nvme_fail_rank < 0 || test->nvme_fail_rank == ctx->rank) {
-        e.nvme.io.fail_read_at = test->nvme_fail_read;
-        e.nvme.io.fail_write_at = test->nvme_fail_write;
-    }
-    if (!zt_dtype_parse(c->dtype, &e.dtype) || !zt_dtype_parse(c->reduce_dtype, &e.reduce_dtype) ||
-        !(e.optimizer = zt_optim_find(c->optimizer)) || !zt_nvme_io_parse(c->nvme_io, &e.nvme.io.io))
-        return ZT_FAIL(err, ZT_ERR_INTERNAL, "trainer: dtype %s / reduce dtype %s / optimizer %s", c->dtype,
-                       c->reduce_dtype, c->optimizer);
-    *ec = e;
-    return ZT_OK;
-}
-
 /* --shard-group: G from the option ("world", "node": the ranks of a node,
  * which every node must have alike; or a number dividing the world). */
 static zt_status group_size(const run_state *r, int *G) {
@@ -446,7 +399,7 @@ static zt_status create_model(run_state *r) {
     ZT_TRY(build_model(r, &shard));
     zt_model_spec *spec = t->family->spec(t->model);
     zt_engine_config ec;
-    ZT_TRY(engine_config(c, r->test, ctx, spec, &ec, err));
+    ZT_TRY(zt_train_engine_config(c, r->test, ctx->be->nthreads, ctx->rank, spec, &ec, err));
     zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_INIT);
     ZT_TRY(zt_engine_init_hybrid(&t->eng, ctx, shard, t->groups > 1 ? &t->replicas : NULL, r->comm, spec, &ec,
                                  t->family->init_param, t->model));

@@ -16,4 +16,10 @@
 zt_status zt_train_run(const zt_train_config *cfg, const zt_train_model *family, const zt_train_hooks *test,
                        zt_ctx *ctx, zt_comm *comm);
 
+/* The engine's configuration from the options, for a model of `spec` (laid
+ * out); host_threads for the offloaded optimizer; `test` arms the NVMe
+ * tier's fault injection on `rank` (tests only). */
+zt_status zt_train_engine_config(const zt_train_config *c, const zt_train_hooks *test, int host_threads, int rank,
+                                 const zt_model_spec *spec, zt_engine_config *ec, zt_error *err);
+
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_fit.h"
 #include "plan_process.h"
 #include "zt_train.h"
 #include "zt_train_model.h"
@@ -19,7 +20,8 @@ typedef struct {
     size_t device_mem;
     double params, largest_unit_params;
     int json;
-    int max_micro_batch, max_seq_len; /* search for the largest that fits in device_mem */
+    int max_micro_batch, max_seq_len, max_layers; /* search for the largest that fits the budget */
+    int no_replay;                    /* --no-replay: reserved from the closed form's band */
     int rank;                         /* --rank: whose memory (-1: the rank with the most state) */
     int nodes;                        /* --nodes: the world's nodes, for inter-node bytes (0: one) */
 } plan_flags;
@@ -33,6 +35,8 @@ static int take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *n
         if (strcmp(a, "--json") == 0) pf->json = 1;
         else if (strcmp(a, "--max-micro-batch") == 0) pf->max_micro_batch = 1;
         else if (strcmp(a, "--max-seq-len") == 0) pf->max_seq_len = 1;
+        else if (strcmp(a, "--max-layers") == 0) pf->max_layers = 1;
+        else if (strcmp(a, "--no-replay") == 0) pf->no_replay = 1;
         else if (strcmp(a, "--nodes") == 0) {
             char *end = NULL;
             long m = has_value ? strtol(argv[i + 1], &end, 10) : 0;
@@ -262,12 +266,14 @@ static int read_options(int argc, char **argv, plan_flags *pf, zt_train_config *
     if (!want_help) return -1;
     printf("usage: zt-plan [--world N] [--nodes M] [--rank R] [--device-mem SIZE] [--json]\n"
            "               [--params N --largest-unit-params N]\n"
-           "               [--max-micro-batch] [--max-seq-len]\n"
+           "               [--max-micro-batch] [--max-seq-len] [--max-layers] [--no-replay]\n"
            "               [any zt-train option: model shape, --stage, --offload, --recompute, --dtype,\n"
            "                --prefetch, --bucket-size, --micro-batch, ...]\n"
-           "Predicts per-rank device memory by category at the peak, host memory, whether it fits in\n"
-           "--device-mem, and for each stage the smallest world size at which it fits; with\n"
-           "--max-micro-batch / --max-seq-len, the largest micro-batch / sequence length that fits.\n"
+           "Predicts per-rank device memory by category at the peak, host memory, the allocator's reserved\n"
+           "bytes (by replaying init and two steps of every rank over a backend without memory; --no-replay:\n"
+           "the closed form's estimate), whether it fits the smaller of --mem-limit and --device-mem less the\n"
+           "process's other bytes, and for each stage the smallest world size at which it fits; with\n"
+           "--max-micro-batch / --max-seq-len / --max-layers, the largest value that fits.\n"
            "Without --params the model is the --model family (default gpt) with the given flags;\n"
            "with --params, one shaped like it (embedding, blocks, head) from the totals. --rank plans that\n"
            "rank's memory (default: the rank with the most optimizer state; ranks differ only under\n"
@@ -330,11 +336,13 @@ static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_
  * blocks at once (a step of the decoder families holds far fewer). */
 #define ZT_PLAN_BLOCKS_MARGIN(nunits) ((size_t)(64 + 16 * (nunits)) * 512)
 
-/* Does the configuration with micro-batch B (or sequence length T, when
- * seq) fit in device_mem, with the allocator's rounding? */
-static int fits_with(plan_job j, const zt_train_config *c, const plan_flags *pf, int value, int seq, zt_error *err) {
+/* Does the configuration with `what` = value fit in `budget` by the closed
+ * form, with the allocator's rounding? */
+static int fits_with(plan_job j, const zt_train_config *c, const plan_flags *pf, size_t budget, int value,
+                     zt_scan_what what, zt_error *err) {
     zt_train_config v = *c;
-    if (seq) v.seq_len = value;
+    if (what == ZT_SCAN_SEQ_LEN) v.seq_len = value;
+    else if (what == ZT_SCAN_LAYERS) v.layers = value;
     else v.micro_batch = value;
     zt_plan p;
     plan_job k = j;
@@ -345,19 +353,22 @@ static int fits_with(plan_job j, const zt_train_config *c, const plan_flags *pf,
     }
     k.in.spec = k.spec;
     plan_for(&k, pf->world, c->stage, &p);
-    int fits = p.peak_bytes + ZT_PLAN_BLOCKS_MARGIN(k.spec->nunits) <= pf->device_mem;
+    int fits = p.peak_bytes + ZT_PLAN_BLOCKS_MARGIN(k.spec->nunits) <= budget;
     free(k.spec);
     return fits;
 }
 
-/* The largest micro-batch (or sequence length) in [1, hi] that fits; 0 when even 1 does not. */
-static int largest_fitting(plan_job j, const zt_train_config *c, const plan_flags *pf, int seq, int hi) {
+/* The largest value of `what` in [1, hi] that fits `budget` by the closed
+ * form; 0 when even 1 does not. Allocated bytes grow with each, so a
+ * bisection finds it: the replay's walk starts here. */
+static int largest_fitting(plan_job j, const zt_train_config *c, const plan_flags *pf, size_t budget,
+                           zt_scan_what what, int hi) {
     zt_error err = {0};
-    if (!fits_with(j, c, pf, 1, seq, &err)) return 0;
+    if (!fits_with(j, c, pf, budget, 1, what, &err)) return 0;
     int lo = 1; /* fits */
-    while (lo < hi) { /* memory grows with either, so the answer is where it stops fitting */
+    while (lo < hi) {
         int mid = lo + (hi - lo + 1) / 2;
-        if (fits_with(j, c, pf, mid, seq, &err)) lo = mid;
+        if (fits_with(j, c, pf, budget, mid, what, &err)) lo = mid;
         else hi = mid - 1;
     }
     return lo;
@@ -417,16 +428,79 @@ static json_t *transfers_json(const plan_transfers *t) {
     return x;
 }
 
+/* The device reserved bytes zt-plan states: replayed (plan_replay.h) for
+ * a family's model, else the closed form's figure and band. */
+typedef struct {
+    int replayed;
+    zt_replay_result r;
+    size_t bytes;
+    size_t budget;          /* the cap the replay ran under (0: none) */
+    int budget_unmeasured;  /* --device-mem was taken whole: no constants for the device */
+    char why_not[1100];     /* when not replayed */
+} plan_reserved;
+
+static zt_device device_of(const zt_train_config *c) {
+    return strcmp(c->device, "cuda") == 0 ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
+}
+
+static zt_replay_setup replay_setup(const plan_flags *pf, const zt_train_config *c, size_t budget) {
+    int per = pf->nodes > 0 && pf->world % pf->nodes == 0 ? pf->world / pf->nodes : pf->world;
+    zt_replay_setup w = {pf->world, per, budget, device_of(c)};
+    return w;
+}
+
+/* The replay under the budget; 2 on an error that is the user's (an
+ * option the replay refuses to run cannot be: those fall back to the
+ * band), else 0. */
+static int reserved_of(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
+                       plan_reserved *out) {
+    memset(out, 0, sizeof *out);
+    out->bytes = zt_plan_expected_reserved(p->peak_bytes, allocator_of(c));
+    out->budget = zt_plan_device_budget(c->mem_limit, pf->device_mem, device_of(c), p->host_bytes,
+                                        &out->budget_unmeasured);
+    if (pf->no_replay) return snprintf(out->why_not, sizeof out->why_not, "--no-replay"), 0;
+    if (pf->params > 0) return snprintf(out->why_not, sizeof out->why_not, "a model from --params has no layers to run"), 0;
+    zt_replay_setup w = replay_setup(pf, c, out->budget);
+    zt_error err = {0};
+    zt_status st = zt_plan_replay(c, j->family, &w, &out->r, &err);
+    if (st == ZT_ERR_UNSUPPORTED) return snprintf(out->why_not, sizeof out->why_not, "%s", err.msg), 0;
+    if (st != ZT_OK) {
+        print_plan_error(&err);
+        return 2;
+    }
+    out->replayed = 1;
+    out->bytes = out->r.reserved_peak;
+    return 0;
+}
+
+/* Where --max-micro-batch, --max-seq-len and --max-layers look. */
+static const int scan_hi[3] = {65536, 65536, 4096};
+
+/* The largest value that fits: the closed form's, and with a replay, the
+ * replay's walk from it (plan_fit.h). 2 on an error. */
+static int largest_answer(plan_job j, const zt_train_config *c, const plan_flags *pf, const plan_reserved *res,
+                          zt_scan_what what, int *answer) {
+    *answer = largest_fitting(j, c, pf, res->budget, what, scan_hi[what]);
+    if (!res->replayed) return 0;
+    zt_replay_setup w = replay_setup(pf, c, res->budget);
+    zt_error err = {0};
+    int replays = 0;
+    if (zt_plan_scan(c, j.family, &w, what, *answer, scan_hi[what], answer, &replays, &err) != ZT_OK) {
+        print_plan_error(&err);
+        return 2;
+    }
+    return 0;
+}
+
 /* The OS's view of the plan (plan_process.h): this rank's process and its
  * node's ranks together, from the expected reserved bytes. */
-static zt_plan_process process_of(const zt_plan *p, const plan_flags *pf, const zt_train_config *c) {
+static zt_plan_process process_of(const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
+                                  const plan_reserved *res) {
     zt_plan_process out;
     zt_error err = {0};
     int nodes = pf->nodes > 0 ? pf->nodes : 1;
     int local = pf->world / nodes > 0 ? pf->world / nodes : 1;
-    zt_device device = strcmp(c->device, "cuda") == 0 ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
-    if (zt_plan_process_predict(device, zt_plan_expected_reserved(p->peak_bytes, allocator_of(c)), p->host_bytes,
-                                local, &out, &err) != ZT_OK)
+    if (zt_plan_process_predict(device_of(c), res->bytes, p->host_bytes, local, &out, &err) != ZT_OK)
         memset(&out, 0, sizeof out); /* no /proc/meminfo: nothing to say */
     out.local_ranks = local;
     return out;
@@ -454,9 +528,36 @@ static void print_process(const zt_plan_process *q) {
            q->node_fits ? "fits" : "DOES NOT FIT the node's memory");
 }
 
-/* largest[2]: the largest micro-batch and sequence length that fit (-1: not asked). */
+/* The reserved figure: the replay's, or the closed form's with its band. */
+static json_t *reserved_json(const plan_reserved *res, const zt_train_config *c) {
+    zt_alloc_mode mode = allocator_of(c);
+    json_t *o = json_object();
+    json_object_set_new(o, "allocator", json_string(zt_alloc_mode_name(mode)));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)res->bytes));
+    json_object_set_new(o, "how", json_string(res->replayed ? "replay" : "estimate"));
+    json_object_set_new(o, "budget_bytes", res->budget ? json_integer((json_int_t)res->budget) : json_null());
+    if (!res->replayed) {
+        zt_plan_band band = zt_plan_reserved_band(mode);
+        json_object_set_new(o, "band", json_pack("[f, f]", band.lo, band.hi));
+        json_object_set_new(o, "not_replayed", json_string(res->why_not));
+        return o;
+    }
+    /* The replay's error as the tests hold it to (tests/mpi/zt_replay_test.py). */
+    json_object_set_new(o, "band", json_pack("[f, f]", -0.01, 0.01));
+    json_object_set_new(o, "rank", json_integer(res->r.rank));
+    json_object_set_new(o, "allocated_peak_bytes", json_integer((json_int_t)res->r.allocated_peak));
+    json_object_set_new(o, "host_reserved_bytes", json_integer((json_int_t)res->r.host_reserved_peak));
+    json_object_set_new(o, "system_allocs", json_integer((json_int_t)res->r.system_allocs));
+    json_object_set_new(o, "ranks_replayed", json_integer(res->r.ranks_replayed));
+    json_object_set_new(o, "seconds", json_real(res->r.seconds));
+    json_object_set_new(o, "oom", json_boolean(res->r.oom));
+    if (res->r.oom) json_object_set_new(o, "oom_message", json_string(res->r.oom_msg));
+    return o;
+}
+
+/* largest[3]: the largest micro-batch, sequence length and layer count that fit (-1: not asked). */
 static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
-                       const int *minw, int fits, const int *largest) {
+                       const plan_reserved *res, const int *minw, int fits, const int *largest) {
     json_t *o = json_object(), *cats = json_object(), *cat_peaks = json_object(), *mw = json_object();
     for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
         json_object_set_new(cats, zt_category_name(cc), json_integer((json_int_t)p->by_category[cc]));
@@ -475,13 +576,7 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     /* --offload-activations cpu: the kept inputs' part of the host pool (its activations category) */
     json_object_set_new(o, "host_activations_bytes",
                         json_integer((json_int_t)j->family->plan_offloaded_bytes(&j->model, j->in.compute_dtype)));
-    zt_alloc_mode mode = allocator_of(c);
-    zt_plan_band band = zt_plan_reserved_band(mode);
-    json_t *reserved = json_object();
-    json_object_set_new(reserved, "allocator", json_string(zt_alloc_mode_name(mode)));
-    json_object_set_new(reserved, "bytes", json_integer((json_int_t)zt_plan_expected_reserved(p->peak_bytes, mode)));
-    json_object_set_new(reserved, "band", json_pack("[f, f]", band.lo, band.hi));
-    json_object_set_new(o, "expected_reserved", reserved);
+    json_object_set_new(o, "expected_reserved", reserved_json(res, c));
     plan_transfers t = transfers_of(j, p, c);
     json_object_set_new(o, "transfers_per_step", transfers_json(&t));
     json_object_set_new(o, "nodes", json_integer(pf->nodes > 0 ? pf->nodes : 1));
@@ -499,7 +594,8 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     json_object_set_new(o, "min_world_by_stage", mw);
     if (largest[0] >= 0) json_object_set_new(o, "max_micro_batch", json_integer(largest[0]));
     if (largest[1] >= 0) json_object_set_new(o, "max_seq_len", json_integer(largest[1]));
-    zt_plan_process q = process_of(p, pf, c);
+    if (largest[2] >= 0) json_object_set_new(o, "max_layers", json_integer(largest[2]));
+    zt_plan_process q = process_of(p, pf, c, res);
     json_object_set_new(o, "process", process_json(&q));
     char *text = json_dumps(o, JSON_INDENT(1));
     printf("%s\n", text);
@@ -508,13 +604,19 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
 }
 
 /* The part of the report on fitting: the verdict, its reason, each stage's smallest world. */
-static void print_verdict(const zt_plan *p, const plan_flags *pf, const zt_recompute_policy *rp, int fused,
-                          const int *minw, int fits) {
+static void print_verdict(const zt_plan *p, const plan_flags *pf, const plan_reserved *res,
+                          const zt_recompute_policy *rp, int fused, const int *minw, int fits) {
     char a[64], b2[64];
-    gb(a, sizeof a, (double)pf->device_mem);
-    gb(b2, sizeof b2, (double)p->peak_bytes);
-    printf("  verdict: %s: the peak %s is %s the %s device\n", fits ? "FITS" : "DOES NOT FIT", b2,
-           fits ? "within" : "above", a);
+    if (res->replayed && res->budget) {
+        gb(a, sizeof a, (double)res->budget);
+        printf("  verdict: %s: the replay under the allocator's budget of %s %s\n", fits ? "FITS" : "DOES NOT FIT",
+               a, fits ? "was never refused" : "ran out of memory");
+    } else {
+        gb(a, sizeof a, (double)pf->device_mem);
+        gb(b2, sizeof b2, (double)p->peak_bytes);
+        printf("  verdict: %s: the peak %s is %s the %s device\n", fits ? "FITS" : "DOES NOT FIT", b2,
+               fits ? "within" : "above", a);
+    }
     /* The reason: model state against the largest other category. */
     int top = ZT_CAT_ACTIVATIONS;
     for (int cc = ZT_CAT_ACTIVATIONS; cc < ZT_NUM_CATEGORIES; cc++)
@@ -534,8 +636,30 @@ static void print_verdict(const zt_plan *p, const plan_flags *pf, const zt_recom
     }
 }
 
+/* The reserved line: replayed (where the cap refused, how), or estimated. */
+static void print_reserved(const plan_reserved *res, const zt_train_config *c) {
+    zt_alloc_mode mode = allocator_of(c);
+    char a[64], b2[64];
+    gb(a, sizeof a, (double)res->bytes);
+    if (!res->replayed) {
+        zt_plan_band band = zt_plan_reserved_band(mode);
+        printf("  expected reserved (%s allocator, uncapped): %s; measured runs fell within %+.0f%% .. %+.0f%% of "
+               "this figure (docs/memory.md); not replayed: %s\n", zt_alloc_mode_name(mode), a, 100 * band.lo,
+               100 * band.hi, res->why_not);
+        return;
+    }
+    gb(b2, sizeof b2, (double)res->budget);
+    printf("  reserved (%s allocator, replayed: init and two steps of %d rank(s) in %.2f s%s%s): %s on rank %d\n",
+           zt_alloc_mode_name(mode), res->r.ranks_replayed, res->r.seconds, res->budget ? ", capped at " : "",
+           res->budget ? b2 : "", a, res->r.rank);
+    if (res->r.oom) printf("  the cap refuses rank %d: %s\n", res->r.rank, res->r.oom_msg);
+    if (res->budget_unmeasured)
+        printf("  note: --device-mem is taken whole: the bytes this device's processes hold outside the allocator "
+               "are not measured yet (train/plan_process.c)\n");
+}
+
 static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
-                       const int *minw, int fits, const int *largest) {
+                       const plan_reserved *res, const int *minw, int fits, const int *largest) {
     char a[64], b2[64], c2[64];
     double P = (double)j->spec->total_numel;
     zt_dtype dt = j->in.dtype;
@@ -556,11 +680,7 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
     }
     gb(a, sizeof a, (double)p->peak_bytes);
     printf("    %-16s %s\n", "peak", a);
-    zt_alloc_mode mode = allocator_of(c);
-    zt_plan_band band = zt_plan_reserved_band(mode);
-    gb(a, sizeof a, (double)zt_plan_expected_reserved(p->peak_bytes, mode));
-    printf("  expected reserved (%s allocator, uncapped): %s; measured runs fell within %+.0f%% .. %+.0f%% of "
-           "this figure (docs/memory.md)\n", zt_alloc_mode_name(mode), a, 100 * band.lo, 100 * band.hi);
+    print_reserved(res, c);
     gb(a, sizeof a, (double)p->host_bytes);
     size_t inputs = j->family->plan_offloaded_bytes(&j->model, j->in.compute_dtype);
     gb(b2, sizeof b2, (double)inputs);
@@ -586,11 +706,12 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
     printf("  host<->device per step: %s in, %s out; at %g,%g GB/s (%s): %.3f ms in, %.3f ms out\n", a, b2,
            t.gbs[ZT_LINK_H2D], t.gbs[ZT_LINK_D2H], t.link_given ? "the given link" : "PCIe 4.0, --link pcie4",
            1e3 * t.seconds[ZT_LINK_H2D], 1e3 * t.seconds[ZT_LINK_D2H]);
-    zt_plan_process q = process_of(p, pf, c);
+    zt_plan_process q = process_of(p, pf, c, res);
     print_process(&q);
-    if (pf->device_mem) print_verdict(p, pf, &j->model.s.recompute, j->model.s.attention_fused, minw, fits);
+    if (pf->device_mem || res->budget) print_verdict(p, pf, res, &j->model.s.recompute, j->model.s.attention_fused, minw, fits);
     if (largest[0] >= 0) printf("  the largest micro-batch that fits: %d\n", largest[0]);
     if (largest[1] >= 0) printf("  the longest sequence that fits: %d\n", largest[1]);
+    if (largest[2] >= 0) printf("  the most layers that fit: %d\n", largest[2]);
 }
 
 int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int nmodels) {
@@ -611,8 +732,13 @@ int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int
         zt_train_print_families(stderr, models, nmodels);
         return 2;
     }
-    if ((pf.max_micro_batch || pf.max_seq_len) && !pf.device_mem) {
-        fprintf(stderr, "zt-plan: error: --max-micro-batch and --max-seq-len need --device-mem\n");
+    if ((pf.max_micro_batch || pf.max_seq_len || pf.max_layers) && !pf.device_mem && !c.mem_limit) {
+        fprintf(stderr, "zt-plan: error: --max-micro-batch, --max-seq-len and --max-layers need --device-mem or "
+                "--mem-limit\n");
+        return 2;
+    }
+    if (pf.max_layers && pf.params > 0) {
+        fprintf(stderr, "zt-plan: error: --max-layers needs a family's model, not --params\n");
         return 2;
     }
     if (model_units(&j, &c, &pf, &err) != ZT_OK) {
@@ -642,13 +768,24 @@ int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int
     zt_plan p;
     int minw[4] = {0, 0, 0, 0};
     for (int s = 0; s < 4 && pf.device_mem; s++) minw[s] = min_world(j, s, pf.device_mem);
-    /* The allocator's rounding counts toward --max-micro-batch's answer (fits_with). */
-    int largest[2] = {pf.max_micro_batch ? largest_fitting(j, &c, &pf, 0, 65536) : -1,
-                      pf.max_seq_len ? largest_fitting(j, &c, &pf, 1, 65536) : -1};
     plan_for(&j, pf.world, c.stage, &p); /* after min_world, which re-lays the spec */
-    int fits = pf.device_mem == 0 || p.peak_bytes <= pf.device_mem;
-    if (pf.json) print_json(&j, &p, &pf, &c, minw, fits, largest);
-    else print_text(&j, &p, &pf, &c, minw, fits, largest);
+    plan_reserved res;
+    int largest[3] = {-1, -1, -1};
+    const int asked[3] = {pf.max_micro_batch, pf.max_seq_len, pf.max_layers};
+    if ((rc = reserved_of(&j, &p, &pf, &c, &res)) != 0) {
+        free(j.spec);
+        return rc;
+    }
+    for (int w = 0; w < 3 && rc == 0; w++)
+        if (asked[w]) rc = largest_answer(j, &c, &pf, &res, (zt_scan_what)w, &largest[w]);
+    if (rc) {
+        free(j.spec);
+        return rc;
+    }
+    plan_for(&j, pf.world, c.stage, &p); /* the scans re-lay the spec */
+    int fits = res.replayed ? !res.r.oom : !res.budget || p.peak_bytes <= res.budget;
+    if (pf.json) print_json(&j, &p, &pf, &c, &res, minw, fits, largest);
+    else print_text(&j, &p, &pf, &c, &res, minw, fits, largest);
     free(j.spec);
     return fits ? 0 : 1;
 }

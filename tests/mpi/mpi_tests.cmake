@@ -129,6 +129,14 @@ if(ZT_CUDA_EMU) # expandable segments through the driver's VMM calls, on the emu
   zt_script_cases(zt_allocator_test.py allocator "mpi;cuda;quick" 600 cuda_emu)
 endif()
 
+# zt-plan's replay (tests/mpi/zt_replay_test.py): its reserved bytes
+# against the runs it plans, under each allocator; its largest micro-batch,
+# sequence length and layer count at the boundary under a cap. Quick: the
+# dry backend's and communicator's C paths in one replay per allocator.
+zt_script_cases(zt_replay_test.py replay "mpi" 900 grid boundary quick)
+zt_label(quick replay_quick)
+zt_label(full replay_grid replay_boundary)
+
 # The CPU backend's modelled host-device link (tests/mpi/zt_link_test.py):
 # bandwidth per direction, overlap on the copy streams, zt-plan's transfer
 # bytes and times, refusals; on the emulator, CUDA's refusal.

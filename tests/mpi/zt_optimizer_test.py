@@ -154,24 +154,24 @@ def case_freeze(ctx):
 
 
 def case_max_batch(ctx):
-    """zt-plan --max-micro-batch / --max-seq-len with --device-mem D: under
-    --mem-limit D the answer runs and 1.25x the answer runs out of memory
-    (exit 3), np 2, stages 2 and 3 (and SGD at stage 3)."""
+    """zt-plan --max-micro-batch / --max-seq-len under --mem-limit 24MiB
+    (replayed, the default caching allocator): the answer runs under the
+    cap and answer + 1 runs out of memory (exit 3), np 2, stages 2 and 3
+    (and SGD at stage 3). Every allocator and --max-layers:
+    tests/mpi/zt_replay_test.py."""
     exe = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
-    model = ["--layers", "2", "--d-model", "64", "--threads", "1", "--quiet", "--trace", "0"]
+    model = ["--layers", "2", "--d-model", "64", "--threads", "1", "--quiet", "--trace", "0", "--mem-limit", "24MiB"]
     for stage, extra, flag, option in ((2, [], "--max-micro-batch", "--micro-batch"),
                                        (3, [], "--max-micro-batch", "--micro-batch"),
                                        (3, SGD, "--max-micro-batch", "--micro-batch"),
                                        (2, [], "--max-seq-len", "--seq-len")):
         args = model + extra + ["--stage", str(stage)]
-        p = subprocess.run([exe, "--world", "2", "--device-mem", "24MiB", flag, "--json"] + args,
-                           capture_output=True, text=True)
+        p = subprocess.run([exe, "--world", "2", flag, "--json"] + args, capture_output=True, text=True)
         answer = json.loads(p.stdout)[flag[2:].replace("-", "_")]
         assert answer >= 2, (stage, flag, answer)
-        over = -(-answer * 5 // 4)
-        for value, rc in ((answer, 0), (over, 3)):
-            launch(ctx, 2, args + ["--steps", "2", "--mem-limit", "24MiB", option, str(value)], expect_rc=rc)
-        print(f"ok: stage {stage} {' '.join(extra) or 'adamw'}: {flag} {answer} fits in 24 MiB; {over} does not")
+        for value, rc in ((answer, 0), (answer + 1, 3)):
+            launch(ctx, 2, args + ["--steps", "2", option, str(value)], expect_rc=rc)
+        print(f"ok: stage {stage} {' '.join(extra) or 'adamw'}: {flag} {answer} fits in 24 MiB; {answer + 1} does not")
 
 
 CASES = {"stages": case_stages, "bytes": case_bytes, "planner": case_planner, "resume": case_resume,
