@@ -14,9 +14,9 @@ on a modelled PCIe 4.0 link (--link pcie4; the CPU backend):
 per rank: the device and host-pool peaks, the swap file, the median step
 time, the host<->device transfer per step and its exposed part, and the
 NVMe bytes per step. Then, for each tier, the largest model (in layers of
-the given width) that zt-plan says fits a device of --device-mem, confirmed
-by training it for 2 steps under --mem-limit (and the next size refused;
-where the planned size does not train, the largest that does).
+the given width) that zt-plan --max-layers says fits --mem-limit
+--device-mem (replayed; the NVMe tier by the closed form), confirmed by
+training it for 2 steps under --mem-limit and the next size refused.
 
 usage: bench/bench_offload_tiers.py [--build build] [--np 2] [--steps 6] [--device-mem 48MiB]
        [--nvme-path DIR] [-- zt-train flags]
@@ -85,15 +85,10 @@ for name, tier in [] if a.only_largest else TIERS:
         print(f"| {name} | {mib(r['peak_bytes'])} | {mib(r['host_peak_bytes'])} | "
               f"{mib(nv['file_bytes']) if nv else '-'} | {ms:.1f} | {tr:.2f} | {ex:.2f} | {io} |", flush=True)
 
-print(f"\nlargest model that fits --mem-limit {a.device_mem} per rank (layers of this width; zt-plan, then trained):\n")
-print("| tier | layers (zt-plan) | parameters | planned peak MiB | trains under the cap | one layer more | "
-      "largest that trains |")
+print(f"\nlargest model that fits --mem-limit {a.device_mem} per rank (layers of this width; zt-plan --max-layers, "
+      "then trained):\n")
+print("| tier | layers (zt-plan) | how | parameters | planned reserved MiB | trains under the cap | one layer more |")
 print("|---|---|---|---|---|---|---|")
-
-
-units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
-num = a.device_mem.rstrip("KMGiB")
-cap_bytes = int(float(num) * units.get(a.device_mem[len(num):], 1))
 
 
 def trains(flags, layers):
@@ -104,20 +99,18 @@ def trains(flags, layers):
 
 for name, tier in TIERS:
     flags = tier + a.extra
-    lo, hi = 0, 1
-    while plan_peak(flags, hi)["peak_bytes"] <= cap_bytes and hi < 4096:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if plan_peak(flags, mid)["peak_bytes"] <= cap_bytes else (lo, mid)
-    if lo == 0:
+    p = subprocess.run([zt_plan, "--world", str(a.np), "--json", "--max-layers", "--mem-limit", a.device_mem] + COMMON +
+                       flags, capture_output=True, text=True)
+    if p.returncode not in (0, 1):
+        print(f"| {name} | zt-plan failed: {p.stderr.strip()[-200:]} | | | | | |")
+        continue
+    layers = json.loads(p.stdout)["max_layers"]
+    if layers == 0:
         print(f"| {name} | none fits | | | | | |")
         continue
-    p = plan_peak(flags, lo)
-    rc, over = trains(flags, lo), trains(flags, lo + 1)
-    largest = lo
-    while largest > 0 and trains(flags, largest) != 0:  # where the plan was optimistic
-        largest -= 1
-    print(f"| {name} | {lo} | {p['params'] / 1e6:.2f} M | {mib(p['peak_bytes'])} | "
-          f"{'yes' if rc == 0 else f'no (exit {rc})'} | {'out of memory (exit 3)' if over == 3 else f'exit {over}'} | "
-          f"{largest} |", flush=True)
+    at = plan_peak(flags + ["--mem-limit", a.device_mem], layers)
+    er = at["expected_reserved"]
+    rc, over = trains(flags, layers), trains(flags, layers + 1)
+    print(f"| {name} | {layers} | {er['how']} | {at['params'] / 1e6:.2f} M | {mib(er['bytes'])} | "
+          f"{'yes' if rc == 0 else f'no (exit {rc})'} | {'out of memory (exit 3)' if over == 3 else f'exit {over}'} |",
+          flush=True)

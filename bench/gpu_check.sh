@@ -13,6 +13,9 @@
 #   3c. per-kernel times at one GPT-2-small block's shapes (kernels_time.md);
 #   3d. the offload tiers: the NVMe swap file against host offload, and the
 #      kept inputs in the host pool against full recomputation, bitwise;
+#   3f. the GPU's whole bill: NVML's total for the process split into the
+#      allocator's reserved bytes, the CUDA context, cuBLAS, the backend's
+#      buffers and NCCL, and zt-plan's replayed reserved against the run's;
 #   3e. the Llama family: stages 0 and 3 and selective recomputation bitwise,
 #      the GPU's loss curve against the CPU's;
 #   4. a GPT-2-small-sized run (12 layers, d_model 768, 12 heads, seq 1024) at
@@ -229,6 +232,37 @@ ok = same and res[1] % (2 << 20) == 0 and res[1] <= res[0]
 print(f"| expandable segments (VMM) vs caching, stage 3, jitter | {'PASS' if ok else 'FAIL'} | bitwise {same}; "
       f"reserved peak {res[1] / 2**20:.1f} MiB vs caching {res[0] / 2**20:.1f} MiB |")
 sys.exit(0 if ok else 1)
+PY
+
+stamp "3f. the GPU's whole bill: NVML's total per part, and zt-plan's replayed reserved against the run's"
+bill_flags=(--device cuda --stage 3 --steps $steps_stages --quiet)
+timeout 120 $zt "${bill_flags[@]}" --log-dir "$out/bill" 2>>"$out/stages.log"
+$bdir/examples/zt-plan --world 1 --json "${bill_flags[@]}" > "$out/bill-plan.json" 2>>"$out/stages.log"
+python3 - "$out" <<'PY' >> "$out/results.md" || fail=1
+import json, sys
+out = sys.argv[1]
+MIB = 2**20
+try:
+    s = json.load(open(f"{out}/bill/summary.json"))
+    plan = json.load(open(f"{out}/bill-plan.json"))["expected_reserved"]
+    d = s["ranks"][0]["device_process"]
+    res = max(json.loads(l)["memory"]["reserved_peak_bytes"] for l in open(f"{out}/bill/rank0.jsonl"))
+except Exception as ex:
+    print(f"| the GPU's whole bill | FAIL | {ex} |"); sys.exit(1)
+parts = ", ".join(f"{k} {v / MIB:.1f}" for k, v in d["parts"].items())
+if "os_bytes" in d:
+    adds = sum(d["parts"].values()) + d["unexplained_bytes"] == d["os_bytes"]
+    other = d["os_bytes"] - d["parts"]["allocator_reserved"]
+    print(f"| the GPU's whole bill (NVML), stage 3 | {'PASS' if adds else 'FAIL'} | {d['os_bytes'] / MIB:.1f} MiB: "
+          f"{parts}, unexplained {d['unexplained_bytes'] / MIB:.1f} MiB; outside the allocator {other / MIB:.1f} MiB "
+          f"(the GPU row for train/plan_process.c); other processes {d.get('other_processes')} |")
+else:
+    print(f"| the GPU's whole bill, stage 3 | INFO | total not measured ({', '.join(d['not_measured'])}); {parts} MiB |")
+err = res / plan["bytes"] - 1
+ok = plan["how"] == "replay" and abs(err) <= 0.01
+print(f"| zt-plan's replayed reserved vs the GPU run's | {'PASS' if ok else 'FAIL'} | {plan['bytes'] / MIB:.2f} MiB "
+      f"planned, {res / MIB:.2f} MiB measured ({err:+.2%}) |")
+sys.exit(0 if ok and ("os_bytes" not in d or adds) else 1)
 PY
 
 stamp "3d. the offload tiers on the GPU (NVMe swap file, kept inputs on the host)"

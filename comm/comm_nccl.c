@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_used.h"
 #include "nccl_reduce.h"
 #include "comm_cuda.h"
 #include "zt_time.h"
@@ -40,6 +41,8 @@ typedef struct {
     int device;
     nccl_req untimed[NCCL_MAX_UNTIMED];
     int nuntimed;
+    unsigned kinds_issued; /* bit k: a collective of kind k has been issued (its setup measured) */
+    int setup_unsaid;      /* the driver would not say the used bytes around a setup step */
 } nccl_impl;
 
 #define CUDA_TRY(call)                                                                                   \
@@ -56,6 +59,24 @@ typedef struct {
     } while (0)
 
 static nccl_impl *impl_of(zt_comm *c) { return c->impl; }
+
+/* What a setup step added to the device's used bytes, as this
+ * communicator's (measured while every step's was). */
+static void count_device(zt_comm *c, int said_before, size_t before) {
+    nccl_impl *m = impl_of(c);
+    size_t after = 0;
+    if (!(said_before && zt_cuda_device_used(&after))) m->setup_unsaid = 1;
+    else if (after > before) c->device_bytes += after - before;
+    c->device_measured = !m->setup_unsaid;
+}
+
+/* The first collective of a kind: *before is the device's used bytes
+ * then, and the return whether to count its setup after the issue. */
+static int first_of_kind(nccl_impl *m, zt_coll_kind k, size_t *before) {
+    if (m->kinds_issued & (1u << k)) return 0;
+    m->kinds_issued |= 1u << k;
+    return zt_cuda_device_used(before);
+}
 static zt_status nccl_split(zt_comm *c, int color, int key, zt_comm *out, zt_error *err);
 
 static void free_req(nccl_req *r) {
@@ -134,8 +155,11 @@ static zt_status nccl_all_gather_start(zt_comm *c, const void *send, void *recv,
     harvest(c, 0);
     ZT_TRY(begin_req(m->ag_stream, ready, h, err));
     const void *src = send ? send : (const char *)recv + (size_t)c->rank * bytes_per_rank; /* in place */
+    size_t before = 0;
+    int first = first_of_kind(m, ZT_COLL_ALL_GATHER, &before);
     ncclResult_t rc = ncclAllGather(src, recv, bytes_per_rank, ncclUint8, m->nccl, m->ag_stream);
     if (rc != ncclSuccess) return fail_req(h, rc, "ncclAllGather", err);
+    if (first) count_device(c, 1, before);
     return end_req(h, m->ag_stream, err);
 }
 
@@ -147,6 +171,8 @@ static zt_status nccl_reduce_scatter_start(zt_comm *c, const void *send, void *s
     ZT_TRY(begin_req(m->rs_stream, ready, h, err));
     size_t chunk = count * zt_dtype_size(dtype);
     ncclDataType_t t = dtype == ZT_FP32 ? ncclFloat : dtype == ZT_BF16 ? ncclBfloat16 : ncclFloat16;
+    size_t before = 0;
+    int first = first_of_kind(m, ZT_COLL_REDUCE_SCATTER, &before);
     ncclResult_t rc = ncclGroupStart();
     for (int r = 0; r < c->world_size && rc == ncclSuccess; r++) {
         rc = ncclSend((const char *)send + (size_t)r * chunk, count, t, r, m->nccl, m->rs_stream);
@@ -156,6 +182,7 @@ static zt_status nccl_reduce_scatter_start(zt_comm *c, const void *send, void *s
     ncclResult_t end_rc = ncclGroupEnd(); /* always closes the group */
     if (rc == ncclSuccess) rc = end_rc;
     if (rc != ncclSuccess) return fail_req(h, rc, "reduce-scatter (grouped ncclSend/ncclRecv)", err);
+    if (first) count_device(c, 1, before);
     cudaError_t crc = zt_nccl_ordered_sum(out, staging, (int)dtype, count, c->world_size, m->rs_stream);
     if (crc != cudaSuccess) {
         (void)cudaStreamSynchronize(m->rs_stream); /* the exchange is queued into staging */
@@ -352,8 +379,11 @@ static zt_status init_nccl(zt_comm *c, nccl_impl *m, zt_error *err) {
     if (boot.rc != (int)ncclSuccess)
         return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "ncclGetUniqueId failed on rank 0: %s",
                        ncclGetErrorString((ncclResult_t)boot.rc));
+    size_t before = 0;
+    int said = zt_cuda_device_used(&before);
     ncclResult_t rc = ncclCommInitRank(&m->nccl, c->world_size, boot.id, c->rank);
     if (rc != ncclSuccess) m->nccl = NULL;
+    else count_device(c, said, before);
     double failed = 0.0;
     ZT_TRY(m->host.ops->sum_f64(&m->host, rc != ncclSuccess ? 1.0 : 0.0, &failed, err));
     if (failed > 0.0) {

@@ -180,6 +180,7 @@ size_t zt_engine_optimizer_chunk(const zt_engine *e) {
 int zt_engine_host_step(const zt_engine *e, int u, float *g, void *out, float clip, float lr, int t) {
     zt_optim_step s = {clip, lr, t, NULL, 0, NULL, NULL};
     int written = 0;
+    if (e->ctx->dry) return 0; /* a replay: the buffers, not their values */
     /* The delayed update's thread: elementwise host steps cannot fail, and a
      * collective one (which can) never runs there (zt_engine_init refuses
      * it with offload_delay). */

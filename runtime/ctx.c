@@ -33,6 +33,7 @@ zt_status zt_ctx_init_on(zt_ctx *ctx, zt_device device, int cuda_device, int nth
                          int rank, int world_size, int quiet) {
     ctx_begin(ctx, rank, world_size, quiet);
     ZT_TRY(zt_backend_create_on(device, nthreads, cuda_device, &ctx->be, &ctx->err));
+    zt_device_bill_init(&ctx->device_bill, ctx->be); /* the context's bytes: before any allocation */
     /* BLAS maps its buffers at its first call: made here, under a watch,
      * they are named lib_blas in the whole bill. */
     if (device == ZT_DEVICE_CPU) {
@@ -45,6 +46,7 @@ zt_status zt_ctx_init_on(zt_ctx *ctx, zt_device device, int cuda_device, int nth
 
 zt_status zt_ctx_init_dry(zt_ctx *ctx, zt_device like, size_t device_limit, int rank, int world_size) {
     ctx_begin(ctx, rank, world_size, 1);
+    ctx->dry = 1;
     ZT_TRY(zt_backend_dry_create(like, 1, &ctx->be, &ctx->err));
     return spaces_and_streams(ctx, device_limit);
 }
@@ -72,6 +74,15 @@ void zt_ctx_capture_oom_report(zt_ctx *ctx) {
     const zt_mem *device = ctx->be->device == ZT_DEVICE_CPU ? &ctx->device_mem : NULL;
     if (zt_proc_sample_take(&ctx->proc, device, &ctx->host_mem, &s, &err) == ZT_OK) zt_proc_sample_print(f, &s);
     else fprintf(f, "process: not measured (%s)\n", err.msg);
+    /* The GPU's: reserved against the parts outside the allocator and
+     * the other processes, which a refusal with free memory left on the
+     * device comes down to. */
+    if (ctx->device_bill.active) {
+        zt_device_sample ds;
+        zt_device_sample_take(&ctx->device_bill, ctx->be, &ctx->device_mem, &ds);
+        zt_device_sample_print(f, &ds);
+        if (ctx->device_bill.nvml_why[0]) fprintf(f, "  (%s)\n", ctx->device_bill.nvml_why);
+    }
     fclose(f);
 }
 
@@ -79,6 +90,7 @@ void zt_ctx_destroy(zt_ctx *ctx) {
     free(ctx->oom_report);
     ctx->oom_report = NULL;
     zt_proc_mem_destroy(&ctx->proc);
+    zt_device_bill_destroy(&ctx->device_bill);
     if (ctx->be) {
         zt_stream_destroy(ctx->be, &ctx->h2d);
         zt_stream_destroy(ctx->be, &ctx->d2h);

@@ -5,6 +5,7 @@
 #define ZT_CTX_H
 
 #include "zt_backend.h"
+#include "zt_device_bill.h"
 #include "zt_error.h"
 #include "zt_log.h"
 #include "zt_mem.h"
@@ -32,6 +33,12 @@ typedef struct {
     /* What the whole-bill sampler knows of this process's libraries (the
      * pages their initialisation made, zt_proc_mem.h). */
     zt_proc_mem proc;
+    /* A replay (zt_ctx_init_dry): the kernels do nothing, so neither does
+     * the host code that computes over host-pool buffers (zeroing them,
+     * the offloaded optimizer), whose cost would grow with the model. */
+    int dry;
+    /* The GPU's side of the whole bill (CUDA runs; inactive elsewhere). */
+    zt_device_bill device_bill;
 } zt_ctx;
 
 /* Captures zt_mem_report of the device space into ctx->oom_report. */

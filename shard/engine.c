@@ -55,6 +55,7 @@ static zt_status check_agreement(zt_engine *e) {
 static zt_status set_initial_values(zt_engine *e, int u, zt_param_init_fn init, void *init_arg) {
     const zt_unit_spec *usp = &e->spec->units[u];
     size_t lo, n;
+    if (e->ctx->dry) return ZT_OK; /* a replay: values allocate nothing, and nothing reads them */
     ZT_TRY(zt_engine_owned_range(e, u, &lo, &n));
     float *vals = calloc(n ? n : 1, sizeof(float)); /* [n] the owned part, padding zero */
     if (!vals) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "engine: cannot allocate init values for unit %d", u);

@@ -70,7 +70,7 @@ static zt_status host_grads_ready(zt_engine *e, int u, size_t n) {
     if (st->host_grads16.data) {
         ZT_TRY(zt_engine_alloc_host(e, &st->host_grads, ZT_FP32, n, ZT_CAT_COMM_BUFFERS, "host grads", u));
         float *dst = zt_f32(&st->host_grads);
-        for (size_t i = 0; i < n; i++) dst[i] = zt_dtype_load(st->host_grads16.data, e->cfg.dtype, i);
+        for (size_t i = 0; i < n && !ctx->dry; i++) dst[i] = zt_dtype_load(st->host_grads16.data, e->cfg.dtype, i);
         zt_tensor_free(&st->host_grads16, &ctx->host_mem);
     }
     return ZT_OK;
@@ -142,6 +142,7 @@ static zt_status host_update(zt_engine *e, int u, void *out, float clip, float l
      * fp16, and the others', are rounded below. */
     zt_optim_step s = {clip, lr, t, NULL, 0, NULL, NULL};
     int written = 0;
+    if (e->ctx->dry) return ZT_OK; /* a replay: the buffers, not their values */
     ZT_TRY(optim_of(e)->host_step(e, u, zt_f32(&st->host_grads), e->cfg.dtype == ZT_FP16 ? NULL : out, &s, &written));
     /* Padding never changes, but the device copy is rewritten whole. */
     const float *p = zt_f32(&st->host_master);
@@ -176,7 +177,7 @@ zt_status zt_engine_offload_apply_unit(zt_engine *e, int u) {
     ZT_TRY(take_next_slot(e, u, &out));
     const float *p = zt_f32(&e->units[u].host_master);
     size_t n = owned_numel(e, u);
-    for (size_t j = 0; j < n; j++) zt_dtype_store(out->data, e->cfg.dtype, j, p[j]);
+    for (size_t j = 0; j < n && !e->ctx->dry; j++) zt_dtype_store(out->data, e->cfg.dtype, j, p[j]);
     return send_slot(e, u);
 }
 

@@ -23,7 +23,7 @@ static zt_status alloc_in(zt_engine *e, int host, zt_tensor *t, zt_dtype dtype, 
     zt_mem *mem = host ? &ctx->host_mem : &ctx->device_mem;
     ZT_TRY(zt_tensor_alloc(t, mem, host ? ZT_DEVICE_CPU : ctx->be->device, dtype, 1, shape, cat, label, &ctx->err));
     if (host) {
-        memset(t->data, 0, zt_tensor_bytes(t));
+        if (!ctx->dry) memset(t->data, 0, zt_tensor_bytes(t));
         return ZT_OK;
     }
     return ctx->be->memset_async(ctx->be, t->data, 0, zt_tensor_bytes(t), &ctx->compute, &ctx->err);
@@ -53,7 +53,7 @@ static zt_status fill_slot(zt_engine *e, zt_tensor *t, int value) {
     zt_ctx *ctx = e->ctx;
     if (!t->data || value < 0) return ZT_OK;
     if (e->cfg.offload) {
-        memset(t->data, value, zt_tensor_bytes(t));
+        if (!ctx->dry) memset(t->data, value, zt_tensor_bytes(t));
         return ZT_OK;
     }
     return ctx->be->memset_async(ctx->be, t->data, value, zt_tensor_bytes(t), &ctx->compute, &ctx->err);

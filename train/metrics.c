@@ -34,6 +34,25 @@ static void write_process(FILE *f, int rank, const zt_proc_sample *s) {
            (double)s->unexplained_bytes);
 }
 
+/* The GPU's whole bill: NVML's total, each measured part, the rest and
+ * the other processes on the GPU, where measured. */
+static void write_device_process(FILE *f, int rank, const zt_device_sample *s) {
+    if (s->os_measured)
+        metric(f, "zt_device_process_bytes", "gauge", "This rank's device memory as NVML counts it.", rank,
+               (double)s->os_bytes);
+    family(f, "zt_device_part_bytes", "gauge", "Device bytes per part of the GPU's whole bill (docs/memory.md).");
+    for (int p = 0; p < ZT_NUM_DPARTS; p++)
+        if (s->measured & (1u << p))
+            fprintf(f, "zt_device_part_bytes{rank=\"%d\",part=\"%s\"} %zu\n", rank,
+                    zt_device_part_name((zt_device_part)p), s->parts[p]);
+    if (s->os_measured)
+        metric(f, "zt_device_unexplained_bytes", "gauge", "Device bytes of this process no part names.", rank,
+               (double)s->unexplained_bytes);
+    if (s->others_measured)
+        metric(f, "zt_device_other_processes_bytes", "gauge", "Device bytes of the other processes on this GPU.",
+               rank, (double)s->other_bytes);
+}
+
 /* The leak watch: what it named so far, and each series' rate while named. */
 static void write_leaks(FILE *f, int rank, const zt_leak_watch *w) {
     metric(f, "zt_leak_warnings_total", "counter", "Parts the leak watch has named (docs/memory.md).", rank,
@@ -73,6 +92,7 @@ static void write_all(FILE *f, int rank, const zt_mem *dev, const zt_mem *host, 
     if (v->step >= 0) metric(f, "zt_step", "gauge", "Optimizer steps done.", rank, v->step);
     if (v->process) write_process(f, rank, v->process);
     if (v->leak) write_leaks(f, rank, v->leak);
+    if (v->device_process) write_device_process(f, rank, v->device_process);
 }
 
 zt_status zt_metrics_write(const char *path, int rank, const zt_mem *device, const zt_mem *host,

@@ -9,6 +9,7 @@
 #include "zt_error.h"
 #include "zt_mem.h"
 #include "leak_watch.h"
+#include "zt_device_bill.h"
 #include "zt_proc_mem.h"
 
 typedef struct {
@@ -18,6 +19,7 @@ typedef struct {
     int oom_events;              /* 1 when the rank ran out of memory */
     const zt_proc_sample *process; /* the step's whole bill (NULL: none taken) */
     const zt_leak_watch *leak;     /* the leak watch (NULL: none) */
+    const zt_device_sample *device_process; /* the GPU's whole bill at the step's end (NULL: none) */
 } zt_metrics_values;
 
 /* Rank r's file: PATH with ".rank<r>" before its extension (zt.prom ->

@@ -72,6 +72,13 @@ static zt_status make_secondary(replay *r, const zt_replay_setup *w, int rank, z
     return zt_engine_set_secondary(&r->eng, &r->secondary);
 }
 
+/* The initial values move no memory, and no host code reads them in a
+ * replay (ctx->dry): none are drawn (the model's draws were most of a
+ * large model's replay time). */
+static void no_values(void *arg, int unit, int param, size_t first, size_t count, float *dst) {
+    (void)arg, (void)unit, (void)param, (void)first, (void)count, (void)dst;
+}
+
 /* The model and the engine, as the trainer's create_model makes them. */
 static zt_status build(replay *r, const zt_replay_setup *w, int rank) {
     const zt_train_config *c = r->c;
@@ -94,7 +101,7 @@ static zt_status build(replay *r, const zt_replay_setup *w, int rank) {
     ZT_TRY(zt_train_engine_config(c, &none, 1, rank, spec, &ec, err));
     zt_mem_set_phase(&r->ctx.device_mem, ZT_PHASE_INIT);
     ZT_TRY(zt_engine_init_hybrid(&r->eng, &r->ctx, shard, shard != &r->world ? &r->replicas : NULL, &r->world, spec,
-                                 &ec, r->family->init_param, r->model));
+                                 &ec, no_values, r->model));
     r->engine_made = 1;
     return make_secondary(r, w, rank, err);
 }
@@ -124,9 +131,6 @@ static zt_status run(replay *r, const zt_replay_setup *w, int rank) {
     const zt_train_config *c = r->c;
     zt_error *err = &r->ctx.err;
     ZT_TRY(zt_ctx_init_dry(&r->ctx, w->like, w->cap, rank, w->world));
-    if (strcmp(c->offload, "nvme") == 0 || strcmp(c->offload_params, "nvme") == 0)
-        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "the replay does not run the NVMe tier (it would write its swap "
-                       "files): reserved bytes are estimated instead");
     zt_alloc_mode mode = ZT_ALLOC_SIMPLE;
     (void)zt_alloc_mode_parse(c->allocator, &mode); /* the options table allows no other */
     ZT_TRY(zt_mem_set_mode(&r->ctx.device_mem, mode, c->max_split_size, err));
@@ -144,12 +148,22 @@ static zt_status run(replay *r, const zt_replay_setup *w, int rank) {
     return ZT_OK;
 }
 
+/* The NVMe tier keeps in its swap file what the host tier keeps in the
+ * host pool, and moves it through the same device buffers: the replay runs
+ * the host tier in its place rather than write swap files. */
+static void without_nvme(zt_train_config *c) {
+    if (strcmp(c->offload, "nvme") == 0) snprintf(c->offload, sizeof c->offload, "cpu");
+    if (strcmp(c->offload_params, "nvme") == 0) snprintf(c->offload_params, sizeof c->offload_params, "cpu");
+}
+
 zt_status zt_plan_replay_rank(const zt_train_config *c, const zt_train_model *family, const zt_replay_setup *w,
                               int rank, zt_replay_result *out, zt_error *err) {
     memset(out, 0, sizeof *out);
     replay r;
     memset(&r, 0, sizeof r);
-    r.c = c;
+    zt_train_config host_tier = *c;
+    without_nvme(&host_tier);
+    r.c = &host_tier;
     r.family = family;
     double t0 = zt_now_s();
     zt_status st = run(&r, w, rank);
@@ -158,6 +172,7 @@ zt_status zt_plan_replay_rank(const zt_train_config *c, const zt_train_model *fa
     out->reserved_peak = dev->reserved.peak;
     out->allocated_peak = dev->allocated.peak;
     out->host_reserved_peak = r.ctx.host_mem.reserved.peak;
+    out->host_replayed = strcmp(c->offload, host_tier.offload) == 0 && strcmp(c->offload_params, host_tier.offload_params) == 0;
     out->system_allocs = dev->system_allocs;
     out->ranks_replayed = 1;
     if (st == ZT_ERR_OOM && dev->limit_bytes) {

@@ -26,6 +26,7 @@ typedef struct {
     size_t reserved_peak;     /* device: the allocator's reserved bytes at most over init and two steps */
     size_t allocated_peak;    /* device: allocated bytes at most */
     size_t host_reserved_peak;
+    int host_replayed;        /* 0 under the NVMe tier, replayed as the host tier (its device bytes) */
     size_t system_allocs;     /* blocks or granules taken from the system */
     int oom;                  /* the cap refused a request: the run ends with exit 3 */
     char oom_msg[1024];       /* the refusal, as the run would print it */
@@ -34,8 +35,9 @@ typedef struct {
 } zt_replay_result;
 
 /* One rank. A refusal under the cap is a result (oom = 1), not an error;
- * errors are configurations the replay cannot run (an NVMe tier, bad
- * options) and failures of the host. */
+ * errors are options the replay cannot run and failures of the host. The
+ * NVMe tier is replayed as the host tier, whose device buffers it shares:
+ * its swap files are not written. */
 zt_status zt_plan_replay_rank(const zt_train_config *c, const zt_train_model *family, const zt_replay_setup *w,
                               int rank, zt_replay_result *out, zt_error *err);
 /* Every rank of the world (or ZT_REPLAY_MAX_RANKS of them): the one with

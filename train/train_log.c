@@ -173,6 +173,8 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
         json_object_set_new(rj, "os_peak_bytes", json_integer((json_int_t)s->rank_os_peak[r]));
         json_t *proc = s->rank_process ? json_array_get(s->rank_process, (size_t)r) : NULL;
         if (proc && !json_is_null(proc)) json_object_set(rj, "process", proc);
+        json_t *dev = s->rank_device_process ? json_array_get(s->rank_device_process, (size_t)r) : NULL;
+        if (dev && !json_is_null(dev)) json_object_set(rj, "device_process", dev);
         json_array_append_new(ranks, rj);
     }
     json_object_set_new(o, "ranks", ranks);

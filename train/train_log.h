@@ -47,6 +47,7 @@ typedef struct {
     json_t *rank_process; /* [world_size]: each rank's whole bill (proc_bill.h), or null */
     const size_t *rank_node_limit; /* [world_size]: its node's memory limit (zt_node_mem_limit_read; 0: unknown) */
     double process_sampling_overhead; /* this rank's sampling time over its run's */
+    json_t *rank_device_process; /* [world_size]: each rank's GPU bill (device_bill_out.h), or null */
 } zt_summary;
 
 /* Writes DIR/summary.json (via a temporary file and a rename). */

@@ -11,6 +11,7 @@
 #include "data.h"
 #include "metrics.h"
 #include "leak_watch.h"
+#include "device_bill_out.h"
 #include "proc_bill.h"
 #include "train_log.h"
 #include "zt_checkpoint.h"
@@ -55,6 +56,9 @@ typedef struct {
     json_t *run_info;
     zt_leak_watch leak;  /* over the whole bill's step-end samples */
     void **leak_blocks;  /* [nleak_blocks] ZT_TEST_LEAK's blocks, freed at the end */
+    /* The GPU's whole bill (device_bill_out.h): here, not in run's frame,
+     * because the OOM report reads its communicators after run returns. */
+    zt_device_track device;
     int nleak_blocks;
 } trainer;
 
@@ -152,11 +156,13 @@ enum {
     ROW_NODE_LIMIT,  /* the node's memory limit (zt_node_mem_limit_read; 0: unknown) */
     ROW_HOST_CAT,
     ROW_PROCESS = ROW_HOST_CAT + ZT_NUM_CATEGORIES, /* the whole bill's sample (zt_proc_sample_pack) */
-    RANK_ROW = ROW_PROCESS + ZT_PROC_ROW
+    ROW_DEVICE = ROW_PROCESS + ZT_PROC_ROW,          /* the GPU's (zt_device_sample_pack) */
+    RANK_ROW = ROW_DEVICE + ZT_DEVICE_ROW
 };
 
 /* Every rank's row goes to every rank: table[N][RANK_ROW]. */
-static zt_status gather_rank_rows(zt_ctx *ctx, const zt_bill *bill, zt_comm *comm, size_t *table) {
+static zt_status gather_rank_rows(zt_ctx *ctx, const zt_bill *bill, const zt_device_track *device, zt_comm *comm,
+                                  size_t *table) {
     int N = comm->world_size;
     size_t row[RANK_ROW];
     zt_os_mem os = {0};
@@ -173,6 +179,7 @@ static zt_status gather_rank_rows(zt_ctx *ctx, const zt_bill *bill, zt_comm *com
     row[ROW_NODE] = (size_t)comm->node;
     row[ROW_LOCAL_RANK] = (size_t)comm->local_rank;
     zt_proc_sample_pack(&bill->run_best, bill->have_run, row + ROW_PROCESS);
+    zt_device_sample_pack(&device->best, device->have, row + ROW_DEVICE);
     zt_node_mem_limit limit;
     zt_error ignore = {0};
     row[ROW_NODE_LIMIT] = zt_node_mem_limit_read(&limit, &ignore) == ZT_OK ? limit.bytes : 0;
@@ -214,6 +221,13 @@ static void print_process_table(int N, const size_t *table) {
     if (samples && have) zt_proc_print_table(stdout, N, samples, have);
     free(samples);
     free(have);
+    zt_device_sample *dev = calloc((size_t)N, sizeof *dev);
+    int *have_dev = calloc((size_t)N, sizeof *have_dev);
+    for (int r = 0; dev && have_dev && r < N; r++)
+        have_dev[r] = zt_device_sample_unpack(table + (size_t)r * RANK_ROW + ROW_DEVICE, &dev[r]);
+    if (dev && have_dev) zt_device_print_table(stdout, N, dev, have_dev);
+    free(dev);
+    free(have_dev);
 }
 
 /* Rank 0 prints rank x category peaks (MiB) and what drives the imbalance. */
@@ -570,6 +584,7 @@ static zt_status train_step(run_state *r, step_record *s) {
     ZT_TRY(zt_train_step(&t->eng, &model, &opt, s->step, &s->r));
     ZT_TRY(test_leak(r));
     zt_bill_step_end(&r->bill);
+    zt_device_track_step(&r->t->device, r->ctx);
     watch_leaks(r, s);
     zt_backend_driver_mem(r->ctx->be, &s->driver_used, &s->driver_total); /* once per step */
     t->losses[s->step - r->start] = s->r.loss;
@@ -676,6 +691,9 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
     if (ctx->be->link) json_object_set_new(o, "link", zt_link_step_json(ctx->be->link, &s->link_before));
     const zt_proc_sample *bill = zt_bill_step_sample(&r->bill);
     if (bill) json_object_set_new(o, "process", zt_proc_sample_json(bill));
+    if (r->t->device.have)
+        json_object_set_new(o, "device_process",
+                            zt_device_sample_json(&r->t->device.latest, r->ctx->device_bill.nvml_why));
     if (s->nleaks) json_object_set_new(o, "leaks", leaks_json(s));
     if (zt_bill_step_end_sample(&r->bill)) /* a step end the leak watch saw: whether it could judge */
         json_object_set_new(o, "leak_judged", json_boolean(t->leak.judged_now));
@@ -690,7 +708,8 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
 /* --metrics-file after a step. */
 static zt_status write_metrics(const run_state *r, const step_record *s, double tps) {
     zt_transfer_stats x = all_transfers(r->t);
-    zt_metrics_values v = {s->step + 1, tps, x.h2d_bytes, x.d2h_bytes, 0, zt_bill_latest(&r->bill), &r->t->leak};
+    zt_metrics_values v = {s->step + 1, tps, x.h2d_bytes, x.d2h_bytes, 0, zt_bill_latest(&r->bill), &r->t->leak,
+                           r->t->device.have ? &r->t->device.latest : NULL};
     return zt_metrics_write(r->c->metrics_file, r->ctx->rank, &r->ctx->device_mem, &r->ctx->host_mem, &v,
                             &r->ctx->err);
 }
@@ -749,7 +768,7 @@ static zt_status after_step(run_state *r, const step_record *s) {
     if (c->report_every > 0 && done % c->report_every == 0 && done < c->steps) {
         size_t *rows = calloc((size_t)comm->world_size * RANK_ROW, sizeof *rows);
         if (!rows) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
-        zt_status rs = gather_rank_rows(ctx, &r->bill, comm, rows);
+        zt_status rs = gather_rank_rows(ctx, &r->bill, &r->t->device, comm, rows);
         char when[32];
         snprintf(when, sizeof when, "after step %d", done);
         if (rs == ZT_OK && !c->quiet) print_rank_table(ctx, comm->world_size, rows, when);
@@ -820,12 +839,19 @@ static zt_status write_summary(const run_state *r, const size_t *table, const ch
         int have = zt_proc_sample_unpack(table + (size_t)k * RANK_ROW + ROW_PROCESS, &ps);
         json_array_append_new(process, have ? zt_proc_sample_json(&ps) : json_null());
     }
+    json_t *device = json_array(); /* [N]: each rank's GPU bill, or null (a CPU run's) */
+    for (int k = 0; k < N; k++) {
+        zt_device_sample ds;
+        int have = zt_device_sample_unpack(table + (size_t)k * RANK_ROW + ROW_DEVICE, &ds);
+        json_array_append_new(device, have ? zt_device_sample_json(&ds, NULL) : json_null());
+    }
     const zt_train_config *c = r->c;
     zt_summary s = {c,      N,    r->t->family->spec(r->t->model)->total_numel, c->steps, r->start, r->t->losses,
                     r->floor, tps, median, digest, peak, cat, host, osp, hcat, node, local, hosts, r->comm->nnodes,
-                    json_object_get(r->t->run_info, "model"), process, limits, zt_bill_overhead(&r->bill)};
+                    json_object_get(r->t->run_info, "model"), process, limits, zt_bill_overhead(&r->bill), device};
     zt_status st = zt_summary_write(&s, c->log_dir, &r->ctx->err);
     json_decref(process);
+    json_decref(device);
     free(cols);
     free(node);
     return st;
@@ -873,7 +899,7 @@ static zt_status finish(run_state *r) {
     size_t *table = calloc((size_t)N * RANK_ROW, sizeof *table);
     if (!table) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the rank table");
     char *hosts = calloc((size_t)N, ZT_HOST_NAME); /* [N][ZT_HOST_NAME]: every rank's host */
-    zt_status st = hosts ? gather_rank_rows(ctx, &r->bill, r->comm, table)
+    zt_status st = hosts ? gather_rank_rows(ctx, &r->bill, &r->t->device, r->comm, table)
                          : ZT_FAIL(&ctx->err, ZT_ERR_OOM, "trainer: cannot allocate the host names");
     if (st == ZT_OK) {
         memcpy(hosts + (size_t)ctx->rank * ZT_HOST_NAME, r->comm->host, ZT_HOST_NAME);
@@ -896,6 +922,8 @@ static zt_status run(const zt_train_config *c, const zt_train_hooks *test, zt_ct
     ZT_TRY(open_outputs(&r));
     ZT_TRY(zt_leak_watch_init(&t->leak, c->leak_window, (double)c->leak_min_rate, &ctx->err));
     zt_bill_start(&r.bill, ctx);
+    zt_comm *comms[] = {comm, &t->shard, &t->replicas, &t->secondary};
+    zt_device_track_start(&t->device, ctx, comms, 4);
     for (int step = r.start; step < c->steps; step++) {
         step_record s;
         memset(&s, 0, sizeof s);
@@ -923,6 +951,7 @@ zt_status zt_train_run(const zt_train_config *c, const zt_train_model *family, c
     ctx->device_mem.on_phase_end = NULL;
     ctx->device_mem.on_peak = NULL;
     ctx->device_mem.peak_watch_bytes = 0;
+    zt_device_track_stop(ctx); /* its communicators go with t */
     trainer_free(&t);
     return st;
 }

@@ -436,7 +436,7 @@ typedef struct {
     size_t bytes;
     size_t budget;          /* the cap the replay ran under (0: none) */
     int budget_unmeasured;  /* --device-mem was taken whole: no constants for the device */
-    char why_not[1100];     /* when not replayed */
+    char why_not[128];      /* when not replayed */
 } plan_reserved;
 
 static zt_device device_of(const zt_train_config *c) {
@@ -463,7 +463,6 @@ static int reserved_of(const plan_job *j, const zt_plan *p, const plan_flags *pf
     zt_replay_setup w = replay_setup(pf, c, out->budget);
     zt_error err = {0};
     zt_status st = zt_plan_replay(c, j->family, &w, &out->r, &err);
-    if (st == ZT_ERR_UNSUPPORTED) return snprintf(out->why_not, sizeof out->why_not, "%s", err.msg), 0;
     if (st != ZT_OK) {
         print_plan_error(&err);
         return 2;
@@ -546,7 +545,8 @@ static json_t *reserved_json(const plan_reserved *res, const zt_train_config *c)
     json_object_set_new(o, "band", json_pack("[f, f]", -0.01, 0.01));
     json_object_set_new(o, "rank", json_integer(res->r.rank));
     json_object_set_new(o, "allocated_peak_bytes", json_integer((json_int_t)res->r.allocated_peak));
-    json_object_set_new(o, "host_reserved_bytes", json_integer((json_int_t)res->r.host_reserved_peak));
+    if (res->r.host_replayed) /* the NVMe tier's host side is its buffers, not the host tier's pool */
+        json_object_set_new(o, "host_reserved_bytes", json_integer((json_int_t)res->r.host_reserved_peak));
     json_object_set_new(o, "system_allocs", json_integer((json_int_t)res->r.system_allocs));
     json_object_set_new(o, "ranks_replayed", json_integer(res->r.ranks_replayed));
     json_object_set_new(o, "seconds", json_real(res->r.seconds));

@@ -140,7 +140,7 @@ static void report_oom(const zt_ctx *ctx, const zt_train_config *cfg) {
     fprintf(stderr, "[rank %d] out-of-memory report:\n%s", ctx->rank, report);
     fflush(stderr);
     zt_error ignore_metrics = {0};
-    zt_metrics_values oom = {-1, 0.0, 0.0, 0.0, 1, NULL, NULL}; /* the scraper sees the stop */
+    zt_metrics_values oom = {-1, 0.0, 0.0, 0.0, 1, NULL, NULL, NULL}; /* the scraper sees the stop */
     if (cfg->metrics_file[0])
         (void)zt_metrics_write(cfg->metrics_file, ctx->rank, &ctx->device_mem, &ctx->host_mem, &oom, &ignore_metrics);
     if (!cfg->log_dir[0]) return;

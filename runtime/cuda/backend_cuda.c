@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cuda_ops.h"
+#include "device_used.h"
 #include "zt_time.h"
 #include "vmm.h"
 
@@ -386,8 +387,13 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
     zt_status st = ZT_OK;
 
     CUDA_CHECK_GOTO(cudaSetDevice(im->device));
+    CUDA_CHECK_GOTO(cudaFree(0)); /* the context, now: what follows is measured against it */
+    CUDA_CHECK_GOTO(cudaDeviceGetPCIBusId(be->setup.pci_bus_id, (int)sizeof be->setup.pci_bus_id, im->device));
+    size_t used0, used1, used2;
+    int said = zt_cuda_device_used(&used0);
     CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
     CUDA_CHECK_GOTO(cudaMalloc((void **)&im->sumsq_scratch, (ZT_CUDA_SUMSQ_BLOCKS + 1) * sizeof(double)));
+    said &= zt_cuda_device_used(&used1);
     CUBLAS_CHECK(cublasCreate(&im->cublas)); /* bound to a stream and the workspace at its first use */
     /* fp32 GEMMs in fp32: no TF32 (NVIDIA_TF32_OVERRIDE=1 in the environment
      * would still force it), and no atomics, for run-to-run reproducibility. */
@@ -409,6 +415,10 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
     }
     CUDA_CHECK_GOTO(cudaMalloc(&im->lt_workspace, ZT_CUDA_LT_WORKSPACE_BYTES));
     CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&im->lt_ws_event, cudaEventDisableTiming));
+    said &= zt_cuda_device_used(&used2);
+    be->setup.own_bytes = used1 > used0 ? used1 - used0 : 0;
+    be->setup.blas_bytes = used2 > used1 ? used2 - used1 : 0;
+    be->setup.measured = said;
 
     be->device = ZT_DEVICE_CUDA;
     be->name = "cuda";

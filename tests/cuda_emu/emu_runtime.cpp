@@ -338,6 +338,14 @@ cudaError_t cudaSetDevice(int device) {
     return cudaSuccess;
 }
 
+/* The emulated devices sit on bus numbers 0, 1, ... of domain 0. */
+cudaError_t cudaDeviceGetPCIBusId(char *pci_bus_id, int len, int device) {
+    if (!pci_bus_id || len < 13) return set_error(cudaErrorInvalidValue);
+    if (device < 0 || device >= emu().device_count) return set_error(cudaErrorInvalidDevice);
+    snprintf(pci_bus_id, (size_t)len, "0000:%02X:00.0", device);
+    return cudaSuccess;
+}
+
 cudaError_t cudaGetDevice(int *device) {
     if (!device) return set_error(cudaErrorInvalidValue);
     *device = emu().current_device;

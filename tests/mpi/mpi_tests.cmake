@@ -136,6 +136,9 @@ endif()
 zt_script_cases(zt_replay_test.py replay "mpi" 900 grid boundary quick)
 zt_label(quick replay_quick)
 zt_label(full replay_grid replay_boundary)
+if(ZT_CUDA_EMU) # the replay shaped like CUDA against the CUDA backend on the emulator
+  zt_script_cases(zt_replay_test.py replay "mpi;cuda;quick" 600 cuda_emu)
+endif()
 
 # The CPU backend's modelled host-device link (tests/mpi/zt_link_test.py):
 # bandwidth per direction, overlap on the copy streams, zt-plan's transfer
@@ -231,6 +234,9 @@ endif()
 zt_script_cases(zt_bill_test.py bill "mpi" 600 reconcile oom leak clean plan)
 zt_label(quick bill_oom)
 zt_label(full bill_reconcile bill_leak bill_clean bill_plan)
+if(ZT_CUDA_EMU) # the GPU's bill (NVML absent on the emulator: the total not_measured)
+  zt_script_cases(zt_bill_test.py bill "mpi;cuda;quick" 600 device_emu)
+endif()
 
 # The sanitizer build compares the stage-repeated checks at stages 0 and 3
 # only (tests/mpi/zt_harness.py, STAGES_COMPARED; tests/MERGED.md).

@@ -26,6 +26,13 @@ plan       zt-plan's process total per rank and its node's Pss (train/
 clean      a clean run of 400 steps with the default leak settings names
            nothing on any rank (and its step ends were sampled often enough
            to be judged).
+device_emu --device cuda on the CUDA emulator (ZT_CUDA=EMU builds), np 2:
+           ranks[i].device_process, the JSONL's and the metrics' GPU bill:
+           the allocator's reserved bytes as the allocator counts them, the
+           GEMM workspace as cuBLAS's, NCCL's measured; without NVML (as
+           here) the total, the context and the other processes are
+           not_measured, never 0, and the JSONL says why; the OOM report
+           carries the GPU's bill; a CPU run has none.
 """
 import glob
 import json
@@ -202,7 +209,41 @@ def case_plan(ctx):
     print("ok: under a 64 MiB memory cgroup the node's 8 ranks do not fit, and the limit named is the cgroup's")
 
 
-CASES = {"reconcile": case_reconcile, "plan": case_plan, "oom": case_oom, "leak": case_leak, "clean": case_clean}
+DEVICE_PARTS = ["allocator_reserved", "cuda_context", "cublas", "backend_buffers", "nccl"]
+
+
+def case_device_emu(ctx):
+    env = {"ZT_EMU_DEVICES": "2"}
+    d = os.path.join(ctx["work"], "device")
+    launch(ctx, 2, ["--device", "cuda", "--stage", "3", "--steps", "3", "--quiet", "--trace", "0", "--log-dir", d,
+                    "--metrics-file", os.path.join(d, "zt.prom")], env=env)
+    s = json.load(open(os.path.join(d, "summary.json")))
+    for r in s["ranks"]:
+        b = r["device_process"]
+        assert sorted(list(b["parts"]) + [p for p in b["not_measured"] if p in DEVICE_PARTS]) == sorted(DEVICE_PARTS), b
+        assert set(b["not_measured"]) == {"os_bytes", "cuda_context", "other_processes"}, b  # no NVML here
+        assert "os_bytes" not in b and "unexplained_bytes" not in b, b
+        assert b["parts"]["cublas"] == 32 << 20, b  # the GEMM workspace (the emulator's handles hold nothing)
+        assert 0 < b["parts"]["backend_buffers"] < 1 << 20 and b["parts"]["nccl"] == 0, b
+        lines = [json.loads(x) for x in open(os.path.join(d, f"rank{r['rank']}.jsonl"))]
+        for x in lines:
+            assert x["device_process"]["parts"]["allocator_reserved"] == x["memory"]["reserved_bytes"], x
+            assert "NVML" in x["device_process"]["why_not_measured"], x["device_process"]
+        metrics = open(os.path.join(d, f"zt.rank{r['rank']}.prom")).read()
+        assert 'zt_device_part_bytes{rank="%d",part="cublas"} %d' % (r["rank"], 32 << 20) in metrics, metrics[-1500:]
+    p = launch(ctx, 2, ["--device", "cuda", "--stage", "3", "--steps", "2", "--mem-limit", "3MiB", "--allocator",
+                        "simple", "--threads", "1"], expect_rc=3, env=env)
+    for needle in ("device process: total not measured", "cublas", "other processes on this GPU: not measured"):
+        assert needle in p.stderr, (needle, p.stderr[-3000:])
+    c = os.path.join(ctx["work"], "cpu")
+    launch(ctx, 1, ["--steps", "1", "--quiet", "--trace", "0", "--log-dir", c])
+    assert "device_process" not in json.load(open(os.path.join(c, "summary.json")))["ranks"][0]
+    print("ok: the GPU's bill on the emulator: measured parts named, the rest not_measured with NVML's absence said; "
+          "in the JSONL, the summary, the metrics and the OOM report; none on the CPU")
+
+
+CASES = {"reconcile": case_reconcile, "plan": case_plan, "oom": case_oom, "leak": case_leak, "clean": case_clean,
+         "device_emu": case_device_emu}
 
 if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[1] not in CASES:

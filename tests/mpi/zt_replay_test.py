@@ -36,12 +36,16 @@ def compare(ctx, np_, flags, name):
 
 def case_grid(ctx):
     """Stages 0 and 3, offload on and off, recompute on and off, fp32 and
-    bf16, np 2 and 3, under each allocator: the replayed reserved peak
-    within 1% of the measured one (it has been exact), the allocated peak
-    equal."""
+    bf16, np 2 and 3, and the NVMe tier (replayed as the host tier), under
+    each allocator: the replayed reserved peak within 1% of the measured one
+    (it has been exact), the allocated peak equal."""
     configs = ((2, ["--stage", "0"]), (3, ["--stage", "3"]), (2, ["--stage", "3", "--offload", "cpu"]),
                (3, ["--stage", "0", "--recompute", "full"]), (2, ["--stage", "3", "--dtype", "bf16"]),
                (3, ["--stage", "3", "--dtype", "bf16", "--offload", "cpu", "--recompute", "full"]))
+    swap = os.path.join(ctx["work"], "swap")
+    os.makedirs(swap)
+    configs += ((2, ["--stage", "3", "--offload", "nvme", "--offload-params", "nvme", "--nvme-path", swap,
+                     "--nvme-block-size", "64KiB"]),)
     worst = 0.0
     for i, (np_, levers) in enumerate(configs):
         for mode in ALLOCATORS:
@@ -89,7 +93,21 @@ def case_quick(ctx):
     print("ok: replay exact at np 3 for each allocator; the cap refuses the replay where it refuses the run")
 
 
-CASES = {"grid": case_grid, "boundary": case_boundary, "quick": case_quick}
+def case_cuda_emu(ctx):
+    """--device cuda on the CUDA emulator (ZT_CUDA=EMU builds), np 2 over
+    NCCL: the replay shaped like CUDA (its event-ordered paths) gives the
+    reserved peak the CUDA backend's run measures, for each allocator."""
+    env = {"ZT_EMU_DEVICES": "2"}
+    for mode in ALLOCATORS:
+        flags = ["--device", "cuda", "--stage", "3", "--allocator", mode]
+        er = plan(ctx, 2, flags)["expected_reserved"]
+        reserved, allocated = measured(train(ctx, 2, flags + RUN, f"cuda-{mode}", env))
+        assert er["how"] == "replay" and er["bytes"] == reserved and er["allocated_peak_bytes"] == allocated, \
+            (mode, er, reserved, allocated)
+    print("ok: cuda emulator: the replay's reserved and allocated peaks equal the CUDA backend's for each allocator")
+
+
+CASES = {"grid": case_grid, "boundary": case_boundary, "quick": case_quick, "cuda_emu": case_cuda_emu}
 
 if __name__ == "__main__":
     main(CASES, "replay")
