@@ -59,8 +59,9 @@ zt_status zt_engine_matrix_step(zt_engine *e, int u, const zt_optim_step *s) {
     float *whole = malloc(e->spec->units[u].padded_numel * sizeof(float) + 4); /* [padded] fp32 host */
     zt_status st = whole ? ZT_OK : ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate a unit's update");
     if (st == ZT_OK) st = hook->update(e, u, s, zt_f32(&upd));
-    if (st == ZT_OK) st = gather_update(e, u, zt_f32(&upd), whole);
-    if (st == ZT_OK) st = transform_matrices(e, u, whole);
+    /* a replay (ctx->dry) keeps the buffers and skips the host's work on the values */
+    if (st == ZT_OK && !ctx->dry) st = gather_update(e, u, zt_f32(&upd), whole);
+    if (st == ZT_OK && !ctx->dry) st = transform_matrices(e, u, whole);
     if (st == ZT_OK)
         st = ctx->be->memcpy_async(ctx->be, zt_f32(&upd), whole + lo, n * sizeof(float), ZT_COPY_H2D, &ctx->compute,
                                    &ctx->err);

@@ -27,12 +27,25 @@ void zt_device_bill_init(zt_device_bill *d, zt_backend *be) {
         return;
     }
     zt_nvml_usage u;
-    if (zt_nvml_usage_read(d->nvml, be->setup.pci_bus_id, (int)getpid(), &u, &err) != ZT_OK || !u.self_found ||
-        !be->setup.measured)
+    if (zt_nvml_usage_read(d->nvml, be->setup.pci_bus_id, (int)getpid(), &u, &err) != ZT_OK) {
+        snprintf(d->nvml_why, sizeof d->nvml_why, "%.250s", err.msg);
         return;
+    }
+    if (!u.self_found) {
+        snprintf(d->nvml_why, sizeof d->nvml_why, "NVML does not list this process (PID %d) on the GPU: another PID "
+                 "namespace", (int)getpid());
+        return;
+    }
+    if (!be->setup.measured) return;
     size_t setup = be->setup.blas_bytes + be->setup.own_bytes;
     d->context_measured = u.self_bytes >= setup;
     d->context_bytes = d->context_measured ? u.self_bytes - setup : 0;
+}
+
+void zt_device_bill_exclude(zt_device_bill *d, size_t bytes) {
+    if (!d->context_measured) return;
+    d->context_measured = d->context_bytes >= bytes; /* more than the figure held: it was not in it */
+    d->context_bytes = d->context_measured ? d->context_bytes - bytes : 0;
 }
 
 void zt_device_bill_destroy(zt_device_bill *d) {

@@ -284,7 +284,10 @@ zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *lab
         b = take_cached(m, block_bytes);
         if (!b) b = new_block(m, block_bytes);
     }
-    if (!b) return refusal(m, bytes, block_bytes, cat, label, injected, err);
+    if (!b) {
+        m->refusals++;
+        return refusal(m, bytes, block_bytes, cat, label, injected, err);
+    }
     b->requested_bytes = bytes;
     b->category = cat;
     snprintf(b->label, sizeof b->label, "%s", label ? label : "");

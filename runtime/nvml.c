@@ -11,11 +11,14 @@ typedef void *nvml_device;   /* nvmlDevice_t */
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_VALUE_NOT_AVAILABLE (~0ULL)
 
-typedef struct { /* nvmlProcessInfo_v3_t */
+typedef struct { /* nvmlProcessInfo_t (the v2 layout), what _v3 of the call fills */
     unsigned int pid;
     unsigned long long used_gpu_memory;
     unsigned int gpu_instance_id, compute_instance_id;
 } nvml_process_info;
+/* Some R535 drivers wrote a 32-byte entry (with usedGpuCcProtectedMemory):
+ * the buffer has room for that much per entry, so no driver writes past it. */
+#define ENTRY_ROOM 32
 
 typedef struct { /* nvmlMemory_t */
     unsigned long long total, free, used;
@@ -58,7 +61,7 @@ zt_status zt_nvml_open(zt_nvml **out, zt_error *err) {
     nvml_return rc = missing ? -1 : init();
     if (rc != NVML_SUCCESS) {
         zt_status st = ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "NVML: %s", missing ? "a function this build needs is missing "
-                               "(a driver older than CUDA 11.5's)" : n->error_string(rc));
+                               "(a driver older than R510, CUDA 11.6's)" : n->error_string(rc));
         dlclose(lib);
         free(n);
         return st;
@@ -78,7 +81,7 @@ void zt_nvml_close(zt_nvml *n) {
 static zt_status processes(zt_nvml *n, nvml_device dev, nvml_process_info **list, unsigned *count, zt_error *err) {
     unsigned cap = 16;
     for (;;) {
-        nvml_process_info *p = calloc(cap, sizeof *p);
+        nvml_process_info *p = calloc(cap, ENTRY_ROOM > sizeof *p ? ENTRY_ROOM : sizeof *p);
         if (!p) return ZT_FAIL(err, ZT_ERR_OOM, "NVML: no memory for %u processes", cap);
         unsigned got = cap;
         nvml_return rc = n->compute_processes(dev, &got, p);

@@ -71,6 +71,10 @@ typedef struct {
  * context's bytes. Nothing happens on another device. */
 void zt_device_bill_init(zt_device_bill *d, zt_backend *be);
 void zt_device_bill_destroy(zt_device_bill *d);
+/* Bytes NVML's figure at init held that another part names: an NCCL
+ * communicator made before the context (zt-train makes the world's first,
+ * to pick the GPU), whose init the nccl part counts. */
+void zt_device_bill_exclude(zt_device_bill *d, size_t bytes);
 /* The bill now. */
 void zt_device_sample_take(zt_device_bill *d, zt_backend *be, const zt_mem *device, zt_device_sample *out);
 /* A few lines for a person (the OOM report, gpu_check.sh). */

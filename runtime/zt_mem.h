@@ -145,6 +145,7 @@ typedef struct zt_mem {
     zt_counter reserved;  /* live + cached blocks */
     size_t phase_peak[ZT_NUM_PHASES];
     size_t alloc_count;  /* successful zt_mem_alloc calls */
+    size_t refusals;     /* zt_mem_alloc calls refused (the system's or the cap's ZT_ERR_OOM) */
     size_t system_allocs; /* blocks obtained from raw.alloc */
 
     /* Peaks since the last zt_mem_window_reset: one training step's view. */

@@ -72,8 +72,7 @@ static zt_status set_initial_values(zt_engine *e, int u, zt_param_init_fn init, 
 /* What the NVMe tier runs with: the CPU optimizer's elementwise kinds
  * (their state splits into chunks anywhere), no delayed update (its thread
  * would need the stream too), parameter shards only beside the state. */
-static zt_status check_nvme(zt_engine *e, const zt_engine_config *cfg) {
-    zt_error *err = &e->ctx->err;
+zt_status zt_engine_check_nvme(const zt_engine_config *cfg, zt_error *err) {
     if (cfg->nvme_params && !cfg->nvme_optimizer)
         return ZT_FAIL(err, ZT_ERR_INVALID, "`offload_params` nvme needs `offload` nvme (the CPU optimizer writes the "
                        "shards in the file as it streams the state)");
@@ -148,7 +147,7 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
         return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "`offload_params` cpu needs `stage` 3 and `offload` cpu, without "
                        "`offload_delay` (got stage %d, offload %s, offload-delay %d): the CPU optimizer updates the "
                        "offloaded shards in place", cfg->stage, cfg->offload ? "cpu" : "none", cfg->offload_delay);
-    ZT_TRY(check_nvme(e, cfg));
+    ZT_TRY(zt_engine_check_nvme(cfg, &e->ctx->err));
     ZT_TRY(check_optimizer(e));
     e->kernels = ctx->be->ops_for[cfg->dtype] ? ctx->be->ops_for[cfg->dtype] : ctx->be->ops;
     e->compute_dtype = e->kernels->dtype;

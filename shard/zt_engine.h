@@ -267,6 +267,11 @@ zt_status zt_engine_init_hybrid(zt_engine *eng, zt_ctx *ctx, zt_comm *shard, zt_
                                 const zt_model_spec *spec, const zt_engine_config *cfg, zt_param_init_fn init,
                                 void *init_arg);
 void zt_engine_destroy(zt_engine *eng);
+/* What the NVMe tier runs with (zt_engine_init checks it): the CPU
+ * optimizer's elementwise kinds, no delayed update, parameter shards only
+ * beside the state, a folder for the swap files. ZT_ERR_INVALID naming
+ * the setting otherwise; ZT_OK when cfg has no NVMe tier. */
+zt_status zt_engine_check_nvme(const zt_engine_config *cfg, zt_error *err);
 
 /* Stage 3, world sharding: after a unit's forward keep a part of it over
  * `secondary` (G' consecutive ranks dividing the world; a node's ranks for

@@ -11,7 +11,8 @@
 
 /* One rank's replay: what it holds, freed in reverse by replay_free. */
 typedef struct {
-    const zt_train_config *c;
+    const zt_train_config *c;      /* the run replayed (the NVMe tier as the host tier) */
+    const zt_train_config *asked;  /* the options as given */
     const zt_train_model *family;
     zt_ctx ctx;
     zt_comm world, shard, replicas, secondary;
@@ -22,10 +23,8 @@ typedef struct {
 } replay;
 
 static void replay_free(replay *r) {
-    if (r->engine_made) {
-        r->family->free_activations(r->model, &r->eng);
-        zt_engine_destroy(&r->eng);
-    }
+    if (r->engine_made) r->family->free_activations(r->model, &r->eng);
+    zt_engine_destroy(&r->eng); /* a failed init leaves what it made; nothing when it never ran */
     if (r->model) r->family->destroy(r->model);
     zt_comm *comms[] = {&r->secondary, &r->replicas, &r->shard, &r->world};
     for (int i = 0; i < 4; i++)
@@ -98,6 +97,9 @@ static zt_status build(replay *r, const zt_replay_setup *w, int rank) {
     zt_train_hooks none;
     memset(&none, 0, sizeof none);
     none.nvme_fail_rank = -1;
+    zt_engine_config given; /* the NVMe tier is refused as zt-train refuses it, before it is replaced */
+    ZT_TRY(zt_train_engine_config(r->asked, &none, 1, rank, spec, &given, err));
+    ZT_TRY(zt_engine_check_nvme(&given, err));
     ZT_TRY(zt_train_engine_config(c, &none, 1, rank, spec, &ec, err));
     zt_mem_set_phase(&r->ctx.device_mem, ZT_PHASE_INIT);
     ZT_TRY(zt_engine_init_hybrid(&r->eng, &r->ctx, shard, shard != &r->world ? &r->replicas : NULL, &r->world, spec,
@@ -164,6 +166,7 @@ zt_status zt_plan_replay_rank(const zt_train_config *c, const zt_train_model *fa
     zt_train_config host_tier = *c;
     without_nvme(&host_tier);
     r.c = &host_tier;
+    r.asked = c;
     r.family = family;
     double t0 = zt_now_s();
     zt_status st = run(&r, w, rank);
@@ -175,7 +178,7 @@ zt_status zt_plan_replay_rank(const zt_train_config *c, const zt_train_model *fa
     out->host_replayed = strcmp(c->offload, host_tier.offload) == 0 && strcmp(c->offload_params, host_tier.offload_params) == 0;
     out->system_allocs = dev->system_allocs;
     out->ranks_replayed = 1;
-    if (st == ZT_ERR_OOM && dev->limit_bytes) {
+    if (st == ZT_ERR_OOM && dev->limit_bytes && dev->refusals) { /* the device's cap, not the host */
         out->oom = 1;
         snprintf(out->oom_msg, sizeof out->oom_msg, "%s", r.ctx.err.msg);
         st = ZT_OK;
@@ -192,15 +195,17 @@ zt_status zt_plan_replay(const zt_train_config *c, const zt_train_model *family,
     memset(out, 0, sizeof *out);
     int N = w->world, n = N < ZT_REPLAY_MAX_RANKS ? N : ZT_REPLAY_MAX_RANKS;
     double seconds = 0;
+    int replayed = 0;
     for (int i = 0; i < n; i++) {
         int rank = n == N ? i : (int)((long long)i * (N - 1) / (n - 1)); /* 0 .. N-1 evenly */
         zt_replay_result one;
         ZT_TRY(zt_plan_replay_rank(c, family, w, rank, &one, err));
         seconds += one.seconds;
+        replayed++;
         if (i == 0 || one.oom || one.reserved_peak > out->reserved_peak) *out = one;
         if (one.oom) break;
     }
-    out->ranks_replayed = n;
+    out->ranks_replayed = replayed;
     out->seconds = seconds;
     return ZT_OK;
 }

@@ -449,9 +449,9 @@ static zt_replay_setup replay_setup(const plan_flags *pf, const zt_train_config 
     return w;
 }
 
-/* The replay under the budget; 2 on an error that is the user's (an
- * option the replay refuses to run cannot be: those fall back to the
- * band), else 0. */
+/* The replay under the budget: 0, or 2 when it could not run (options
+ * zt-train would refuse too, such as an NVMe tier it cannot run, or a
+ * failure of this host), with the error printed. */
 static int reserved_of(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
                        plan_reserved *out) {
     memset(out, 0, sizeof *out);
@@ -535,6 +535,8 @@ static json_t *reserved_json(const plan_reserved *res, const zt_train_config *c)
     json_object_set_new(o, "bytes", json_integer((json_int_t)res->bytes));
     json_object_set_new(o, "how", json_string(res->replayed ? "replay" : "estimate"));
     json_object_set_new(o, "budget_bytes", res->budget ? json_integer((json_int_t)res->budget) : json_null());
+    /* --device-mem taken whole: no constants for the bytes outside the allocator on this device */
+    json_object_set_new(o, "budget_unmeasured", json_boolean(res->budget_unmeasured));
     if (!res->replayed) {
         zt_plan_band band = zt_plan_reserved_band(mode);
         json_object_set_new(o, "band", json_pack("[f, f]", band.lo, band.hi));

@@ -368,6 +368,10 @@ static int start(const job *j, const zt_train_config *cfg, zt_comm *comm, zt_ctx
     /* The GPU is the one NCCL uses: this rank's index on its node. */
     st = zt_ctx_init_on(ctx, device, comm->local_rank, threads, cfg->mem_limit, j->rank, j->world, cfg->quiet);
     if (st == ZT_OK) st = zt_proc_mem_adopt(&ctx->proc, startup, &ctx->err);
+    /* The world's NCCL communicator was made before the context's reading:
+     * its init is the nccl part's, not the context's. */
+    if (st == ZT_OK && comm->ops && strcmp(comm->ops->name, "nccl") == 0)
+        zt_device_bill_exclude(&ctx->device_bill, comm->device_bytes);
     if (st == ZT_OK) ctx->be->sync_timeout_s = cfg->collective_timeout; /* the device's half of the watchdog */
     zt_alloc_mode mode = ZT_ALLOC_SIMPLE;
     (void)zt_alloc_mode_parse(cfg->allocator, &mode); /* the options table allows no other */

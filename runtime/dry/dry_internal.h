@@ -8,9 +8,9 @@ extern const zt_ops zt_dry_ops[ZT_NDTYPES];
 
 /* Addresses handed out from reservations without memory (PROT_NONE), never
  * reused, all returned at once by zt_dry_space_destroy. A host space maps
- * every block it hands out onto one small shared file instead, so host
- * code that writes its buffers (zeroing, the offloaded optimizer) runs
- * over the same few pages. */
+ * every block it hands out, in 1 GiB pieces, onto one shared sparse file
+ * instead, so host code that still writes its buffers (the token staging)
+ * runs over the same few pages. */
 typedef struct zt_dry_chunk {
     char *base;
     size_t bytes, used;

@@ -11,7 +11,7 @@
 
 #define GIB ((size_t)1 << 30)
 #define CHUNK_BYTES (64 * GIB)   /* addresses reserved at a time; an EXPANDABLE pool's 256 GiB gets its own */
-#define ALIAS_BYTES ((size_t)64 << 20)
+#define ALIAS_BYTES ((size_t)1 << 30) /* sparse: pages only where host code writes (staging) */
 #define ALIGN ((size_t)4096)     /* page-aligned, so host blocks can be mapped */
 
 zt_status zt_dry_space_init(zt_dry_space *s, int host, zt_error *err) {
