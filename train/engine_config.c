@@ -1,5 +1,7 @@
-/* The engine's configuration from zt-train's options: shared by the
- * trainer and zt-plan's replay, so both build the same engine. */
+/* The engine's configuration and its groups from zt-train's options:
+ * shared by the trainer and zt-plan's replay, so both build the same
+ * engine. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "trainer.h"
@@ -51,3 +53,14 @@ zt_status zt_train_engine_config(const zt_train_config *c, const zt_train_hooks 
     return ZT_OK;
 }
 
+
+zt_status zt_train_group_size(const char *flag, const char *value, int world, int ranks_per_node, int *G,
+                              zt_error *err) {
+    if (strcmp(value, "world") == 0) return *G = world, ZT_OK;
+    if (strcmp(value, "node") == 0) return *G = ranks_per_node, ZT_OK;
+    *G = atoi(value);
+    if (*G < 1 || world % *G != 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s %s does not divide the %d rank(s) into groups of equal size", flag,
+                       value, world);
+    return ZT_OK;
+}

@@ -34,23 +34,13 @@ static void replay_free(replay *r) {
     zt_ctx_destroy(&r->ctx);
 }
 
-/* The shard group's size as the trainer reads --shard-group (checked there). */
-static int group_size(const zt_train_config *c, const zt_replay_setup *w) {
-    if (strcmp(c->shard_group, "world") == 0) return w->world;
-    if (strcmp(c->shard_group, "node") == 0) return w->ranks_per_node;
-    return atoi(c->shard_group);
-}
-
 /* The communicators the trainer splits off the world, made directly (a dry
  * world has nobody to agree with): group g holds ranks [gG, (g+1)G),
  * replica group k the k-th rank of each; hpZ's group G' consecutive ranks
  * or a node's. Returns the one the state is sharded over. */
 static zt_status make_groups(replay *r, const zt_replay_setup *w, int rank, zt_comm **shard, zt_error *err) {
-    const zt_train_config *c = r->c;
-    int G = group_size(c, w);
-    if (G < 1 || w->world % G)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--shard-group %s does not divide the %d rank(s) into groups of equal size",
-                       c->shard_group, w->world);
+    int G;
+    ZT_TRY(zt_train_group_size("--shard-group", r->c->shard_group, w->world, w->ranks_per_node, &G, err));
     *shard = &r->world;
     if (G < w->world) {
         ZT_TRY(zt_comm_create_dry(&r->shard, rank % G, G, w->ranks_per_node, err));
@@ -63,10 +53,8 @@ static zt_status make_groups(replay *r, const zt_replay_setup *w, int rank, zt_c
 static zt_status make_secondary(replay *r, const zt_replay_setup *w, int rank, zt_error *err) {
     const char *v = r->c->reshard_after_forward;
     if (strcmp(v, "none") == 0) return ZT_OK;
-    int G = strcmp(v, "node") == 0 ? w->ranks_per_node : atoi(v);
-    if (G < 1 || w->world % G)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--reshard-after-forward %s does not divide the %d rank(s) into groups "
-                       "of equal size", v, w->world);
+    int G;
+    ZT_TRY(zt_train_group_size("--reshard-after-forward", v, w->world, w->ranks_per_node, &G, err));
     ZT_TRY(zt_comm_create_dry(&r->secondary, rank % G, G, w->ranks_per_node, err));
     return zt_engine_set_secondary(&r->eng, &r->secondary);
 }

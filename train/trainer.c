@@ -334,7 +334,6 @@ static zt_status group_size(const run_state *r, int *G) {
     const zt_train_config *c = r->c;
     zt_comm *w = r->comm;
     zt_error *err = &r->ctx->err;
-    if (strcmp(c->shard_group, "world") == 0) return *G = w->world_size, ZT_OK;
     if (strcmp(c->shard_group, "node") == 0) {
         unsigned long long mine = (unsigned long long)w->local_size, *all = calloc((size_t)w->world_size, sizeof *all);
         if (!all) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot allocate");
@@ -347,11 +346,7 @@ static zt_status group_size(const run_state *r, int *G) {
         *G = w->local_size;
         return st;
     }
-    *G = atoi(c->shard_group);
-    if (*G < 1 || w->world_size % *G != 0)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--shard-group %s does not divide the %d rank(s) into groups of equal size",
-                       c->shard_group, w->world_size);
-    return ZT_OK;
+    return zt_train_group_size("--shard-group", c->shard_group, w->world_size, w->local_size, G, err);
 }
 
 /* Hybrid sharding's communicators: group g holds ranks [gG, (g+1)G), and
@@ -379,10 +374,8 @@ static zt_status make_secondary(run_state *r) {
     const char *v = r->c->reshard_after_forward;
     if (strcmp(v, "none") == 0) return ZT_OK;
     zt_comm *w = r->comm;
-    int node = strcmp(v, "node") == 0, G = node ? w->local_size : atoi(v);
-    if (!node && (G < 1 || w->world_size % G != 0))
-        return ZT_FAIL(&r->ctx->err, ZT_ERR_INVALID, "--reshard-after-forward %s does not divide the %d rank(s) into "
-                       "groups of equal size", v, w->world_size);
+    int node = strcmp(v, "node") == 0, G;
+    ZT_TRY(zt_train_group_size("--reshard-after-forward", v, w->world_size, w->local_size, &G, &r->ctx->err));
     ZT_TRY(zt_comm_split(w, node ? w->node : w->rank / G, w->rank, &r->t->secondary, &r->ctx->err));
     snprintf(r->t->secondary.name, sizeof r->t->secondary.name, "secondary group %d", node ? w->node : w->rank / G);
     return zt_engine_set_secondary(&r->t->eng, &r->t->secondary);

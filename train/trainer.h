@@ -22,4 +22,11 @@ zt_status zt_train_run(const zt_train_config *cfg, const zt_train_model *family,
 zt_status zt_train_engine_config(const zt_train_config *c, const zt_train_hooks *test, int host_threads, int rank,
                                  const zt_model_spec *spec, zt_engine_config *ec, zt_error *err);
 
+/* The size of the group --shard-group or --reshard-after-forward (`flag`)
+ * names by `value`: "world" (world ranks), "node" (ranks_per_node, whose
+ * sameness across nodes the caller checks) or a number, which must divide
+ * the world into groups of equal size. */
+zt_status zt_train_group_size(const char *flag, const char *value, int world, int ranks_per_node, int *G,
+                              zt_error *err);
+
 #endif
