@@ -3,6 +3,8 @@
 #define ZT_CKPT_INTERNAL_H
 
 #include "zt_checkpoint.h"
+#include "zt_ctx.h"
+#include "zt_fs.h"
 #include "zt_optim.h"
 
 #define CKPT_MAGIC "ZTCKPT02"
@@ -17,6 +19,39 @@ char *ckpt_manifest_text(const json_t *m);
  * NUL when len is not NULL; NULL when out of memory). The fuzz harnesses
  * re-seal mutated manifests with it. */
 char *ckpt_manifest_seal(const char *head, size_t n, size_t *len);
+/* One save in progress on this rank (save.c). Its rank file comes from the
+ * engine one unit at a time, or, for an asynchronous save, from `image`:
+ * the whole file staged in host memory at the save's step. */
+typedef struct {
+    zt_engine *eng;
+    zt_comm *comm;
+    char dir[1024], tmpdir[1100];
+    int step;
+    const zt_ckpt_hooks *hooks;
+    zt_fs *fs;                         /* the context's: every write counted there */
+    zt_engine_state_counters counters; /* at the save's step */
+    const unsigned char *image;        /* [ckpt_file_bytes] or NULL */
+    unsigned long long *hashes;        /* [N][nunits * ZT_CKPT_KINDS] block checksums */
+} ckpt_saver;
+
+/* Collective: fills s and prepares D/.tmp-step-N (rank 0), agreed. */
+zt_status ckpt_save_start(ckpt_saver *s, zt_engine *eng, zt_comm *comm, const char *dir, int step,
+                          const zt_ckpt_hooks *hooks, zt_error *err);
+/* This rank's row of s->hashes. */
+unsigned long long *ckpt_own_hashes(const ckpt_saver *s);
+/* This rank's file into the temporary directory: written, fsynced, renamed
+ * (no collective: an asynchronous save's writer thread runs it). Errors
+ * name the rank. */
+zt_status ckpt_write_rank_file(const ckpt_saver *s, unsigned long long *hashes, zt_error *err);
+/* Collective: agrees on every rank's `written`, then rank 0 writes the
+ * manifest and publishes; on any failure the partial files go and the
+ * previous checkpoint stays the newest. Frees s's buffers either way. */
+zt_status ckpt_save_commit(ckpt_saver *s, zt_status written, const json_t *run_info, int keep, zt_error *err);
+void ckpt_save_free(ckpt_saver *s);
+/* Bytes of this engine's rank file, and the file's image at `step` into
+ * image[ckpt_file_bytes]. */
+size_t ckpt_file_bytes(const zt_engine *eng);
+zt_status ckpt_stage_image(zt_engine *eng, int step, unsigned char *image);
 /* Bytes of every rank file of this checkpoint. */
 size_t ckpt_rank_file_bytes(const zt_ckpt_info *info);
 /* The 32-byte header every rank file of info starts with. */

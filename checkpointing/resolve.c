@@ -186,3 +186,24 @@ void ckpt_suggest_older(const char *step_dir, char *out, size_t cap) {
     }
     free(list);
 }
+
+int zt_ckpt_older_complete(const char *step_dir, char *older, size_t cap) {
+    char dir[1100];
+    zt_parent_dir(step_dir, dir, sizeof dir);
+    const char *base = strrchr(step_dir, '/') ? strrchr(step_dir, '/') + 1 : step_dir;
+    int aside, found = 0;
+    long newer = step_of(base, &aside);
+    candidate *list;
+    int n;
+    zt_error ignore = {0};
+    if (newer < 0 || list_candidates(dir, &list, &n, &ignore) != ZT_OK) return 0;
+    for (int i = 0; i < n && !found; i++) {
+        char target[1400], why[600];
+        snprintf(target, sizeof target, "%s/%s", dir, list[i].name);
+        if (list[i].step >= newer || list[i].aside || !ckpt_complete(target, why, sizeof why)) continue;
+        snprintf(older, cap, "%s", target);
+        found = 1;
+    }
+    free(list);
+    return found;
+}

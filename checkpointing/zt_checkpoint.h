@@ -53,9 +53,42 @@ typedef struct {
 
 /* run_info: the caller's description (model config, seed, data...) stored in
  * the manifest under "run"; its "model" member must match on load. keep: the
- * complete checkpoints left in dir (>= 1). Collective. */
+ * complete checkpoints left in dir (>= 1). Collective. A failure on any
+ * rank (a full disk: ENOSPC, EIO, EROFS, EDQUOT) fails every rank with the
+ * lowest failing rank's message, which names the rank, the path and the
+ * errno; its partial files are removed and the previous checkpoint stays
+ * the newest complete one. Every write goes through the context's zt_fs. */
 zt_status zt_ckpt_save(zt_engine *eng, zt_comm *comm, const char *dir, int step, const json_t *run_info, int keep,
                        const zt_ckpt_hooks *hooks, zt_error *err);
+
+/* An asynchronous save (--async-save 1). zt_ckpt_save_begin (collective)
+ * prepares the directory, copies this rank's slices at `step` into host
+ * memory (the host pool's checkpoint_staging category: the rank file's
+ * whole image, zt_ckpt_staging_bytes) and starts a writer thread that
+ * writes and fsyncs the rank file; it returns while the thread writes.
+ * zt_ckpt_save_done says whether this rank's writer has ended (no MPI).
+ * zt_ckpt_save_end (collective) joins the writer, agrees on every rank's
+ * outcome and commits exactly as zt_ckpt_save does (same files, same
+ * bytes) or removes the partial files; it frees p either way. The
+ * checkpoint is not visible (no manifest, `latest` unchanged) until then. */
+typedef struct zt_ckpt_pending zt_ckpt_pending;
+zt_status zt_ckpt_save_begin(zt_engine *eng, zt_comm *comm, const char *dir, int step, const zt_ckpt_hooks *hooks,
+                             zt_ckpt_pending **p, zt_error *err);
+int zt_ckpt_save_done(const zt_ckpt_pending *p);
+int zt_ckpt_save_step(const zt_ckpt_pending *p);
+zt_status zt_ckpt_save_end(zt_ckpt_pending *p, const json_t *run_info, int keep, zt_error *err);
+/* After a failure elsewhere, when no collective can be trusted: joins the
+ * writer and frees p, committing nothing (the partial directory is removed
+ * by the next save). NULL: nothing. */
+void zt_ckpt_save_abandon(zt_ckpt_pending *p);
+/* The host bytes an asynchronous save stages on this rank: its rank file,
+ * for a spec laid out over the save's group and the compute dtype. */
+size_t zt_ckpt_staging_bytes(const zt_engine *eng);
+size_t zt_ckpt_rank_file_bytes_for(const zt_model_spec *spec, zt_dtype dtype);
+
+/* Newest complete checkpoint (its manifest parses) of step_dir's
+ * directory older than step_dir, into older[cap]; 0 when none. */
+int zt_ckpt_older_complete(const char *step_dir, char *older, size_t cap);
 
 /* Resolves dir to one step directory: dir itself when it holds a manifest,
  * else the one `latest` names, else (warning[] says why `latest` was not

@@ -152,13 +152,18 @@ static void record(zt_comm *c, zt_coll_kind k, size_t bytes, double t0, double i
     c->stats[k].wait_s += dt;
 }
 
-zt_status zt_comm_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
+zt_status zt_comm_sum_f64v(zt_comm *c, const double *v, int n, double *out, zt_error *err) {
+    if (n < 1 || n > ZT_SUM_F64_MAX) return ZT_FAIL(err, ZT_ERR_INVALID, "comm: %d values to sum (1..%d)", n, ZT_SUM_F64_MAX);
     double t0 = zt_now_s();
-    ZT_TRY(c->ops->sum_f64(c, v, out, err));
+    ZT_TRY(c->ops->sum_f64(c, v, n, out, err));
     double inter, intra;
-    from_everyone(c, sizeof(double), &inter, &intra); /* an all-gather of the values */
-    record(c, ZT_COLL_ALL_REDUCE, sizeof(double), t0, inter, intra);
+    from_everyone(c, sizeof(double) * (size_t)n, &inter, &intra); /* an all-gather of the values */
+    record(c, ZT_COLL_ALL_REDUCE, sizeof(double) * (size_t)n, t0, inter, intra);
     return ZT_OK;
+}
+
+zt_status zt_comm_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
+    return zt_comm_sum_f64v(c, &v, 1, out, err);
 }
 
 zt_status zt_comm_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err) {

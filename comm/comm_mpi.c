@@ -133,18 +133,21 @@ static zt_status mpi_test(zt_comm *c, zt_comm_handle *h, int *done, zt_error *er
     return ZT_OK;
 }
 
-static zt_status mpi_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
-    double stack[64], *all = c->world_size <= 64 ? stack : malloc(sizeof(double) * (size_t)c->world_size);
+static zt_status mpi_sum_f64(zt_comm *c, const double *v, int n, double *out, zt_error *err) {
+    size_t count = (size_t)c->world_size * (size_t)n;
+    double stack[256], *all = count <= 256 ? stack : malloc(sizeof(double) * count); /* [N][n] */
     if (!all) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate");
     MPI_Request req;
-    int rc = MPI_Iallgather(&v, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, world_of(c), &req);
+    int rc = MPI_Iallgather(v, n, MPI_DOUBLE, all, n, MPI_DOUBLE, world_of(c), &req);
     const char *what = "the values summed over the ranks (a loss or the gradient norm)";
     zt_status st = rc == MPI_SUCCESS ? wait_request(c, &req, "all-gather", what, err)
                                      : mpi_fail(err, rc, "MPI_Iallgather (sum)", __FILE__, __LINE__);
     if (st == ZT_OK) {
-        double s = 0.0;
-        for (int r = 0; r < c->world_size; r++) s += all[r];
-        *out = s;
+        for (int i = 0; i < n; i++) {
+            double s = 0.0;
+            for (int r = 0; r < c->world_size; r++) s += all[(size_t)r * n + i];
+            out[i] = s;
+        }
     }
     if (all != stack && st != ZT_ERR_TIMEOUT) free(all); /* after a timeout MPI may still write it */
     return st;

@@ -258,10 +258,10 @@ static zt_status nccl_test(zt_comm *c, zt_comm_handle *h, int *done, zt_error *e
     return ZT_OK;
 }
 
-static zt_status nccl_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
+static zt_status nccl_sum_f64(zt_comm *c, const double *v, int n, double *out, zt_error *err) {
     zt_comm *host = &impl_of(c)->host;
     harvest(c, 0); /* once per step: keeps the statistics current */
-    return host->ops->sum_f64(host, v, out, err);
+    return host->ops->sum_f64(host, v, n, out, err);
 }
 static zt_status nccl_all_gather_host(zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err) {
     zt_comm *host = &impl_of(c)->host;
@@ -384,8 +384,8 @@ static zt_status init_nccl(zt_comm *c, nccl_impl *m, zt_error *err) {
     ncclResult_t rc = ncclCommInitRank(&m->nccl, c->world_size, boot.id, c->rank);
     if (rc != ncclSuccess) m->nccl = NULL;
     else count_device(c, said, before);
-    double failed = 0.0;
-    ZT_TRY(m->host.ops->sum_f64(&m->host, rc != ncclSuccess ? 1.0 : 0.0, &failed, err));
+    double failed = 0.0, mine = rc != ncclSuccess ? 1.0 : 0.0;
+    ZT_TRY(m->host.ops->sum_f64(&m->host, &mine, 1, &failed, err));
     if (failed > 0.0) {
         if (m->nccl) ncclCommAbort(m->nccl);
         m->nccl = NULL;
@@ -425,9 +425,8 @@ zt_status zt_comm_nccl_create(zt_comm *c, zt_error *err) {
      * ZT_ERR_UNSUPPORTED if some node has fewer GPUs than ranks: the caller
      * then uses host staging). */
     zt_status local = local_setup(c, m, err);
-    double total = 0.0;
-    ZT_TRY(m->host.ops->sum_f64(&m->host, local == ZT_OK ? 0.0 : local == ZT_ERR_UNSUPPORTED ? 1.0 : 1000.0, &total,
-                                err));
+    double total = 0.0, mine = local == ZT_OK ? 0.0 : local == ZT_ERR_UNSUPPORTED ? 1.0 : 1000.0;
+    ZT_TRY(m->host.ops->sum_f64(&m->host, &mine, 1, &total, err));
     if (total >= 1000.0)
         return local != ZT_OK ? local : ZT_FAIL(err, ZT_ERR_COMM, "NCCL: the CUDA set-up failed on another rank");
     if (total > 0.0)

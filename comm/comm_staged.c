@@ -222,8 +222,8 @@ static zt_status staged_test(zt_comm *c, zt_comm_handle *h, int *done, zt_error 
     return m->host.ops->test(&m->host, &r->mpi, done, err);
 }
 
-static zt_status staged_sum_f64(zt_comm *c, double v, double *out, zt_error *err) {
-    return impl_of(c)->host.ops->sum_f64(&impl_of(c)->host, v, out, err);
+static zt_status staged_sum_f64(zt_comm *c, const double *v, int n, double *out, zt_error *err) {
+    return impl_of(c)->host.ops->sum_f64(&impl_of(c)->host, v, n, out, err);
 }
 static zt_status staged_all_gather_host(zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err) {
     return impl_of(c)->host.ops->all_gather_host(&impl_of(c)->host, recv, bytes_per_rank, err);

@@ -78,7 +78,8 @@ typedef struct {
     zt_status (*wait_stream)(struct zt_comm *c, zt_comm_handle *h, void *stream, zt_error *err);
     /* Lets h progress without blocking; sets *done. */
     zt_status (*test)(struct zt_comm *c, zt_comm_handle *h, int *done, zt_error *err);
-    zt_status (*sum_f64)(struct zt_comm *c, double v, double *out, zt_error *err);
+    /* out[n] = every rank's v[n] added element-wise in rank order. */
+    zt_status (*sum_f64)(struct zt_comm *c, const double *v, int n, double *out, zt_error *err);
     zt_status (*all_gather_u64)(struct zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err);
     zt_status (*all_gather_host)(struct zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err);
     zt_status (*broadcast)(struct zt_comm *c, void *buf, size_t bytes, int root, zt_error *err);
@@ -212,6 +213,9 @@ zt_status zt_comm_wait_stream(zt_comm *c, zt_comm_handle *h, void *stream, zt_er
 /* Blocking helpers. */
 /* out = sum over ranks of v, added in rank order (same bits on every rank). */
 zt_status zt_comm_sum_f64(zt_comm *c, double v, double *out, zt_error *err);
+/* The same for n (<= ZT_SUM_F64_MAX) values at once, in one collective. */
+#define ZT_SUM_F64_MAX 16
+zt_status zt_comm_sum_f64v(zt_comm *c, const double *v, int n, double *out, zt_error *err);
 /* recv[N] = every rank's value. */
 zt_status zt_comm_all_gather_u64(zt_comm *c, unsigned long long v, unsigned long long *recv, zt_error *err);
 /* In place on a HOST buffer recv[N * bytes_per_rank] (this rank's part at

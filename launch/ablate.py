@@ -92,7 +92,7 @@ import sys
 import time
 
 CATEGORIES = ["params", "grads", "master_params", "optimizer", "activations",
-              "gathered_params", "comm_buffers", "workspace", "other"]
+              "gathered_params", "comm_buffers", "workspace", "checkpoint_staging", "other"]
 # The persistent categories: what the ZeRO paper calls model states.
 MODEL_STATE = ["params", "grads", "master_params", "optimizer"]
 STAGES = [0, 1, 2, 3]
@@ -160,7 +160,7 @@ COLUMNS = (["name", "model", "stage", "offload", "recompute", "optimizer", "free
 
 # Colours of the categories in the memory plot (same order as CATEGORIES).
 CATEGORY_COLOURS = ["#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c",
-                    "#98df8a", "#d62728", "#9467bd", "#8c564b"]
+                    "#98df8a", "#d62728", "#9467bd", "#c49c94", "#8c564b"]
 STAGE_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
 SERIES_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 

@@ -28,17 +28,76 @@ zt_status zt_mkdir_p(const char *dir, zt_error *err) {
     return ZT_OK;
 }
 
-zt_status zt_write_all(int fd, const void *buf, size_t n, const char *path, zt_error *err) {
+const char *zt_errno_name(int e) {
+    switch (e) {
+    case ENOSPC: return "ENOSPC";
+    case EIO: return "EIO";
+    case EROFS: return "EROFS";
+    case EDQUOT: return "EDQUOT";
+    case EACCES: return "EACCES";
+    case EPERM: return "EPERM";
+    case ENOENT: return "ENOENT";
+    case EEXIST: return "EEXIST";
+    case EFBIG: return "EFBIG";
+    case EBADF: return "EBADF";
+    case EINVAL: return "EINVAL";
+    case ENOTDIR: return "ENOTDIR";
+    case EISDIR: return "EISDIR";
+    case ENAMETOOLONG: return "ENAMETOOLONG";
+    case EMFILE: return "EMFILE";
+    case ENOMEM: return "ENOMEM";
+    default: return "errno";
+    }
+}
+
+/* The hook's verdict on the next write: 0, or the errno it fails with. */
+static int injected_fault(zt_fs *fs) {
+    if (!fs) return 0;
+    long k = atomic_fetch_add(&fs->writes, 1) + 1;
+    return fs->fail_from > 0 && k >= fs->fail_from && k <= fs->fail_to ? fs->fail_errno : 0;
+}
+
+zt_status zt_fs_write(zt_fs *fs, int fd, const void *buf, size_t n, const char *path, zt_error *err) {
     const char *p = buf;
+    int injected = injected_fault(fs);
+    if (injected)
+        return ZT_FAIL(err, ZT_ERR_IO, "%s: write failed: %s (%s, injected by ZT_TEST_FS_FAIL)", path,
+                       strerror(injected), zt_errno_name(injected));
     while (n > 0) {
         ssize_t w = write(fd, p, n);
         if (w < 0) {
             if (errno == EINTR) continue;
-            return ZT_FAIL(err, ZT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+            return ZT_FAIL(err, ZT_ERR_IO, "%s: write failed: %s (%s)", path, strerror(errno), zt_errno_name(errno));
         }
         p += w;
         n -= (size_t)w;
     }
+    return ZT_OK;
+}
+
+zt_status zt_write_all(int fd, const void *buf, size_t n, const char *path, zt_error *err) {
+    return zt_fs_write(NULL, fd, buf, n, path, err);
+}
+
+zt_status zt_fs_create(const char *path, int *fd, zt_error *err) {
+    *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (*fd < 0)
+        return ZT_FAIL(err, ZT_ERR_IO, "%s: cannot create: %s (%s)", path, strerror(errno), zt_errno_name(errno));
+    return ZT_OK;
+}
+
+zt_status zt_fs_sync_close(int fd, const char *path, zt_error *err) {
+    zt_status st = ZT_OK;
+    if (fsync(fd) != 0)
+        st = ZT_FAIL(err, ZT_ERR_IO, "%s: fsync failed: %s (%s)", path, strerror(errno), zt_errno_name(errno));
+    if (close(fd) != 0 && st == ZT_OK)
+        st = ZT_FAIL(err, ZT_ERR_IO, "%s: close failed: %s (%s)", path, strerror(errno), zt_errno_name(errno));
+    return st;
+}
+
+zt_status zt_fs_rename(const char *from, const char *to, zt_error *err) {
+    if (rename(from, to) != 0)
+        return ZT_FAIL(err, ZT_ERR_IO, "rename %s -> %s: %s (%s)", from, to, strerror(errno), zt_errno_name(errno));
     return ZT_OK;
 }
 

@@ -8,7 +8,7 @@
 
 static const char *const category_names[ZT_NUM_CATEGORIES] = {
     "params", "grads", "master_params", "optimizer", "activations",
-    "gathered_params", "comm_buffers", "workspace", "other",
+    "gathered_params", "comm_buffers", "workspace", "checkpoint_staging", "other",
 };
 static const char *const phase_names[ZT_NUM_PHASES] = {"init", "forward", "backward", "optimizer"};
 

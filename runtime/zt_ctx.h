@@ -7,6 +7,7 @@
 #include "zt_backend.h"
 #include "zt_device_bill.h"
 #include "zt_error.h"
+#include "zt_fs.h"
 #include "zt_log.h"
 #include "zt_mem.h"
 #include "zt_proc_mem.h"
@@ -39,6 +40,8 @@ typedef struct {
     int dry;
     /* The GPU's side of the whole bill (CUDA runs; inactive elsewhere). */
     zt_device_bill device_bill;
+    /* Checkpoint writes: their count and the tests' fault hook. */
+    zt_fs fs;
 } zt_ctx;
 
 /* Captures zt_mem_report of the device space into ctx->oom_report. */

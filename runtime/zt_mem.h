@@ -26,6 +26,7 @@ typedef enum {
     ZT_CAT_GATHERED_PARAMS,
     ZT_CAT_COMM_BUFFERS,
     ZT_CAT_WORKSPACE,
+    ZT_CAT_CHECKPOINT_STAGING, /* an asynchronous save's copy of the rank's state (host pool) */
     ZT_CAT_OTHER,
     ZT_NUM_CATEGORIES
 } zt_category;

@@ -114,8 +114,12 @@ zt_status zt_train_step(zt_engine *eng, const zt_step_model *m, const zt_step_op
     out->grad_norm = eng->last_grad_norm;
     out->skipped = eng->last_step_skipped;
     out->skipped_steps = eng->scaler.skipped_steps;
-    /* The global mean loss: per-rank means added in rank order. */
-    ZT_TRY(zt_comm_sum_f64(eng->world, loss_sum / o->micro_batches, &out->loss, &ctx->err));
-    out->loss /= eng->world->world_size;
+    /* The global mean loss: per-rank means added in rank order; the votes
+     * travel with it. */
+    double mine[1 + ZT_STEP_VOTES] = {loss_sum / o->micro_batches}, sums[1 + ZT_STEP_VOTES];
+    if (o->vote) o->vote(o->hook_arg, step, mine + 1);
+    ZT_TRY(zt_comm_sum_f64v(eng->world, mine, 1 + ZT_STEP_VOTES, sums, &ctx->err));
+    out->loss = sums[0] / eng->world->world_size;
+    for (int i = 0; i < ZT_STEP_VOTES; i++) out->votes[i] = sums[i + 1];
     return ZT_OK;
 }

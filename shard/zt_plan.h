@@ -52,7 +52,8 @@ typedef struct {
     const char *peak_moment;
     size_t persistent_bytes; /* params + grads + master + optimizer on the device */
     size_t activations_kept_bytes; /* the model's, between its forward and backward */
-    size_t host_bytes;       /* the host pool (offload) */
+    size_t host_bytes;       /* the host pool (offload; an asynchronous save's staging) */
+    size_t checkpoint_staging_bytes; /* --async-save: the rank file staged in the host pool (part of host_bytes) */
     /* The engine's host-device copies per step (offload: the owned
      * gradients out, the updated parameters back), [ZT_LINK_H2D], [ZT_LINK_D2H];
      * and per micro-batch, offload_params' shards in at every gather. */

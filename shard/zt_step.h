@@ -23,6 +23,13 @@ typedef struct {
     zt_status (*take_losses)(void *arg, double *sum);
 } zt_step_model;
 
+/* Values each rank adds to the step's closing reduction (the world's sum of
+ * the losses, in rank order), handed back summed: a decision every rank
+ * must take at the same step boundary (the trainer's stop on a signal, a
+ * save that is due, an asynchronous save that finished) rides on the
+ * collective every step has anyway. */
+#define ZT_STEP_VOTES 8
+
 typedef struct {
     int micro_batches; /* per optimizer step (gradient accumulation) */
     float lr;
@@ -30,7 +37,10 @@ typedef struct {
     /* Called after the micro-batches, before the optimizer (NULL: none):
      * the trainer's fault injection. */
     void (*before_optimizer)(void *arg, int step);
-    void *hook_arg;
+    /* Called just before the closing reduction (NULL: every vote 0): this
+     * rank's votes, read as late as the step allows. */
+    void (*vote)(void *arg, int step, double votes[ZT_STEP_VOTES]);
+    void *hook_arg; /* both hooks' */
 } zt_step_options;
 
 typedef struct {
@@ -42,6 +52,7 @@ typedef struct {
     double time_s;     /* the whole step, host wall clock */
     double forward_s, backward_s, optimizer_s; /* its phases (forward and backward over the micro-batches;
                                                 * backward includes the reductions' waits) */
+    double votes[ZT_STEP_VOTES]; /* every rank's votes, summed */
 } zt_step_result;
 
 /* One optimizer step (step is 0-based). Collective. ZT_ERR_NUMERIC when

@@ -130,7 +130,7 @@ static zt_status run(replay *r, const zt_replay_setup *w, int rank) {
     if (!r->tokens || !r->targets) return ZT_FAIL(err, ZT_ERR_OOM, "replay: cannot allocate %zu tokens", BT);
     ZT_TRY(build(r, w, rank));
     zt_step_model model = {r, forward, backward, take_losses};
-    zt_step_options opt = {c->grad_accum, (float)c->lr, c->max_skipped_steps, NULL, NULL};
+    zt_step_options opt = {c->grad_accum, (float)c->lr, c->max_skipped_steps, NULL, NULL, NULL};
     for (int step = 0; step < 2 && step < c->steps; step++) {
         zt_step_result res;
         ZT_TRY(zt_train_step(&r->eng, &model, &opt, step, &res));

@@ -181,7 +181,19 @@ static const opt_spec options[] = {
     {"keep-checkpoints", OPT_INT, F(keep_checkpoints), 0, 1, INT_MAX, NULL,
      "complete checkpoints kept in --save-dir (older ones go once a newer one is complete)"},
     {"resume", OPT_STRING, S(resume), 0, 0, NULL,
-     "checkpoint directory (its 'latest', else its newest complete step) or one step-N directory"},
+     "checkpoint directory (its 'latest', else its newest complete step) or one step-N directory; auto: the "
+     "newest complete checkpoint in --save-dir when there is one, else a fresh start (a directory named auto: ./auto)"},
+    {"save-every-minutes", OPT_FLOAT, F(save_every_minutes), 0, 0, 1e9, NULL,
+     "also save when this many minutes of rank 0's clock have passed since the last timed save (0: never)"},
+    {"async-save", OPT_BOOL, F(async_save), 0, 0, 1, NULL,
+     "1: copy the step's shards to host memory (checkpoint_staging) and write them on a thread while training goes "
+     "on; the checkpoint appears once every rank's write is done"},
+    {"save-failures", OPT_INT, F(save_failures), 0, 1, INT_MAX, NULL,
+     "failed saves in a row (a full or failing disk) that stop the run with exit 1; fewer are reported and training "
+     "goes on"},
+    {"on-signal", OPT_CHOICE, S(on_signal), 0, 0, "save-exit|exit|ignore",
+     "on SIGTERM, SIGINT, SIGUSR1 or SIGUSR2 every rank stops at the next step boundary, saves there (save-exit, with "
+     "--save-dir) and exits; ignore: the signals are ignored. A second signal exits at once with 128 + its number"},
     {"log-dir", OPT_STRING, S(log_dir), 0, 0, NULL, "directory for rank<r>.jsonl and summary.json"},
     {"report-every", OPT_INT, F(report_every), 0, 0, INT_MAX, NULL,
      "every K steps (and at exit) rank 0 prints every rank's peaks and the imbalance (0: at exit only)"},
@@ -260,6 +272,8 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->trace = 1;
     c->trace_max_events = 200000;
     c->keep_checkpoints = 2;
+    c->save_failures = 3;
+    snprintf(c->on_signal, sizeof c->on_signal, "save-exit");
     c->collective_timeout = 300;
     snprintf(c->shard_group, sizeof c->shard_group, "world");
     snprintf(c->reshard_after_forward, sizeof c->reshard_after_forward, "none");
@@ -591,6 +605,11 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
                        c->recompute);
     if (c->save_every > 0 && !c->save_dir[0])
         return ZT_FAIL(err, ZT_ERR_INVALID, "--save-every %d needs --save-dir", c->save_every);
+    if (c->save_every_minutes > 0 && !c->save_dir[0])
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--save-every-minutes %g needs --save-dir", c->save_every_minutes);
+    if (strcmp(c->resume, "auto") == 0 && !c->save_dir[0])
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--resume auto needs --save-dir: it resumes from the newest complete "
+                       "checkpoint there (a directory named auto: --resume ./auto)");
     if (c->layers < 0) return ZT_FAIL(err, ZT_ERR_INVALID, "--layers must be >= 0");
     if (strcmp(c->data, "markov") == 0 && c->markov_branch > c->vocab)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--markov-branch %d exceeds --vocab %d", c->markov_branch, c->vocab);

@@ -67,7 +67,12 @@ typedef struct {
     size_t leak_min_rate;  /* bytes per step a part must grow by to be named */
     char log_dir[512];
     int save_every;
+    double save_every_minutes; /* a timed save cadence on rank 0's clock (0: none) */
+    int async_save;            /* 1: stage to host memory, write on a thread (checkpointer.h) */
+    int save_failures;         /* failed saves in a row that stop the run */
+    char on_signal[16];        /* save-exit, exit or ignore (stop_signals.h) */
     char save_dir[512], resume[1024];
+    int resume_auto; /* --resume auto found a checkpoint (resume names it): a damaged one falls back to an older one */
     char config[512];
     int keep_checkpoints;
     /* From a DeepSpeed config: its train_batch_size (0: not given), checked

@@ -143,8 +143,10 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     json_object_set_new(o, "params", json_integer((json_int_t)s->params));
     json_object_set_new(o, "steps", json_integer(s->steps));
     json_object_set_new(o, "start_step", json_integer(s->start_step));
+    json_object_set_new(o, "stop_step", json_integer(s->stop_step));
+    json_object_set_new(o, "stop_reason", json_string(s->stop_reason));
     json_t *losses = json_array();
-    int ran = s->steps - s->start_step;
+    int ran = s->stop_step - s->start_step;
     for (int i = 0; i < ran; i++) json_array_append_new(losses, json_real(s->losses[i]));
     json_object_set_new(o, "losses", losses);
     json_object_set_new(o, "final_loss", ran > 0 ? json_real(s->losses[ran - 1]) : json_null());

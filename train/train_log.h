@@ -29,9 +29,11 @@ typedef struct {
     const zt_train_config *cfg;
     int world_size;
     size_t params;
-    int steps;       /* the step the run stopped at */
+    int steps;       /* --steps */
     int start_step;  /* the step it started from (a resumed checkpoint's, else 0) */
-    const double *losses; /* [steps - start_step] */
+    int stop_step;   /* the step it stopped at: steps, or earlier on a signal */
+    const char *stop_reason; /* "completed", or the signal's name ("SIGTERM", ...) */
+    const double *losses; /* [stop_step - start_step] */
     double data_entropy;   /* NaN: unknown */
     double tokens_per_s, step_time_median_s;
     const char *params_digest;

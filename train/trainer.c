@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpointer.h"
 #include "data.h"
 #include "metrics.h"
 #include "leak_watch.h"
@@ -85,8 +86,9 @@ static void trainer_free(trainer *t) {
 
 /* Test hooks at every crash point of a save (zt_ckpt_hooks):
  * ZT_TEST_SAVE_POINTS=1 lists them on stderr, numbered per save;
- * ZT_TEST_KILL_SAVE=STEP:RANK:K kills that rank (SIGKILL, as kill -9 does)
- * at the K-th point of the save of STEP. */
+ * ZT_TEST_KILL_SAVE=STEP:RANK:K[:SIGNAL] kills that rank (SIGKILL, as
+ * kill -9 does) at the K-th point of the save of STEP, or sends it SIGNAL
+ * there and waits for the signal's watcher to end the process. */
 typedef struct {
     const zt_train_hooks *hooks;
     int step, index; /* the save in progress and the next point's number */
@@ -99,9 +101,12 @@ static void at_save_point(void *arg, int rank, int step, const char *point) {
     int k = sp->index++;
     if (h->list_points) fprintf(stderr, "save point: step %d rank %d #%d %s\n", step, rank, k, point);
     if (step == h->kill_step && rank == h->kill_rank && k == h->kill_point) {
-        fprintf(stderr, "test hook: rank %d killed at save point #%d (%s) of step %d\n", rank, k, point, step);
+        fprintf(stderr, "test hook: rank %d %s at save point #%d (%s) of step %d\n", rank,
+                h->kill_signal ? zt_signal_name(h->kill_signal) : "killed", k, point, step);
         fflush(stderr);
-        raise(SIGKILL);
+        if (!h->kill_signal) raise(SIGKILL);
+        kill(getpid(), h->kill_signal); /* to the process: the watcher thread takes it */
+        sleep(30);
     }
 }
 
@@ -284,6 +289,10 @@ typedef struct {
     long tokens_counted;
     int crowded;        /* the last step ended fragmented near the cap (warned once per onset) */
     zt_bill bill;       /* the whole bill's samples (proc_bill.h) */
+    zt_stop_signals *signals;       /* --on-signal's watcher (NULL: none) */
+    zt_checkpointer ckpt;           /* the saves */
+    int stop_signo;                 /* the signal the ranks stopped on (0: none) */
+    int end;                        /* the step the run stops at: --steps, or earlier on a signal */
 } run_state;
 
 /* One step: what was counted before it, and what it measured. */
@@ -396,6 +405,25 @@ static zt_status build_model(run_state *r, zt_comm **shard) {
     return ZT_OK;
 }
 
+/* Loads step_dir; under --resume auto a checkpoint that does not load
+ * (damaged, or of another model) gives way to the previous complete one,
+ * said on rank 0, until one loads (step_dir[cap] then names it). */
+static zt_status load_checkpoint(run_state *r, zt_comm *shard, char *step_dir, size_t cap) {
+    zt_ctx *ctx = r->ctx;
+    const json_t *model = json_object_get(r->t->run_info, "model");
+    for (;;) {
+        zt_status st = zt_ckpt_load(&r->t->eng, shard, step_dir, model, &r->start, &ctx->err);
+        char older[1024];
+        if (st != ZT_ERR_INVALID || !r->c->resume_auto || !zt_ckpt_older_complete(step_dir, older, sizeof older))
+            return st;
+        if (ctx->rank == 0) /* every rank holds the agreed message */
+            zt_log_warn(&ctx->log, "--resume auto: %s does not load (%s); taking the previous complete checkpoint, %s",
+                    step_dir, ctx->err.msg, older);
+        zt_error_clear(&ctx->err);
+        snprintf(step_dir, cap, "%s", older);
+    }
+}
+
 /* The model and the engine, resumed from a checkpoint when asked; sets r->start. */
 static zt_status create_model(run_state *r) {
     const zt_train_config *c = r->c;
@@ -426,8 +454,10 @@ static zt_status create_model(run_state *r) {
     r->start = 0;
     if (!c->resume[0]) return ZT_OK;
     /* Every group loads the same slices: the checkpoint's layout is a group's. */
-    ZT_TRY(zt_ckpt_load(&t->eng, shard, c->resume, json_object_get(t->run_info, "model"), &r->start, err));
-    zt_log_rank0(&ctx->log, "resumed from %s at step %d", c->resume, r->start);
+    char from[1024];
+    snprintf(from, sizeof from, "%s", c->resume);
+    ZT_TRY(load_checkpoint(r, shard, from, sizeof from));
+    zt_log_rank0(&ctx->log, "resumed from %s at step %d", from, r->start);
     if (r->start > c->steps)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--resume %s is at step %d, past --steps %d", c->resume, r->start, c->steps);
     return ZT_OK;
@@ -517,6 +547,22 @@ static void exit_hook(void *arg, int step) {
     _exit(7);
 }
 
+/* This rank's votes at the end of a step: the stop signal it received
+ * (ZT_TEST_RAISE raises one first), and the saves' (checkpointer.h). */
+static void vote(void *arg, int step, double votes[ZT_STEP_VOTES]) {
+    run_state *r = arg;
+    const zt_train_hooks *test = r->test;
+    if (test->raise_step == step + 1 && test->raise_rank == r->ctx->rank) {
+        zt_log_error(&r->ctx->log, "test hook: rank %d raises %s at step %d", r->ctx->rank,
+                     zt_signal_name(test->raise_signal), step + 1);
+        kill(getpid(), test->raise_signal);
+        for (int i = 0; i < 1000 && r->signals && !zt_stop_signals_first(r->signals); i++) usleep(1000);
+    }
+    int first = r->signals ? zt_stop_signals_first(r->signals) : 0;
+    if (first) votes[VOTE_SIGNAL + zt_stop_signal_index(first)] = 1.0;
+    zt_checkpointer_vote(&r->ckpt, votes);
+}
+
 /* ZT_TEST_LEAK=RANK:BYTES: this rank's heap grows by BYTES, touched, at
  * every step (the blocks stay to the end, so no leak checker objects). */
 static zt_status test_leak(run_state *r) {
@@ -572,7 +618,7 @@ static zt_status train_step(run_state *r, step_record *s) {
     s->lr = lr_at(c, s->step);
     model_step g = {r, s->T};
     zt_step_model model = {&g, model_forward, model_backward, model_take_losses};
-    zt_step_options opt = {c->grad_accum, s->lr, c->max_skipped_steps, exit_hook, r};
+    zt_step_options opt = {c->grad_accum, s->lr, c->max_skipped_steps, exit_hook, vote, r};
     zt_bill_step_begin(&r->bill, s->step);
     ZT_TRY(zt_train_step(&t->eng, &model, &opt, s->step, &s->r));
     ZT_TRY(test_leak(r));
@@ -688,6 +734,8 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
         json_object_set_new(o, "device_process",
                             zt_device_sample_json(&r->t->device.latest, r->ctx->device_bill.nvml_why));
     if (s->nleaks) json_object_set_new(o, "leaks", leaks_json(s));
+    if (r->ckpt.stall_s > 0) /* what this step boundary spent on saves: the whole write, or the staging and commit */
+        json_object_set_new(o, "checkpoint_stall_s", json_real(r->ckpt.stall_s));
     if (zt_bill_step_end_sample(&r->bill)) /* a step end the leak watch saw: whether it could judge */
         json_object_set_new(o, "leak_judged", json_boolean(t->leak.judged_now));
     char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -723,23 +771,6 @@ static void warn_if_crowded(run_state *r) {
     r->crowded = crowded;
 }
 
-/* A checkpoint of the state's group layout: under hybrid sharding the
- * first group writes it (every group holds the same state) and the world
- * agrees on the outcome. */
-static zt_status save_checkpoint(run_state *r, int done) {
-    const zt_train_config *c = r->c;
-    trainer *t = r->t;
-    zt_ctx *ctx = r->ctx;
-    if (t->groups == 1)
-        return zt_ckpt_save(&t->eng, r->comm, c->save_dir, done, t->run_info, c->keep_checkpoints, &r->hooks,
-                            &ctx->err);
-    zt_status st = ZT_OK;
-    if (r->comm->rank < t->shard.world_size) /* group 0 */
-        st = zt_ckpt_save(&t->eng, &t->shard, c->save_dir, done, t->run_info, c->keep_checkpoints, &r->hooks,
-                          &ctx->err);
-    return zt_comm_agree(r->comm, st, &ctx->err);
-}
-
 /* After a step: the JSONL line, the periodic rank table, a checkpoint, the log line. */
 static zt_status after_step(run_state *r, const step_record *s) {
     const zt_train_config *c = r->c;
@@ -747,6 +778,10 @@ static zt_status after_step(run_state *r, const step_record *s) {
     zt_comm *comm = r->comm;
     int done = s->step + 1;
     double tps = (double)c->micro_batch * s->T * c->grad_accum * comm->world_size / s->r.time_s;
+    for (int i = 0; i < ZT_STOP_SIGNALS && !r->stop_signo; i++) /* the lowest-numbered slot every rank sees */
+        if (s->r.votes[VOTE_SIGNAL + i] > 0) r->stop_signo = zt_stop_signal_number(i);
+    if (r->stop_signo && r->signals) zt_stop_signals_stopping(r->signals, r->stop_signo);
+    ZT_TRY(zt_checkpointer_after_step(&r->ckpt, done, s->r.votes, r->stop_signo != 0));
     if (r->t->jsonl) write_step_json(r, s, tps);
     if (c->metrics_file[0]) ZT_TRY(write_metrics(r, s, tps));
     warn_if_crowded(r);
@@ -768,13 +803,8 @@ static zt_status after_step(run_state *r, const step_record *s) {
         free(rows);
         ZT_TRY(rs);
     }
-    if (c->save_every > 0 && done % c->save_every == 0) {
-        double ts = zt_now_s();
-        ZT_TRY(save_checkpoint(r, done));
-        zt_trace_span(ctx->trace, "checkpoint save", "io", 0, ts);
-        zt_log_rank0(&ctx->log, "saved checkpoint step %d in %s (%.3f s)", done, c->save_dir, zt_now_s() - ts);
-    }
-    if (done % c->print_every != 0 && done != c->steps) return ZT_OK; /* DeepSpeed's steps_per_print */
+    /* DeepSpeed's steps_per_print; the last step and a stop's always */
+    if (done % c->print_every != 0 && done != c->steps && !r->stop_signo) return ZT_OK;
     char phases[96] = "";
     if (c->wall_clock_breakdown)
         snprintf(phases, sizeof phases, " (forward %.1f, backward %.1f, optimizer %.1f)", s->r.forward_s * 1e3,
@@ -786,7 +816,7 @@ static zt_status after_step(run_state *r, const step_record *s) {
 
 /* The median of the run's step times (NaN when none ran). */
 static zt_status median_step_time(const run_state *r, double *median) {
-    int ran = r->c->steps - r->start;
+    int ran = r->end - r->start;
     *median = NAN;
     if (ran <= 0) return ZT_OK;
     double *sorted = malloc(sizeof(double) * (size_t)ran);
@@ -839,8 +869,8 @@ static zt_status write_summary(const run_state *r, const size_t *table, const ch
         json_array_append_new(device, have ? zt_device_sample_json(&ds, NULL) : json_null());
     }
     const zt_train_config *c = r->c;
-    zt_summary s = {c,      N,    r->t->family->spec(r->t->model)->total_numel, c->steps, r->start, r->t->losses,
-                    r->floor, tps, median, digest, peak, cat, host, osp, hcat, node, local, hosts, r->comm->nnodes,
+    zt_summary s = {c,      N,    r->t->family->spec(r->t->model)->total_numel, c->steps, r->start, r->end,
+                    r->stop_signo ? zt_signal_name(r->stop_signo) : "completed", r->t->losses, r->floor, tps, median, digest, peak, cat, host, osp, hcat, node, local, hosts, r->comm->nnodes,
                     json_object_get(r->t->run_info, "model"), process, limits, zt_bill_overhead(&r->bill), device};
     zt_status st = zt_summary_write(&s, c->log_dir, &r->ctx->err);
     json_decref(process);
@@ -876,7 +906,7 @@ static zt_status finish(run_state *r) {
     ZT_TRY(zt_engine_digest(&r->t->eng, digest));
     double median, tps = r->tokens_time > 0 ? (double)r->tokens_counted / r->tokens_time : NAN;
     ZT_TRY(median_step_time(r, &median));
-    int ran = c->steps - r->start;
+    int ran = r->end - r->start;
     if (ran > 0)
         zt_log_rank0(&ctx->log, "done: final loss %.6f (floor %.6f, gap %.4f), %.0f tokens/s, params digest %s",
                      r->t->losses[ran - 1], r->floor, r->t->losses[ran - 1] - r->floor, tps, digest);
@@ -906,10 +936,31 @@ static zt_status finish(run_state *r) {
     return st != ZT_OK ? st : merged;
 }
 
-static zt_status run(const zt_train_config *c, const zt_train_hooks *test, zt_ctx *ctx, zt_comm *comm, trainer *t) {
+/* The steps, until --steps or a stop the ranks agreed on; then the save
+ * in flight is committed. */
+static zt_status steps(run_state *r) {
+    r->end = r->c->steps;
+    for (int step = r->start; step < r->c->steps; step++) {
+        step_record s;
+        memset(&s, 0, sizeof s);
+        s.step = step;
+        ZT_TRY(train_step(r, &s));
+        ZT_TRY(after_step(r, &s));
+        if (r->stop_signo) {
+            r->end = step + 1;
+            zt_log_rank0(&r->ctx->log, "stopped at step %d on %s (--on-signal %s)", r->end,
+                         zt_signal_name(r->stop_signo), r->c->on_signal);
+            break;
+        }
+    }
+    return zt_checkpointer_finish(&r->ckpt);
+}
+
+static zt_status run(const zt_train_config *c, const zt_train_hooks *test, zt_stop_signals *signals,
+                     zt_ctx *ctx, zt_comm *comm, trainer *t, int *stop_signo) {
     run_state r;
     memset(&r, 0, sizeof r);
-    r.c = c, r.test = test, r.ctx = ctx, r.comm = comm, r.t = t;
+    r.c = c, r.test = test, r.ctx = ctx, r.comm = comm, r.t = t, r.signals = signals;
     ZT_TRY(open_data(&r));
     ZT_TRY(create_model(&r));
     ZT_TRY(open_outputs(&r));
@@ -917,22 +968,25 @@ static zt_status run(const zt_train_config *c, const zt_train_hooks *test, zt_ct
     zt_bill_start(&r.bill, ctx);
     zt_comm *comms[] = {comm, &t->shard, &t->replicas, &t->secondary};
     zt_device_track_start(&t->device, ctx, comms, 4);
-    for (int step = r.start; step < c->steps; step++) {
-        step_record s;
-        memset(&s, 0, sizeof s);
-        s.step = step;
-        ZT_TRY(train_step(&r, &s));
-        ZT_TRY(after_step(&r, &s));
+    int hybrid = t->groups > 1;
+    zt_checkpointer_init(&r.ckpt, c, ctx, comm, hybrid ? &t->shard : comm, !hybrid || comm->rank < t->shard.world_size,
+                         &t->eng, t->run_info, &r.hooks);
+    zt_status st = steps(&r);
+    if (st != ZT_OK) { /* the writer thread reads the engine's staging: it ends before anything is freed */
+        zt_ckpt_save_abandon(r.ckpt.pending);
+        return st;
     }
+    *stop_signo = r.stop_signo;
     return finish(&r);
 }
 
 zt_status zt_train_run(const zt_train_config *c, const zt_train_model *family, const zt_train_hooks *test,
-                       zt_ctx *ctx, zt_comm *comm) {
+                       zt_stop_signals *signals, zt_ctx *ctx, zt_comm *comm, int *stop_signo) {
     trainer t;
     memset(&t, 0, sizeof t);
     t.family = family;
-    zt_status st = run(c, test, ctx, comm, &t);
+    *stop_signo = 0;
+    zt_status st = run(c, test, signals, ctx, comm, &t, stop_signo);
     /* A collective timed out: the caller aborts the job, and freeing device
      * memory now would wait for the collective that never ends. */
     if (st == ZT_ERR_TIMEOUT) return st;

@@ -2,6 +2,7 @@
 #ifndef ZT_TRAINER_H
 #define ZT_TRAINER_H
 
+#include "stop_signals.h"
 #include "train_config.h"
 #include "zt_comm.h"
 #include "zt_ctx.h"
@@ -9,12 +10,14 @@
 #include "zt_train_model.h"
 
 /* Runs the whole training described by cfg of a model of `family` on ctx,
- * this rank's part of it; `test` arms fault injection (tests only).
+ * this rank's part of it; `test` arms fault injection (tests only);
+ * `signals` (NULL: none) is --on-signal's watcher, whose signal stops every
+ * rank at one step boundary (*stop_signo gets it; 0: the run completed).
  * Collective: every rank of comm calls it. On error, ctx->err says
  * what failed; an OOM leaves ctx->device_mem as it was at the failure so the
  * caller can report it. */
 zt_status zt_train_run(const zt_train_config *cfg, const zt_train_model *family, const zt_train_hooks *test,
-                       zt_ctx *ctx, zt_comm *comm);
+                       zt_stop_signals *signals, zt_ctx *ctx, zt_comm *comm, int *stop_signo);
 
 /* The engine's configuration from the options, for a model of `spec` (laid
  * out); host_threads for the offloaded optimizer; `test` arms the NVMe

@@ -10,6 +10,7 @@
 
 #include "plan_fit.h"
 #include "plan_process.h"
+#include "zt_checkpoint.h"
 #include "zt_train.h"
 #include "zt_train_model.h"
 #include "train_config.h"
@@ -117,6 +118,7 @@ typedef struct {
     int rank; /* --rank (-1: the rank with the most optimizer state) */
     int shard_group; /* --shard-group G (0: the world): the state is a G-rank group's */
     int secondary;   /* --reshard-after-forward G' (hpZ; 0: none) */
+    int async_save;  /* --async-save: the rank file staged in the host pool while it is written */
 } plan_job;
 
 /* The rank with the most optimizer state: Adafactor's and 8-bit Adam's
@@ -211,6 +213,9 @@ static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
     j->in.rank = j->rank >= 0 && j->rank < world ? j->rank : fullest_rank(j);
     zt_plan_compute(&j->in, j->family->plan_walk, &j->model, out);
     add_offloaded_inputs(j, out);
+    /* It outlives steps while its writer runs: beside any peak of the pool. */
+    out->checkpoint_staging_bytes = j->async_save ? zt_ckpt_rank_file_bytes_for(j->spec, j->in.dtype) : 0;
+    out->host_bytes += out->checkpoint_staging_bytes;
 }
 
 /* Smallest world size at which the peak fits (0: none up to 2^20). */
@@ -575,6 +580,7 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     /* Each category at its own peak (as zt-train's summary reports it). */
     json_object_set_new(o, "peak_by_category", cat_peaks);
     json_object_set_new(o, "host_bytes", json_integer((json_int_t)p->host_bytes));
+    json_object_set_new(o, "checkpoint_staging_bytes", json_integer((json_int_t)p->checkpoint_staging_bytes));
     /* --offload-activations cpu: the kept inputs' part of the host pool (its activations category) */
     json_object_set_new(o, "host_activations_bytes",
                         json_integer((json_int_t)j->family->plan_offloaded_bytes(&j->model, j->in.compute_dtype)));
@@ -688,6 +694,8 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
     gb(b2, sizeof b2, (double)inputs);
     if (inputs) printf("  host pool (offload): %s, of which the blocks' kept inputs %s (--offload-activations cpu)\n", a, b2);
     else printf("  host pool (offload): %s\n", a);
+    gb(b2, sizeof b2, (double)p->checkpoint_staging_bytes);
+    if (p->checkpoint_staging_bytes) printf("  of the host pool, checkpoint_staging (--async-save 1): %s\n", b2);
     if (j->in.nvme_optimizer) {
         char f[32];
         gb(a, sizeof a, (double)p->nvme_file_bytes);
@@ -767,6 +775,7 @@ int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int
     } else if (strcmp(c.reshard_after_forward, "none") != 0) {
         j.secondary = atoi(c.reshard_after_forward);
     }
+    j.async_save = c.async_save;
     zt_plan p;
     int minw[4] = {0, 0, 0, 0};
     for (int s = 0; s < 4 && pf.device_mem; s++) minw[s] = min_world(j, s, pf.device_mem);

@@ -8,6 +8,8 @@
  * same code through MPI_Finalize; a rank failing alone prints its error and
  * aborts the job. Before the first collective of the run they agree on
  * every setting (zt_agree_settings). docs/failure.md has the details. */
+#include <errno.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 #include "metrics.h"
 #include "train_config.h"
 #include "train_log.h"
+#include "stop_signals.h"
 #include "trainer.h"
 #include "zt_train.h"
 #include "zt_agree.h"
@@ -161,6 +164,37 @@ static int env_int(const char *name, int fallback) {
     return v && *v ? atoi(v) : fallback;
 }
 
+/* "TERM", "SIGTERM" or a number; 0 when none of the four stop signals. */
+static int signal_named(const char *name) {
+    if (strncmp(name, "SIG", 3) == 0) name += 3;
+    const char *names[] = {"TERM", "INT", "USR1", "USR2"};
+    for (int i = 0; i < ZT_STOP_SIGNALS; i++)
+        if (strcmp(name, names[i]) == 0 || atoi(name) == zt_stop_signal_number(i)) return zt_stop_signal_number(i);
+    return 0;
+}
+
+static int errno_named(const char *name) {
+    const int codes[] = {ENOSPC, EIO, EROFS, EDQUOT};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, zt_errno_name(codes[i])) == 0) return codes[i];
+    return 0;
+}
+
+/* ZT_TEST_FS_FAIL=RANK:N[+|-M]:ERRNO (zt_train_hooks.h). */
+static void fs_fail_from_env(zt_train_hooks *h) {
+    const char *v = getenv("ZT_TEST_FS_FAIL");
+    char range[32] = "", name[16] = "";
+    if (!v || sscanf(v, "%d:%31[0-9+-]:%15s", &h->fs_fail_rank, range, name) != 3) {
+        h->fs_fail_rank = -2;
+        return;
+    }
+    char *end = NULL;
+    h->fs_fail_from = strtol(range, &end, 10);
+    h->fs_fail_to = *end == '+' ? LONG_MAX : *end == '-' ? strtol(end + 1, NULL, 10) : h->fs_fail_from;
+    h->fs_fail_errno = errno_named(name);
+    if (h->fs_fail_from < 1 || !h->fs_fail_errno) h->fs_fail_rank = -2;
+}
+
 zt_train_hooks zt_train_hooks_from_env(void) {
     zt_train_hooks h = zt_train_hooks_none();
     h.exit_rank = env_int("ZT_TEST_EXIT_RANK", -1);
@@ -172,7 +206,15 @@ zt_train_hooks zt_train_hooks_from_env(void) {
     h.stall_forward = got == 3 && strcmp(where, "forward") == 0;
     h.list_points = env_int("ZT_TEST_SAVE_POINTS", 0);
     const char *kill = getenv("ZT_TEST_KILL_SAVE");
-    if (kill && sscanf(kill, "%d:%d:%d", &h.kill_step, &h.kill_rank, &h.kill_point) != 3) h.kill_step = -1;
+    char sig[16] = "";
+    int fields = kill ? sscanf(kill, "%d:%d:%d:%15s", &h.kill_step, &h.kill_rank, &h.kill_point, sig) : 0;
+    if (kill && fields < 3) h.kill_step = -1;
+    if (fields == 4) h.kill_signal = signal_named(sig);
+    const char *raise_at = getenv("ZT_TEST_RAISE");
+    if (raise_at && sscanf(raise_at, "%d:%d:%15s", &h.raise_rank, &h.raise_step, sig) == 3)
+        h.raise_signal = signal_named(sig);
+    if (!h.raise_signal) h.raise_step = -1;
+    fs_fail_from_env(&h);
     /* read|write:N[:RANK]: the N-th request of that kind fails (every rank without RANK) */
     const char *nvme = getenv("ZT_TEST_NVME_FAIL");
     char kind[8] = "";
@@ -224,13 +266,39 @@ static const char *identity_of(void *arg, const char *option) {
     return id->save_dir;
 }
 
+/* --resume auto: --save-dir's newest complete checkpoint, or (none there)
+ * a fresh start, said once. */
+static zt_status resolve_auto(const job *j, zt_train_config *cfg, char *step_dir, size_t cap, char *warning,
+                              size_t wcap, zt_error *err) {
+    zt_error none = {0};
+    zt_status st = zt_ckpt_resolve(cfg->save_dir, step_dir, cap, warning, wcap, &none);
+    if (st == ZT_OK) {
+        cfg->resume_auto = 1;
+        if (j->rank == 0) printf("--resume auto: resuming from %s\n", step_dir);
+        return ZT_OK;
+    }
+    if (st != ZT_ERR_INVALID) {
+        zt_error_adopt(err, none.code, none.where, none.msg);
+        return st;
+    }
+    if (j->rank == 0) printf("--resume auto: starting fresh (%s)\n", none.msg);
+    cfg->resume[0] = '\0';
+    return ZT_OK;
+}
+
 /* --resume: each rank resolves its path to one step directory (cfg->resume
  * becomes it) and is compared by that checkpoint's manifest. */
 static zt_status resume_identity(const job *j, zt_train_config *cfg, identities *id, zt_error *err) {
     snprintf(id->resume, sizeof id->resume, "none");
     if (!cfg->resume[0]) return ZT_OK;
     char step_dir[1024], warning[2048];
-    ZT_TRY(zt_ckpt_resolve(cfg->resume, step_dir, sizeof step_dir, warning, sizeof warning, err));
+    int automatic = strcmp(cfg->resume, "auto") == 0;
+    if (automatic) ZT_TRY(resolve_auto(j, cfg, step_dir, sizeof step_dir, warning, sizeof warning, err));
+    else ZT_TRY(zt_ckpt_resolve(cfg->resume, step_dir, sizeof step_dir, warning, sizeof warning, err));
+    if (automatic && !cfg->resume[0]) {
+        snprintf(id->resume, sizeof id->resume, "auto: no complete checkpoint (a fresh start)");
+        return ZT_OK;
+    }
     if (warning[0] && j->rank == 0) fprintf(stderr, "%s: warning: --resume: %s\n", j->prog, warning);
     snprintf(cfg->resume, sizeof cfg->resume, "%s", step_dir);
     /* the manifest's bytes, unparsed: a damaged one is refused at load, with advice */
@@ -245,12 +313,19 @@ static zt_status resume_identity(const job *j, zt_train_config *cfg, identities 
     return ZT_OK;
 }
 
+/* Whether this run may write to --save-dir: a cadence, a signal's save, or
+ * --resume auto, which reads it. */
+static int uses_save_dir(const zt_train_config *cfg) {
+    return cfg->save_dir[0] && (cfg->save_every > 0 || cfg->save_every_minutes > 0 ||
+                                strcmp(cfg->on_signal, "save-exit") == 0 || strcmp(cfg->resume, "auto") == 0);
+}
+
 /* --save-dir: rank 0 leaves a marker file in its directory; a rank sees the
  * same checkpoints when its own --save-dir shows that file. Collective. */
 static zt_status save_dir_identity(const job *j, const zt_train_config *cfg, identities *id, zt_error *err) {
     char name[128] = "";
     zt_status st = ZT_OK;
-    if (j->rank == 0 && cfg->save_every > 0) {
+    if (j->rank == 0 && uses_save_dir(cfg)) {
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
         snprintf(name, sizeof name, ".zt-probe-%ld-%ld", (long)getpid(), (long)now.tv_nsec);
@@ -262,7 +337,7 @@ static zt_status save_dir_identity(const job *j, const zt_train_config *cfg, ide
         if (st != ZT_OK) name[0] = id->probe[0] = '\0';
     }
     MPI_Bcast(name, sizeof name, MPI_CHAR, 0, j->ctrl); /* every rank, whatever its own flags */
-    if (cfg->save_every <= 0) snprintf(id->save_dir, sizeof id->save_dir, "unused (no --save-every)");
+    if (!uses_save_dir(cfg)) snprintf(id->save_dir, sizeof id->save_dir, "unused (no saves)");
     else {
         char path[1200];
         struct stat sb;
@@ -397,6 +472,17 @@ static int start(const job *j, const zt_train_config *cfg, zt_comm *comm, zt_ctx
     return 0;
 }
 
+/* --on-signal: the watcher (or the signals ignored), settled by every
+ * rank; save-exit without --save-dir says at start that it cannot save. */
+static int watch_signals(const job *j, const zt_train_config *cfg, zt_stop_signals *signals) {
+    zt_error err = {0};
+    int code = settle(j, zt_stop_signals_start(signals, cfg->on_signal, j->rank, &err), &err, " to start");
+    if (code == 0 && j->rank == 0 && !cfg->quiet && strcmp(cfg->on_signal, "save-exit") == 0 && !cfg->save_dir[0])
+        printf("signals: without --save-dir, --on-signal save-exit cannot save: SIGTERM, SIGINT, SIGUSR1 and SIGUSR2 "
+               "stop every rank at a step boundary without a save (as --on-signal exit)\n");
+    return code;
+}
+
 /* auto: the GPU when this process sees one (the ranks then agree on it). */
 static void resolve_device(const job *j, zt_train_config *cfg) {
     if (strcmp(cfg->device, "auto") != 0) return;
@@ -424,6 +510,7 @@ int zt_train_main(int argc, char **argv, const zt_train_model *const *models, in
      * the same failure when it runs. */
     const char *alone = getenv("ZT_FAIL_ALONE_AFTER_S");
     job j = {"zt-train", 0, 1, MPI_COMM_NULL, alone && atof(alone) > 0 ? atof(alone) : FAIL_ALONE_AFTER_S, {0}};
+    zt_stop_signals_block(); /* before MPI_Init starts any thread: every thread inherits the mask */
     zt_proc_mem_init(&j.startup);
     zt_error watch_err = {0};
     int watched = zt_proc_watch_begin(&j.startup, &watch_err) == ZT_OK;
@@ -465,11 +552,19 @@ int zt_train_main(int argc, char **argv, const zt_train_model *const *models, in
     zt_ctx ctx;
     memset(&comm, 0, sizeof comm);
     code = start(&j, &cfg, &comm, &ctx, &j.startup);
+    zt_stop_signals signals;
+    if (code == 0) code = watch_signals(&j, &cfg, &signals);
     if (code == 0) {
-        st = zt_train_run(&cfg, family, &hooks, &ctx, &comm);
+        if (hooks.fs_fail_rank == -1 || hooks.fs_fail_rank == j.rank)
+            ctx.fs.fail_from = hooks.fs_fail_from, ctx.fs.fail_to = hooks.fs_fail_to, ctx.fs.fail_errno = hooks.fs_fail_errno;
+        int stop_signo = 0;
+        st = zt_train_run(&cfg, family, &hooks, &signals, &ctx, &comm, &stop_signo);
         abort_on_timeout(&j, st, &ctx.err, &comm);
         if (st == ZT_ERR_OOM) report_oom(&ctx, &cfg);
         code = settle(&j, st, &ctx.err, "");
+        /* a stop without a save (exit, or save-exit without --save-dir): the run did not finish */
+        if (code == 0 && stop_signo && (strcmp(cfg.on_signal, "exit") == 0 || !cfg.save_dir[0])) code = 128 + stop_signo;
+        zt_stop_signals_end(&signals);
     }
     zt_ctx_destroy(&ctx);
     zt_comm_destroy(&comm);

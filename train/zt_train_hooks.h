@@ -27,13 +27,24 @@ typedef struct {
      * heap at every step and keeps it to the end (the leak watch's test). */
     int leak_rank;
     long long leak_bytes;
+    /* ZT_TEST_RAISE=RANK:STEP:SIGNAL: that rank sends itself SIGNAL (TERM,
+     * INT, USR1, USR2) at the end of that step, before it votes. */
+    int raise_rank, raise_step, raise_signal;
+    /* ZT_TEST_KILL_SAVE=...:SIGNAL: the save point sends that signal to the
+     * rank instead of SIGKILL (a second signal during a save). */
+    int kill_signal;
+    /* ZT_TEST_FS_FAIL=RANK:N[+|-M]:ERRNO: that rank's (every rank's when
+     * -1) N-th write through zt_fs fails with ERRNO (ENOSPC, EIO, EROFS,
+     * EDQUOT): N+ every write from the N-th on, N-M writes N to M. */
+    int fs_fail_rank, fs_fail_errno;
+    long fs_fail_from, fs_fail_to;
 } zt_train_hooks;
 
 /* No hook armed. */
 static inline zt_train_hooks zt_train_hooks_none(void) {
     return (zt_train_hooks){.exit_rank = -1, .exit_step = -1, .stall_rank = -1, .stall_step = -1,
                             .kill_step = -1, .overflow_step = -1, .nvme_fail_rank = -1,
-                            .leak_rank = -1};
+                            .leak_rank = -1, .raise_rank = -1, .raise_step = -1, .fs_fail_rank = -2};
 }
 
 /* The hooks the ZT_TEST_* variables of this process arm. */

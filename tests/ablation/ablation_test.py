@@ -43,7 +43,7 @@ MODEL = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "16", 
          "--micro-batch", "2", "--threads", "1"]
 STEPS = 3
 CATEGORIES = ["params", "grads", "master_params", "optimizer", "activations",
-              "gathered_params", "comm_buffers", "workspace", "other"]
+              "gathered_params", "comm_buffers", "workspace", "checkpoint_staging", "other"]
 EXPECTED_COLUMNS = (["name", "model", "stage", "offload", "recompute", "status", "peak_mean_bytes", "peak_max_bytes",
                      "imbalance_max_over_mean"]
                     + [f"peak_{c}_mean_bytes" for c in CATEGORIES]

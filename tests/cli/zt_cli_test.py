@@ -288,7 +288,7 @@ def case_summary_schema(zt, work):
     for k in ["rank", "peak_bytes", "peak_by_category", "host_peak_bytes", "os_peak_bytes"]:
         assert k in r, k
     assert set(r["peak_by_category"]) == {"params", "grads", "master_params", "optimizer", "activations",
-                                          "gathered_params", "comm_buffers", "workspace", "other"}
+                                          "gathered_params", "comm_buffers", "workspace", "checkpoint_staging", "other"}
     for k in ["peak_max_over_mean", "peak_max_minus_min_bytes", "max_rank", "top_category"]:
         assert k in s["imbalance"], k
     lines = open(os.path.join(d, "rank0.jsonl")).read().splitlines()

@@ -244,3 +244,16 @@ if(ZT_SANITIZE)
   set_property(TEST mpi_stages_np2 mpi_stages_np3 hybrid_stages optimizer_stages optimizer_freeze
                APPEND PROPERTY ENVIRONMENT ZT_TEST_SANITIZED=1)
 endif()
+
+# Preemption and storage faults (tests/mpi/zt_preempt_test.py): signals at
+# seeded moments, a second signal during the save, --resume auto, the
+# asynchronous save, saves failing through fs.c's hook and on a full tmpfs.
+zt_script_cases(zt_preempt_test.py preempt "mpi" 600 quick signals second_signal storage enospc async_kill)
+zt_label(quick preempt_quick)
+# 21 runs of seeded signals, 10 of failing saves, a private tmpfs: the quick
+# case runs the signal's stop and save, --resume auto, the asynchronous
+# writer and a failed save's clean-up; second_signal's watcher exit and
+# async_kill's fallback are their own C paths.
+zt_label(full preempt_signals preempt_storage preempt_enospc)
+zt_label(full preempt_second_signal preempt_async_kill)
+zt_label(asan preempt_second_signal preempt_async_kill)

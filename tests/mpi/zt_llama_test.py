@@ -17,7 +17,7 @@ from zt_harness import launch, losses, main, plan, train
 LLAMA = ["--model", "llama", "--threads", "1", "--quiet", "--trace", "0"]
 GQA = LLAMA + ["--kv-heads", "2"]
 STATE = ["params", "grads", "master_params", "optimizer"]
-ALL_CATS = STATE + ["activations", "gathered_params", "comm_buffers", "workspace", "other"]
+ALL_CATS = STATE + ["activations", "gathered_params", "comm_buffers", "workspace", "checkpoint_staging", "other"]
 
 
 def llama_units(kv_heads, L=2, C=64, NH=4, V=64):

@@ -23,7 +23,7 @@ from zt_harness import STAGES_COMPARED
 MODEL = ["--layers", "2", "--d-model", "32", "--heads", "4", "--seq-len", "32", "--vocab", "48",
          "--micro-batch", "4", "--threads", "1", "--quiet", "--bucket-size", "16KiB"]
 CATS = ["params", "grads", "master_params", "optimizer"]
-ALL_CATS = CATS + ["activations", "gathered_params", "comm_buffers", "workspace", "other"]
+ALL_CATS = CATS + ["activations", "gathered_params", "comm_buffers", "workspace", "checkpoint_staging", "other"]
 
 
 def launch(zt_run, zt, np, args, expect_rc=0, timeout=300, env=None):

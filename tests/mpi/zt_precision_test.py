@@ -21,7 +21,7 @@ WHY = ["--layers", "4", "--d-model", "256", "--vocab", "512", "--seq-len", "128"
 GATHERED = ["--layers", "2", "--d-model", "512", "--micro-batch", "1", "--seq-len", "32", "--stage", "3",
             "--quiet", "--trace", "0"]
 CATS = ["params", "grads", "master_params", "optimizer"]
-ALL_CATS = CATS + ["activations", "gathered_params", "comm_buffers", "workspace", "other"]
+ALL_CATS = CATS + ["activations", "gathered_params", "comm_buffers", "workspace", "checkpoint_staging", "other"]
 MiB = 1048576.0
 # The convergence runs: the default model at np 2 is within 0.07 nats of the
 # data's entropy rate after 200 steps in every dtype (0.1 is the bound).

@@ -19,7 +19,7 @@ LAYERS, C, T, V = 2, 32, 32, 48
 MODEL = ["--layers", str(LAYERS), "--d-model", str(C), "--heads", "4", "--seq-len", str(T), "--vocab", str(V),
          "--micro-batch", "4", "--threads", "1", "--quiet", "--bucket-size", "16KiB"]
 CATS = ["params", "grads", "master_params", "optimizer"]
-ALL_CATS = CATS + ["activations", "gathered_params", "comm_buffers", "workspace", "other"]
+ALL_CATS = CATS + ["activations", "gathered_params", "comm_buffers", "workspace", "checkpoint_staging", "other"]
 
 
 def same_result(a, b, what):
