@@ -134,6 +134,15 @@ def case_signals(ctx):
                  f"uninterrupted {ref['params_digest']}")
         print(f"trial {trial}: {target} at step {at}: stopped at {s['stop_step']}, {took:.2f} s to exit, resumed "
               "bitwise")
+    # --save-every-minutes: rank 0's clock, voted, so every rank saves the same steps
+    timed = os.path.join(ctx["work"], "timed")
+    _, t = run(ctx, 2, ["--steps", "300", "--save-every-minutes", "0.002", "--keep-checkpoints", "1000",
+                        "--save-dir", timed], "timed")
+    saved = sorted(n for n in os.listdir(timed) if n.startswith("step-"))
+    if len(saved) < 2 or t["params_digest"] == "":
+        fail(f"--save-every-minutes 0.002 over 300 steps saved {saved}")
+    no_partials(timed)
+    print(f"--save-every-minutes 0.002: {len(saved)} timed saves in 300 steps")
 
 
 def case_quick(ctx):
