@@ -3,7 +3,6 @@
  * and only then removes what is superseded (zt_checkpoint.h). */
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,8 +42,6 @@ size_t zt_ckpt_rank_file_bytes_for(const zt_model_spec *spec, zt_dtype dtype) {
 size_t ckpt_file_bytes(const zt_engine *eng) {
     return zt_ckpt_rank_file_bytes_for(zt_engine_spec(eng), zt_engine_settings(eng)->dtype);
 }
-
-size_t zt_ckpt_staging_bytes(const zt_engine *eng) { return ckpt_file_bytes(eng); }
 
 zt_status ckpt_stage_image(zt_engine *eng, int step, unsigned char *image) {
     const zt_model_spec *spec = zt_engine_spec(eng);
@@ -100,32 +97,20 @@ static zt_status on_rank(zt_status st, int rank, zt_error *err) {
     return st;
 }
 
-zt_status ckpt_write_rank_file(const ckpt_saver *s, unsigned long long *hashes, zt_error *err) {
-    char path[1200], tmp[1300];
-    int r = s->comm->rank, fd;
-    snprintf(path, sizeof path, "%s/rank%d.bin", s->tmpdir, r);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    point(s, "rank%d.bin: before write", r);
-    ZT_TRY(on_rank(zt_fs_create(tmp, &fd, err), r, err));
-    zt_status st = write_blocks(s, fd, tmp, hashes, err);
-    if (st == ZT_OK) point(s, "rank%d.bin: after write", r);
-    if (st != ZT_OK) close(fd);
-    else st = zt_fs_sync_close(fd, tmp, err);
-    if (st == ZT_OK) point(s, "rank%d.bin: after fsync", r);
-    if (st == ZT_OK) st = zt_fs_rename(tmp, path, err);
-    if (st == ZT_OK) point(s, "rank%d.bin: after rename", r);
-    return on_rank(st, r, err);
-}
+/* What a file of the save holds, written to fd (path: its temporary name). */
+typedef zt_status (*file_body)(const ckpt_saver *s, int fd, const char *path, void *arg, zt_error *err);
 
-/* A small file replaced atomically, with a crash point at each step. */
-static zt_status write_small(const ckpt_saver *s, const char *path, const char *name, const char *text,
-                             zt_error *err) {
-    char tmp[1300], dir[1200];
+/* path replaced by what body writes: path.tmp created, written, fsynced,
+ * renamed over path, with a crash point after each. The directory is not
+ * synced here: the caller decides when that matters. */
+static zt_status put_file(const ckpt_saver *s, const char *path, const char *name, file_body body, void *arg,
+                          zt_error *err) {
+    char tmp[1300];
     int fd;
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     point(s, "%s: before write", name);
     ZT_TRY(zt_fs_create(tmp, &fd, err));
-    zt_status st = zt_fs_write(s->fs, fd, text, strlen(text), tmp, err);
+    zt_status st = body(s, fd, tmp, arg, err);
     if (st == ZT_OK) point(s, "%s: after write", name);
     if (st != ZT_OK) close(fd);
     else st = zt_fs_sync_close(fd, tmp, err);
@@ -133,9 +118,22 @@ static zt_status write_small(const ckpt_saver *s, const char *path, const char *
     if (st == ZT_OK) st = zt_fs_rename(tmp, path, err);
     if (st == ZT_OK) point(s, "%s: after rename", name);
     if (st != ZT_OK) unlink(tmp);
-    zt_parent_dir(path, dir, sizeof dir);
-    if (st == ZT_OK) st = zt_fsync_path(dir, err);
     return st;
+}
+
+static zt_status blocks_body(const ckpt_saver *s, int fd, const char *path, void *hashes, zt_error *err) {
+    return write_blocks(s, fd, path, hashes, err);
+}
+
+static zt_status text_body(const ckpt_saver *s, int fd, const char *path, void *text, zt_error *err) {
+    return zt_fs_write(s->fs, fd, text, strlen(text), path, err);
+}
+
+zt_status ckpt_write_rank_file(const ckpt_saver *s, unsigned long long *hashes, zt_error *err) {
+    char path[1200], name[32];
+    snprintf(name, sizeof name, "rank%d.bin", s->comm->rank);
+    snprintf(path, sizeof path, "%s/%s", s->tmpdir, name);
+    return on_rank(put_file(s, path, name, blocks_body, hashes, err), s->comm->rank, err);
 }
 
 static json_t *layout_json(const zt_model_spec *spec) {
@@ -272,7 +270,7 @@ static zt_status publish(const ckpt_saver *s, const json_t *manifest, char *name
     char *text = ckpt_manifest_text(manifest);
     if (!text) return ZT_FAIL(err, ZT_ERR_OOM, "checkpoint: cannot write the manifest");
     snprintf(path, sizeof path, "%s/manifest.json", s->tmpdir);
-    zt_status st = write_small(s, path, "manifest.json", text, err);
+    zt_status st = put_file(s, path, "manifest.json", text_body, text, err);
     free(text);
     ZT_TRY(st);
     ZT_TRY(zt_fsync_path(s->tmpdir, err));
@@ -290,12 +288,21 @@ static zt_status publish(const ckpt_saver *s, const json_t *manifest, char *name
     if (st == ZT_OK) st = zt_fsync_path(s->dir, err);
     snprintf(path, sizeof path, "%s/latest", s->dir);
     snprintf(line, sizeof line, "%s\n", name);
-    if (st == ZT_OK) st = write_small(s, path, "latest", line, err);
-    if (st == ZT_OK) return ZT_OK;
-    zt_error ignore = {0};
-    if (placed) (void)zt_remove_tree(final, &ignore);
-    if (set_aside && rename(aside, final) == 0) (void)zt_fsync_path(s->dir, &ignore);
-    return st;
+    if (st == ZT_OK) st = put_file(s, path, "latest", text_body, line, err);
+    if (st != ZT_OK) {
+        zt_error ignore = {0};
+        if (placed) (void)zt_remove_tree(final, &ignore);
+        if (set_aside && rename(aside, final) == 0) (void)zt_fsync_path(s->dir, &ignore);
+        return st;
+    }
+    /* `latest` names the new checkpoint: committed. A directory sync that
+     * fails now is only said (undoing the commit could lose both). */
+    zt_error unsynced = {0};
+    if (zt_fsync_path(s->dir, &unsynced) != ZT_OK)
+        zt_log_warn(&zt_engine_context(s->eng)->log, "checkpoint %s is committed, but syncing %s failed: %s; a crash "
+                    "before the system writes it back may leave `latest` at the previous checkpoint", name, s->dir,
+                    unsynced.msg);
+    return ZT_OK;
 }
 
 /* Rank 0 prepares D/.tmp-step-N (emptied if a killed save left it). */

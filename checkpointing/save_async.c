@@ -71,8 +71,6 @@ zt_status zt_ckpt_save_begin(zt_engine *eng, zt_comm *comm, const char *dir, int
 
 int zt_ckpt_save_done(const zt_ckpt_pending *p) { return !p || atomic_load(&((zt_ckpt_pending *)p)->done); }
 
-int zt_ckpt_save_step(const zt_ckpt_pending *p) { return p ? p->saver.step : -1; }
-
 zt_status zt_ckpt_save_end(zt_ckpt_pending *p, const json_t *run_info, int keep, zt_error *err) {
     if (p->started) pthread_join(p->writer, NULL);
     zt_status written = p->written;

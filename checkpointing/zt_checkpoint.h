@@ -64,7 +64,7 @@ zt_status zt_ckpt_save(zt_engine *eng, zt_comm *comm, const char *dir, int step,
 /* An asynchronous save (--async-save 1). zt_ckpt_save_begin (collective)
  * prepares the directory, copies this rank's slices at `step` into host
  * memory (the host pool's checkpoint_staging category: the rank file's
- * whole image, zt_ckpt_staging_bytes) and starts a writer thread that
+ * whole image, zt_ckpt_rank_file_bytes_for) and starts a writer thread that
  * writes and fsyncs the rank file; it returns while the thread writes.
  * zt_ckpt_save_done says whether this rank's writer has ended (no MPI).
  * zt_ckpt_save_end (collective) joins the writer, agrees on every rank's
@@ -75,7 +75,6 @@ typedef struct zt_ckpt_pending zt_ckpt_pending;
 zt_status zt_ckpt_save_begin(zt_engine *eng, zt_comm *comm, const char *dir, int step, const zt_ckpt_hooks *hooks,
                              zt_ckpt_pending **p, zt_error *err);
 int zt_ckpt_save_done(const zt_ckpt_pending *p);
-int zt_ckpt_save_step(const zt_ckpt_pending *p);
 zt_status zt_ckpt_save_end(zt_ckpt_pending *p, const json_t *run_info, int keep, zt_error *err);
 /* After a failure elsewhere, when no collective can be trusted: joins the
  * writer and frees p, committing nothing (the partial directory is removed
@@ -83,7 +82,6 @@ zt_status zt_ckpt_save_end(zt_ckpt_pending *p, const json_t *run_info, int keep,
 void zt_ckpt_save_abandon(zt_ckpt_pending *p);
 /* The host bytes an asynchronous save stages on this rank: its rank file,
  * for a spec laid out over the save's group and the compute dtype. */
-size_t zt_ckpt_staging_bytes(const zt_engine *eng);
 size_t zt_ckpt_rank_file_bytes_for(const zt_model_spec *spec, zt_dtype dtype);
 
 /* Newest complete checkpoint (its manifest parses) of step_dir's

@@ -8,7 +8,6 @@
 
 void zt_checkpointer_init(zt_checkpointer *k, const zt_train_config *c, zt_ctx *ctx, zt_comm *world, zt_comm *group,
                           int writes, zt_engine *eng, const json_t *run_info, const zt_ckpt_hooks *hooks) {
-    memset(k, 0, sizeof *k);
     *k = (zt_checkpointer){c, ctx, world, group, writes, eng, run_info, hooks, NULL, 0, 0, -1, zt_now_s(), 0.0};
 }
 

@@ -184,7 +184,7 @@ static const opt_spec options[] = {
      "checkpoint directory (its 'latest', else its newest complete step) or one step-N directory; auto: the "
      "newest complete checkpoint in --save-dir when there is one, else a fresh start (a directory named auto: ./auto)"},
     {"save-every-minutes", OPT_FLOAT, F(save_every_minutes), 0, 0, 1e9, NULL,
-     "also save when this many minutes of rank 0's clock have passed since the last timed save (0: never)"},
+     "also save when this many minutes of rank 0's clock have passed since the last save of either cadence (0: never)"},
     {"async-save", OPT_BOOL, F(async_save), 0, 0, 1, NULL,
      "1: copy the step's shards to host memory (checkpoint_staging) and write them on a thread while training goes "
      "on; the checkpoint appears once every rank's write is done"},

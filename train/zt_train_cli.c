@@ -167,9 +167,10 @@ static int env_int(const char *name, int fallback) {
 /* "TERM", "SIGTERM" or a number; 0 when none of the four stop signals. */
 static int signal_named(const char *name) {
     if (strncmp(name, "SIG", 3) == 0) name += 3;
-    const char *names[] = {"TERM", "INT", "USR1", "USR2"};
-    for (int i = 0; i < ZT_STOP_SIGNALS; i++)
-        if (strcmp(name, names[i]) == 0 || atoi(name) == zt_stop_signal_number(i)) return zt_stop_signal_number(i);
+    for (int i = 0; i < ZT_STOP_SIGNALS; i++) {
+        int n = zt_stop_signal_number(i);
+        if (strcmp(name, zt_signal_name(n) + 3) == 0 || atoi(name) == n) return n;
+    }
     return 0;
 }
 
