@@ -9,7 +9,7 @@
 
 const char *zt_coll_name(zt_coll_kind k) {
     static const char *const names[ZT_COLL_KINDS] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
-                                                      "barrier"};
+                                                      "barrier",    "gather",         "scatter"};
     return (k >= 0 && k < ZT_COLL_KINDS) ? names[k] : "?";
 }
 
@@ -190,6 +190,43 @@ zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_er
     int remote = c->member_node && c->member_node[root] != c->member_node[c->rank];
     double got = c->rank == root ? 0.0 : (double)bytes;
     record(c, ZT_COLL_BROADCAST, bytes, t0, remote ? got : 0.0, remote ? 0.0 : got);
+    return ZT_OK;
+}
+
+/* Bytes rank `from` sends to rank `to` in a gather or scatter: the
+ * counted traffic is what the receiver gets, split by link. */
+static void rooted_traffic(const zt_comm *c, const size_t *counts, int root, int gather, double *inter,
+                           double *intra) {
+    *inter = *intra = 0.0;
+    for (int r = 0; r < c->world_size; r++) {
+        int from = gather ? r : root, to = gather ? root : r;
+        if (to != c->rank || from == to) continue;
+        int remote = c->member_node && c->member_node[from] != c->member_node[to];
+        *(remote ? inter : intra) += (double)counts[r];
+    }
+}
+
+static size_t counts_total(const zt_comm *c, const size_t *counts) {
+    size_t t = 0;
+    for (int r = 0; r < c->world_size; r++) t += counts[r];
+    return t;
+}
+
+zt_status zt_comm_gather_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+                              zt_error *err) {
+    double t0 = zt_now_s(), inter, intra;
+    ZT_TRY(c->ops->gather_host(c, send, recv, counts, root, err));
+    rooted_traffic(c, counts, root, 1, &inter, &intra);
+    record(c, ZT_COLL_GATHER, counts_total(c, counts), t0, inter, intra);
+    return ZT_OK;
+}
+
+zt_status zt_comm_scatter_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+                               zt_error *err) {
+    double t0 = zt_now_s(), inter, intra;
+    ZT_TRY(c->ops->scatter_host(c, send, recv, counts, root, err));
+    rooted_traffic(c, counts, root, 0, &inter, &intra);
+    record(c, ZT_COLL_SCATTER, counts_total(c, counts), t0, inter, intra);
     return ZT_OK;
 }
 

@@ -181,6 +181,53 @@ static zt_status mpi_barrier(zt_comm *c, zt_error *err) {
     MPI_BLOCKING(MPI_Ibarrier(world_of(c), &req_), "barrier", "");
 }
 
+/* counts[N] and their displacements as MPI's ints (NULL: too large or out of memory). */
+static int *int_counts(const zt_comm *c, const size_t *counts, const char *coll, zt_error *err) {
+    int N = c->world_size;
+    int *v = malloc(2 * (size_t)N * sizeof *v);
+    if (!v) {
+        ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate %d counts", N);
+        return NULL;
+    }
+    size_t at = 0;
+    for (int r = 0; r < N; r++) {
+        if (check_int(counts[r], coll, err) != ZT_OK || check_int(at, coll, err) != ZT_OK) {
+            free(v);
+            return NULL;
+        }
+        v[r] = (int)counts[r];
+        v[N + r] = (int)at;
+        at += counts[r];
+    }
+    return v;
+}
+
+static zt_status mpi_gather_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+                                 zt_error *err) {
+    int *v = int_counts(c, counts, "gather", err), N = c->world_size;
+    if (!v) return err->code;
+    MPI_Request req_;
+    zt_status st = ZT_OK;
+    int rc = MPI_Igatherv(send, v[c->rank], MPI_BYTE, recv, v, v + N, MPI_BYTE, root, world_of(c), &req_);
+    if (rc != MPI_SUCCESS) st = mpi_fail(err, rc, "gather", __FILE__, __LINE__);
+    else st = wait_request(c, &req_, "gather", "a matrix to its owner", err);
+    if (st != ZT_ERR_TIMEOUT) free(v); /* after a timeout MPI may still read it */
+    return st;
+}
+
+static zt_status mpi_scatter_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+                                  zt_error *err) {
+    int *v = int_counts(c, counts, "scatter", err), N = c->world_size;
+    if (!v) return err->code;
+    MPI_Request req_;
+    zt_status st = ZT_OK;
+    int rc = MPI_Iscatterv(send, v, v + N, MPI_BYTE, recv, v[c->rank], MPI_BYTE, root, world_of(c), &req_);
+    if (rc != MPI_SUCCESS) st = mpi_fail(err, rc, "scatter", __FILE__, __LINE__);
+    else st = wait_request(c, &req_, "scatter", "a matrix from its owner", err);
+    if (st != ZT_ERR_TIMEOUT) free(v);
+    return st;
+}
+
 static const zt_comm_ops mpi_ops;
 
 static zt_status mpi_split(zt_comm *c, int color, int key, zt_comm *out, zt_error *err) {
@@ -222,6 +269,8 @@ static const zt_comm_ops mpi_ops = {
     .all_gather_host = mpi_all_gather_host,
     .broadcast = mpi_broadcast,
     .barrier = mpi_barrier,
+    .gather_host = mpi_gather_host,
+    .scatter_host = mpi_scatter_host,
     .destroy = mpi_destroy,
 };
 

@@ -277,6 +277,17 @@ static zt_status nccl_broadcast(zt_comm *c, void *buf, size_t bytes, int root, z
     zt_comm *host = &impl_of(c)->host;
     return host->ops->broadcast(host, buf, bytes, root, err);
 }
+/* Host buffers, as on every communicator (zt_comm.h). */
+static zt_status nccl_gather_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+                                zt_error *err) {
+    zt_comm *host = &impl_of(c)->host;
+    return host->ops->gather_host(host, send, recv, counts, root, err);
+}
+static zt_status nccl_scatter_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+                                 zt_error *err) {
+    zt_comm *host = &impl_of(c)->host;
+    return host->ops->scatter_host(host, send, recv, counts, root, err);
+}
 static zt_status nccl_barrier(zt_comm *c, zt_error *err) {
     zt_comm *host = &impl_of(c)->host;
     return host->ops->barrier(host, err);
@@ -339,6 +350,8 @@ static const zt_comm_ops nccl_ops = {
     .all_gather_host = nccl_all_gather_host,
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
+    .gather_host = nccl_gather_host,
+    .scatter_host = nccl_scatter_host,
     .destroy = nccl_destroy,
     .set_timeout = nccl_set_timeout,
     .pending = nccl_pending,

@@ -235,6 +235,17 @@ static zt_status staged_broadcast(zt_comm *c, void *buf, size_t bytes, int root,
     /* Host buffers only (bootstrap data, scalars). */
     return impl_of(c)->host.ops->broadcast(&impl_of(c)->host, buf, bytes, root, err);
 }
+/* Host buffers, as on every communicator (zt_comm.h). */
+static zt_status staged_gather_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+                                zt_error *err) {
+    zt_comm *host = &impl_of(c)->host;
+    return host->ops->gather_host(host, send, recv, counts, root, err);
+}
+static zt_status staged_scatter_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+                                 zt_error *err) {
+    zt_comm *host = &impl_of(c)->host;
+    return host->ops->scatter_host(host, send, recv, counts, root, err);
+}
 static zt_status staged_barrier(zt_comm *c, zt_error *err) {
     return impl_of(c)->host.ops->barrier(&impl_of(c)->host, err);
 }
@@ -264,6 +275,8 @@ static const zt_comm_ops staged_ops = {
     .all_gather_host = staged_all_gather_host,
     .broadcast = staged_broadcast,
     .barrier = staged_barrier,
+    .gather_host = staged_gather_host,
+    .scatter_host = staged_scatter_host,
     .destroy = staged_destroy,
     .set_timeout = staged_set_timeout,
 };

@@ -23,6 +23,8 @@ typedef enum {
     ZT_COLL_ALL_REDUCE,
     ZT_COLL_BROADCAST,
     ZT_COLL_BARRIER,
+    ZT_COLL_GATHER,  /* to one root (a matrix to its owner: Muon) */
+    ZT_COLL_SCATTER, /* from one root */
     ZT_COLL_KINDS
 } zt_coll_kind;
 
@@ -84,6 +86,13 @@ typedef struct {
     zt_status (*all_gather_host)(struct zt_comm *c, void *recv, size_t bytes_per_rank, zt_error *err);
     zt_status (*broadcast)(struct zt_comm *c, void *buf, size_t bytes, int root, zt_error *err);
     zt_status (*barrier)(struct zt_comm *c, zt_error *err);
+    /* Host buffers: root's recv receives every rank's send[counts[r]]
+     * bytes in rank order; the reverse for scatter (rank r's recv gets part
+     * r of root's send). counts[N] are the same on every rank. */
+    zt_status (*gather_host)(struct zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+                             zt_error *err);
+    zt_status (*scatter_host)(struct zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+                              zt_error *err);
     void (*destroy)(struct zt_comm *c);
     /* Passes the watchdog's timeout to inner communicators (NULL: none). */
     void (*set_timeout)(struct zt_comm *c, double seconds);
@@ -226,6 +235,14 @@ zt_status zt_comm_all_gather_host(zt_comm *c, void *recv, size_t bytes_per_rank,
  * device (configuration, ids; never tensors). */
 zt_status zt_comm_broadcast(zt_comm *c, void *buf, size_t bytes, int root, zt_error *err);
 zt_status zt_comm_barrier(zt_comm *c, zt_error *err);
+/* HOST buffers, whatever the communicator's device: root's recv[sum counts]
+ * = every rank's send[counts[r]] in rank order (gather); rank r's
+ * recv[counts[r]] = part r of root's send (scatter). Every rank passes the
+ * same counts[N]; a rank whose count is 0 sends or receives nothing. */
+zt_status zt_comm_gather_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+                              zt_error *err);
+zt_status zt_comm_scatter_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+                               zt_error *err);
 /* Every rank reports st (its own outcome of a phase every rank runs, such as
  * verifying a checkpoint). When any failed, every rank returns the lowest
  * failing rank's status with that rank's error in err (the others' own

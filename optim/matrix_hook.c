@@ -1,73 +1,183 @@
 /* The engine's side of an optimizer's matrix hook (optim/zt_optim.h): the
- * state update writes the unit's owned update direction, the slices of
- * each matrix parameter are gathered on the host, the matrix's owner
- * (parameter index mod world size) transforms the whole matrix, the
- * result goes back to every rank holding a slice of it, and the apply
- * steps the params with it.
+ * matrices and their owners, and per matrix the gather of its slices to
+ * the owner, the owner's transform and the scatter of the result back.
  *
- * The exchange is host-staged: the owned slices are all-gathered into a
- * [padded] host copy of the update, and each transformed matrix is
- * broadcast from its owner. That costs the bytes of the whole unit per
- * rank, which is fine for a hook no production optimizer uses yet; a
- * device-side gather to the owner and scatter back is the step up when
- * one does (Muon). At stage 0 every rank owns the whole unit and
- * transforms every matrix itself, exchanging nothing. */
+ * Owners balance the transforms' work: largest first, each to the rank of
+ * the shard group with the least so far (ties: the lowest rank), so no
+ * rank does more than total / N + the largest matrix's. One matrix is one
+ * gather and one scatter over the group, of its own bytes: no rank ever
+ * holds more than the matrices it owns, one at a time. At stage 0 every
+ * rank owns the whole unit and transforms every matrix in place. */
 #include <stdlib.h>
 
 #include "zt_optim_engine.h"
 
-/* whole[P] fp32 (host): this rank's owned update at its place, then
- * every rank's slice (stages >= 1). */
-static zt_status gather_update(zt_engine *e, int u, const float *upd, float *whole) {
-    zt_ctx *ctx = e->ctx;
-    size_t lo = owned_lo(e, u), n = owned_numel(e, u);
-    ZT_TRY(ctx->be->memcpy_async(ctx->be, whole + lo, upd, n * sizeof(float), ZT_COPY_D2H, &ctx->compute, &ctx->err));
-    ZT_TRY(ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err));
-    if (full_optim(e)) return ZT_OK;
-    return zt_comm_all_gather_host(e->comm, whole, e->spec->units[u].shard_numel * sizeof(float), &ctx->err);
+struct zt_matrix_plan {
+    int n;
+    zt_matrix *m; /* [n] in unit order */
+};
+
+const zt_matrix *zt_engine_matrices(const zt_engine *e, int *n) {
+    *n = e->matrices ? e->matrices->n : 0;
+    return e->matrices ? e->matrices->m : NULL;
 }
 
-/* Every matrix parameter of unit u transformed by its owner and sent to
- * every rank. A transform's failure is reported after the broadcasts, so
- * that the other ranks are not left waiting in one. */
-static zt_status transform_matrices(zt_engine *e, int u, float *whole) {
-    const zt_optim_matrix_hook *hook = optim_of(e)->matrix_hook;
-    const zt_unit_spec *us = &e->spec->units[u];
-    zt_ctx *ctx = e->ctx;
-    int N = e->comm->world_size, alone = full_optim(e) || N == 1;
-    zt_status failed = ZT_OK;
-    for (int i = 0; i < us->nparams; i++) {
-        const zt_param_spec *ps = &us->params[i];
-        size_t rows, cols;
-        if (!zt_param_factored(ps, &rows, &cols)) continue; /* vectors keep their update */
-        int owner = i % N;
-        if (alone || e->comm->rank == owner) {
-            zt_status st = hook->transform(&e->cfg, u, i, rows, cols, whole + ps->offset, &ctx->err);
-            if (failed == ZT_OK) failed = st;
+/* The trained units' hidden matrices, part by part, in unit order. */
+static int list_matrices(const zt_optim_matrix_hook *hook, const zt_model_spec *spec, zt_matrix *out) {
+    int n = 0;
+    for (int u = 0; u < spec->nunits; u++) {
+        const zt_unit_spec *us = &spec->units[u];
+        for (int i = 0; !us->frozen && i < us->nparams; i++) {
+            const zt_param_spec *ps = &us->params[i];
+            for (int k = 0; ps->hidden && k < ps->nparts; k++, n++) {
+                if (!out) continue;
+                zt_matrix *m = &out[n];
+                m->unit = u, m->param = i, m->part = k;
+                zt_param_part(ps, k, &m->offset, &m->rows);
+                m->cols = (size_t)ps->shape[1];
+                m->flops = hook->flops ? hook->flops(m->rows, m->cols) : (double)(m->rows * m->cols);
+            }
         }
-        if (!alone) ZT_TRY(zt_comm_broadcast(e->comm, whole + ps->offset, ps->numel * sizeof(float), owner, &ctx->err));
     }
-    return alone ? failed : zt_comm_agree(e->comm, failed, &ctx->err);
+    return n;
+}
+
+/* Largest work first; equal work in unit order. */
+static int heavier_first(const void *a, const void *b) {
+    const zt_matrix *x = *(const zt_matrix *const *)a, *y = *(const zt_matrix *const *)b;
+    if (x->flops != y->flops) return x->flops > y->flops ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+int zt_optim_matrices(const zt_optim *opt, const zt_model_spec *spec, int world, zt_matrix *out) {
+    if (!opt->matrix_hook) return 0;
+    int n = list_matrices(opt->matrix_hook, spec, out);
+    if (!out || n == 0) return n;
+    zt_matrix **order = calloc((size_t)n, sizeof *order);
+    double *load = calloc((size_t)world, sizeof *load);
+    for (int i = 0; order && load && i < n; i++) order[i] = &out[i];
+    if (order && load) qsort(order, (size_t)n, sizeof *order, heavier_first);
+    for (int i = 0; order && load && i < n; i++) {
+        int least = 0;
+        for (int r = 1; r < world; r++)
+            if (load[r] < load[least]) least = r;
+        order[i]->owner = least;
+        load[least] += order[i]->flops;
+    }
+    int ok = order && load;
+    free(order);
+    free(load);
+    return ok ? n : -1;
+}
+
+zt_status zt_engine_plan_matrices(zt_engine *e) {
+    const zt_optim *opt = optim_of(e);
+    if (!opt->matrix_hook) return ZT_OK;
+    int n = zt_optim_matrices(opt, e->spec, e->comm->world_size, NULL);
+    struct zt_matrix_plan *plan = calloc(1, sizeof *plan);
+    if (plan) plan->m = calloc((size_t)n + 1, sizeof *plan->m);
+    if (plan && plan->m) plan->n = zt_optim_matrices(opt, e->spec, e->comm->world_size, plan->m);
+    if (!plan || !plan->m || plan->n < 0) {
+        if (plan) free(plan->m);
+        free(plan);
+        return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate the table of %d matrices", n);
+    }
+    e->matrices = plan;
+    return ZT_OK;
+}
+
+void zt_engine_free_matrices(zt_engine *e) {
+    if (!e->matrices) return;
+    free(e->matrices->m);
+    free(e->matrices);
+    e->matrices = NULL;
+}
+
+/* Part of matrix m in world slice r of its unit: [*a, *b) (empty: a == b). */
+static void slice_part(const zt_engine *e, const zt_matrix *m, int r, size_t *a, size_t *b) {
+    size_t S = e->spec->units[m->unit].shard_numel, lo = (size_t)r * S, end = m->offset + m->rows * m->cols;
+    *a = m->offset > lo ? m->offset : lo;
+    *b = end < lo + S ? end : lo + S;
+    if (*b < *a) *b = *a;
+}
+
+typedef struct {
+    const zt_engine *e;
+    int host; /* buffers in the host pool (offload), else on the device */
+} where;
+
+static zt_status scratch_alloc(where w, zt_tensor *t, size_t numel, zt_category cat, const char *what, int u) {
+    return w.host ? zt_engine_alloc_host(w.e, t, ZT_FP32, numel, cat, what, u)
+                  : zt_engine_alloc(w.e, t, ZT_FP32, numel, cat, what, u);
+}
+
+static void scratch_free(where w, zt_tensor *t) {
+    zt_tensor_free(t, w.host ? &w.e->ctx->host_mem : &w.e->ctx->device_mem);
+}
+
+/* Matrix m of a unit whose owned update upd starts at unit element lo:
+ * transformed where this rank owns it (whole: the update itself at stage
+ * 0, else gathered from every slice), and this rank's slice sent back. A
+ * transform's failure is kept in *failed, so that the collectives go on. */
+static zt_status one_matrix(where w, const zt_matrix *m, float *upd, size_t lo, zt_status *failed) {
+    const zt_engine *e = w.e;
+    const zt_optim_matrix_hook *hook = optim_of(e)->matrix_hook;
+    zt_ctx *ctx = e->ctx;
+    zt_comm *comm = e->comm;
+    int alone = full_optim(e) || comm->world_size == 1, mine = alone || comm->rank == m->owner;
+    size_t numel = m->rows * m->cols;
+    zt_tensor scratch = {0}, whole = {0}; /* [scratch_numel] workspace; [rows, cols] comm_buffers */
+    size_t sn = hook->scratch_numel ? hook->scratch_numel(m->rows, m->cols) : 0;
+    if (mine && sn) ZT_TRY(scratch_alloc(w, &scratch, sn, ZT_CAT_WORKSPACE, "matrix scratch", m->unit));
+    zt_status st = ZT_OK;
+    if (alone) {
+        if (!ctx->dry) *failed = hook->transform(&e->cfg, m, upd + (m->offset - lo), zt_f32(&scratch), &ctx->err);
+        scratch_free(w, &scratch);
+        return ZT_OK;
+    }
+    size_t *counts = malloc((size_t)comm->world_size * sizeof *counts), a, b;
+    if (!counts) st = ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate %d counts", comm->world_size);
+    for (int r = 0; st == ZT_OK && r < comm->world_size; r++) {
+        slice_part(e, m, r, &a, &b);
+        counts[r] = (b - a) * sizeof(float);
+    }
+    slice_part(e, m, comm->rank, &a, &b);
+    float *piece = upd ? upd + (a - lo) : NULL; /* this rank's part: [b - a] (NULL in a replay's host step) */
+    if (st == ZT_OK && comm->rank == m->owner)
+        st = scratch_alloc(w, &whole, numel, ZT_CAT_COMM_BUFFERS, "matrix gathered", m->unit);
+    if (st == ZT_OK) st = zt_comm_gather_host(comm, piece, whole.data, counts, m->owner, &ctx->err);
+    if (st == ZT_OK && comm->rank == m->owner && !ctx->dry && *failed == ZT_OK)
+        *failed = hook->transform(&e->cfg, m, zt_f32(&whole), zt_f32(&scratch), &ctx->err);
+    if (st == ZT_OK) st = zt_comm_scatter_host(comm, whole.data, piece, counts, m->owner, &ctx->err);
+    free(counts);
+    scratch_free(w, &whole);
+    scratch_free(w, &scratch);
+    return st;
+}
+
+zt_status zt_engine_transform_matrices(const zt_engine *e, int u, float *upd, int host) {
+    where w = {e, host};
+    zt_status failed = ZT_OK;
+    int n;
+    const zt_matrix *ms = zt_engine_matrices(e, &n);
+    for (int i = 0; i < n; i++)
+        if (ms[i].unit == u) ZT_TRY(one_matrix(w, &ms[i], upd, owned_lo(e, u), &failed));
+    if (full_optim(e) || e->comm->world_size == 1) return failed;
+    return zt_comm_agree(e->comm, failed, &e->ctx->err);
 }
 
 zt_status zt_engine_matrix_step(zt_engine *e, int u, const zt_optim_step *s) {
     const zt_optim_matrix_hook *hook = optim_of(e)->matrix_hook;
     zt_ctx *ctx = e->ctx;
-    size_t lo = owned_lo(e, u), n = owned_numel(e, u);
-    zt_tensor upd = {0}; /* [owned] fp32 device: the update direction */
-    ZT_TRY(zt_engine_alloc(e, &upd, ZT_FP32, n, ZT_CAT_WORKSPACE, "matrix update", u));
-    float *whole = malloc(e->spec->units[u].padded_numel * sizeof(float) + 4); /* [padded] fp32 host */
-    zt_status st = whole ? ZT_OK : ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate a unit's update");
-    if (st == ZT_OK) st = hook->update(e, u, s, zt_f32(&upd));
-    /* a replay (ctx->dry) keeps the buffers and skips the host's work on the values */
-    if (st == ZT_OK && !ctx->dry) st = gather_update(e, u, zt_f32(&upd), whole);
-    if (st == ZT_OK && !ctx->dry) st = transform_matrices(e, u, whole);
-    if (st == ZT_OK)
-        st = ctx->be->memcpy_async(ctx->be, zt_f32(&upd), whole + lo, n * sizeof(float), ZT_COPY_H2D, &ctx->compute,
-                                   &ctx->err);
-    if (st == ZT_OK) st = hook->apply(e, u, s, zt_f32(&upd));
-    if (st == ZT_OK) st = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err); /* before whole is freed */
-    free(whole);
+    if (ctx->be->device != ZT_DEVICE_CPU)
+        return ZT_FAIL(&ctx->err, ZT_ERR_UNSUPPORTED, "optimizer %s: its matrix transform runs on the host; on a "
+                       "GPU it needs `offload` cpu", optim_of(e)->name);
+    zt_tensor upd = {0}; /* [owned] fp32: the update direction */
+    ZT_TRY(zt_engine_alloc(e, &upd, ZT_FP32, owned_numel(e, u), ZT_CAT_WORKSPACE, "matrix update", u));
+    zt_status st = ctx->dry ? ZT_OK : hook->update(e, u, s, zt_f32(&upd));
+    if (st == ZT_OK) st = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+    if (st == ZT_OK) st = zt_engine_transform_matrices(e, u, zt_f32(&upd), 0);
+    if (st == ZT_OK && !ctx->dry) st = hook->apply(e, u, s, zt_f32(&upd));
     zt_tensor_free(&upd, &ctx->device_mem);
     return st;
 }

@@ -5,13 +5,14 @@
 
 #include "zt_optim.h"
 
-extern const zt_optim zt_optim_adamw, zt_optim_sgd, zt_optim_adafactor, zt_optim_adam8bit;
+extern const zt_optim zt_optim_adamw, zt_optim_sgd, zt_optim_adafactor, zt_optim_adam8bit, zt_optim_muon;
 
 static const zt_optim *const registry[] = {
     &zt_optim_adamw,
     &zt_optim_sgd,
     &zt_optim_adafactor,
     &zt_optim_adam8bit,
+    &zt_optim_muon,
 };
 
 int zt_optim_count(void) { return (int)(sizeof registry / sizeof registry[0]); }

@@ -39,6 +39,7 @@ typedef enum {
     ZT_SLOT_BLOCK_CODES,     /* one 8-bit code per owned element (4 to a word), blocks per parameter segment */
     ZT_SLOT_BLOCK_SCALES,    /* fp32 scales, one per block of each coded slot */
     ZT_SLOT_FACTORED,        /* per parameter touched: rows + cols statistics (a matrix) or one per element */
+    ZT_SLOT_NOT_HIDDEN,      /* one fp32 per owned element outside the hidden matrices (Muon's AdamW group) */
 } zt_slot_layout;
 
 typedef struct {
@@ -59,29 +60,54 @@ typedef struct {
     zt_tensor *wu;  /* device: one chunk for the update (update_workspace only) */
 } zt_optim_step;
 
+/* One logical matrix a hook transforms: part `part` of hidden parameter
+ * `param` of unit `unit` (zt_param_spec.hidden), its elements
+ * [offset, offset + rows x cols) of the unit, row-major [rows, cols]. */
+typedef struct {
+    int unit, param, part;
+    size_t offset, rows, cols;
+    int owner;    /* the rank of the shard group that transforms it */
+    double flops; /* what its transform costs (the owners' balance) */
+} zt_matrix;
+
 /* The optional hook between the state update and the apply, for updates
- * that need whole matrices (Muon's orthogonalization, a per-matrix norm):
- * an optimizer with a hook gives it instead of a device_step. For each
- * trained unit u the engine (optim/matrix_hook.c) runs
- *   update(e, u, s, upd)       the state update; upd [owned] fp32 (device)
- *                              receives the update direction
- *   transform(.., whole)       once per matrix parameter (both dims >= 2,
- *                              zt_param_factored's shape), on the rank that
- *                              owns it (parameter index mod world size), on
- *                              the whole [rows, cols] fp32 update (host),
- *                              gathered from every rank's slice
- *   apply(e, u, s, upd)        the step of p with upd, into which the engine
- *                              has written back this rank's slice of every
- *                              transformed matrix
- * Vectors keep their update. The device path only: an optimizer with a hook
- * refuses offload in its check (the host path has no gather).
- * docs/optimizers.md, "The matrix hook". */
+ * that need whole matrices (Muon's orthogonalization): an optimizer with a
+ * hook gives it instead of a device_step. The matrices are the hidden
+ * parameters' logical matrices (zt_matrix); each has an owner, assigned
+ * once at init, largest transform first, to the rank with the least work
+ * so far (so a rank's share is at most total / N + the largest one's).
+ * For each trained unit u the engine (optim/matrix_hook.c) runs
+ *   update(e, u, s, upd)       the state update; upd [owned] fp32 receives
+ *                              the update direction of the matrices'
+ *                              elements (others: the optimizer's own use)
+ *   transform(.., m, whole)    for each matrix of u on its owner, on the
+ *                              whole [rows, cols] fp32 update gathered from
+ *                              every rank's slice (stage 0: every rank
+ *                              transforms every matrix, in place), with
+ *                              scratch[scratch_numel(cfg, rows, cols)];
+ *                              every rank then receives its slice back
+ *   apply(e, u, s, upd)        the step of p with the transformed upd
+ * The gathered matrix is a comm_buffers allocation, the scratch a
+ * workspace one, both for the transform's duration (the planner's replay
+ * makes them). Memory is host memory: on a GPU the optimizer runs on the
+ * host under offload (its host_step calls zt_engine_transform_matrices
+ * with host = 1). docs/optimizers.md, "The matrix hook". */
 typedef struct {
     zt_status (*update)(zt_engine *e, int u, const zt_optim_step *s, float *upd);
-    zt_status (*transform)(const zt_engine_config *cfg, int unit, int param, size_t rows, size_t cols,
-                           float *whole, zt_error *err);
+    size_t (*scratch_numel)(size_t rows, size_t cols); /* NULL: none */
+    double (*flops)(size_t rows, size_t cols);          /* relative cost of a transform (NULL: rows x cols) */
+    zt_status (*transform)(const zt_engine_config *cfg, const zt_matrix *m, float *whole, float *scratch,
+                           zt_error *err);
     zt_status (*apply)(zt_engine *e, int u, const zt_optim_step *s, const float *upd);
 } zt_optim_matrix_hook;
+
+/* The matrices of an engine whose optimizer has a hook, in unit order
+ * (NULL, *n = 0: none). */
+const zt_matrix *zt_engine_matrices(const zt_engine *e, int *n);
+/* The matrices opt's hook transforms in spec's trained units, in unit
+ * order, with their owners among `world` ranks, into out (NULL: counts
+ * them); returns how many. What the engine and the planner both use. */
+int zt_optim_matrices(const zt_optim *opt, const zt_model_spec *spec, int world, zt_matrix *out);
 
 /* slot_words of an optimizer whose every slot holds one fp32 word per
  * owned element (AdamW's moments, SGD's momentum). */

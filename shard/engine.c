@@ -155,6 +155,7 @@ zt_status zt_engine_init_hybrid(zt_engine *e, zt_ctx *ctx, zt_comm *comm, zt_com
     e->units = calloc((size_t)spec->nunits, sizeof *e->units);
     if (!e->units) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate unit table");
     ZT_TRY(check_agreement(e));
+    ZT_TRY(zt_engine_plan_matrices(e));
     if (cfg->stage == 3 && cfg->max_reuse_distance) {
         e->reuse_seen = calloc((size_t)spec->nunits, 1);
         if (!e->reuse_seen) return ZT_FAIL(&ctx->err, ZT_ERR_OOM, "engine: cannot allocate the reuse look-ahead");
@@ -182,6 +183,7 @@ void zt_engine_destroy(zt_engine *e) {
     e->units = NULL;
     free(e->reuse_seen);
     e->reuse_seen = NULL;
+    zt_engine_free_matrices(e);
     free(e->now.units);
     for (int p = 0; p < ZT_NPASSES; p++) free(e->recorded[p].units);
 }

@@ -142,7 +142,9 @@ static zt_status host_update(zt_engine *e, int u, void *out, float clip, float l
      * fp16, and the others', are rounded below. */
     zt_optim_step s = {clip, lr, t, NULL, 0, NULL, NULL};
     int written = 0;
-    if (e->ctx->dry) return ZT_OK; /* a replay: the buffers, not their values */
+    /* a replay: the buffers, not their values (a matrix hook's exchange
+     * buffers included) */
+    if (e->ctx->dry) return optim_of(e)->matrix_hook ? zt_engine_transform_matrices(e, u, NULL, 1) : ZT_OK;
     ZT_TRY(optim_of(e)->host_step(e, u, zt_f32(&st->host_grads), e->cfg.dtype == ZT_FP16 ? NULL : out, &s, &written));
     /* Padding never changes, but the device copy is rewritten whole. */
     const float *p = zt_f32(&st->host_master);

@@ -3,6 +3,7 @@
  * optim/step.c and shard/offload_step.c allocate them. */
 #include "zt_plan.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "zt_optim_engine.h"
@@ -204,6 +205,58 @@ void zt_plan_grads_ready(zt_plan_sim *S, int u, const zt_plan_moment *m, const c
     if (S->filling_numel * 4 >= S->bucket || S->filling_units == S->cap) zt_plan_flush(S, m, name);
 }
 
+/* A matrix hook's step of each unit (optim/matrix_hook.c), on top of the
+ * optimizer step's moment O: the unit's update [owned] (workspace), and
+ * for each matrix this rank transforms its scratch (workspace) and, past
+ * stage 0, the matrix gathered whole (comm_buffers), one at a time. */
+static void matrix_moments(zt_plan_sim *S, const zt_plan_moment *O) {
+    const zt_optim *opt = zt_optim_or_default(S->in.optimizer);
+    const zt_optim_matrix_hook *hook = opt->matrix_hook;
+    int n = zt_optim_matrices(opt, S->in.spec, S->in.world, NULL);
+    zt_matrix *ms = calloc((size_t)n + 1, sizeof *ms);
+    if (!ms || zt_optim_matrices(opt, S->in.spec, S->in.world, ms) < 0) {
+        free(ms);
+        return; /* out of memory: the moment without its matrices */
+    }
+    int alone = S->in.stage == 0 || S->in.world == 1;
+    for (int u = 0; u < S->in.spec->nunits; u++) {
+        if (owned(S, u) == 0) continue;
+        zt_plan_moment M = *O;
+        M.name = "optimizer step (matrices)";
+        M.c[ZT_CAT_WORKSPACE] += 4 * owned(S, u);
+        zt_plan_consider(S, &M);
+        for (int i = 0; i < n; i++) {
+            const zt_matrix *m = &ms[i];
+            if (m->unit != u || (!alone && m->owner != S->in.rank)) continue;
+            zt_plan_moment W = M;
+            W.c[ZT_CAT_WORKSPACE] += 4 * (hook->scratch_numel ? hook->scratch_numel(m->rows, m->cols) : 0);
+            if (!alone) W.c[ZT_CAT_COMM_BUFFERS] += 4 * m->rows * m->cols;
+            zt_plan_consider(S, &W);
+        }
+    }
+    free(ms);
+}
+
+/* Bytes a matrix hook's host step (offload) adds while it runs on unit u:
+ * the update [owned] and, at most, one matrix's scratch and gathered copy. */
+static size_t matrix_host_step_bytes(const zt_plan_sim *S, int u) {
+    const zt_optim *opt = zt_optim_or_default(S->in.optimizer);
+    if (!opt->matrix_hook || owned(S, u) == 0) return 0;
+    int n = zt_optim_matrices(opt, S->in.spec, S->in.world, NULL), alone = S->in.stage == 0 || S->in.world == 1;
+    zt_matrix *ms = calloc((size_t)n + 1, sizeof *ms);
+    size_t most = 0;
+    if (ms && zt_optim_matrices(opt, S->in.spec, S->in.world, ms) >= 0)
+        for (int i = 0; i < n; i++) {
+            const zt_matrix *m = &ms[i];
+            if (m->unit != u || (!alone && m->owner != S->in.rank)) continue;
+            size_t b = 4 * (opt->matrix_hook->scratch_numel ? opt->matrix_hook->scratch_numel(m->rows, m->cols) : 0);
+            if (!alone) b += 4 * m->rows * m->cols;
+            if (b > most) most = b;
+        }
+    free(ms);
+    return 4 * owned(S, u) + most;
+}
+
 /* The optimizer step: one chunk of widened 16-bit gradients
  * (zt_engine_optimizer_chunk: sub_group_size elements, or
  * ZT_OPTIMIZER_CHUNK, or the largest owned range if that is smaller). */
@@ -228,6 +281,7 @@ static void optimizer_moment(zt_plan_sim *S) {
         O.c[ZT_CAT_WORKSPACE] += 4 * chunk + 4 * scratch;
     }
     zt_plan_consider(S, &O);
+    if (opt->matrix_hook && !S->in.offload) matrix_moments(S, &O);
 }
 
 /* Offload's host pool: master + m + v of the owned part, plus the transfer
@@ -252,6 +306,7 @@ static size_t host_bytes(const zt_plan_sim *S) {
         /* delayed: the copies of the master out to the device, before this
          * step's gradients go to the CPU Adam */
         size_t at_u = S->in.offload_delay ? all * g + (prev + slot) * d : (waiting - o) * g + 4 * o + (prev + slot) * d;
+        at_u += matrix_host_step_bytes(S, u); /* its host step's exchange (Muon) */
         if (at_u > transfer) transfer = at_u;
         /* 16-bit: u's gradients widened while they still wait as sent (the
          * peak where no output slot is taken after it) */

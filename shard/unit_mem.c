@@ -14,7 +14,7 @@
 #include "placement.h"
 
 /* Both spaces: the device (zeroed on the compute stream) and the host pool. */
-static zt_status alloc_in(zt_engine *e, int host, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
+static zt_status alloc_in(const zt_engine *e, int host, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
                           const char *what, int unit) {
     char label[40];
     snprintf(label, sizeof label, "%s %s", unit >= 0 ? e->spec->units[unit].name : "engine", what);
@@ -29,12 +29,12 @@ static zt_status alloc_in(zt_engine *e, int host, zt_tensor *t, zt_dtype dtype, 
     return ctx->be->memset_async(ctx->be, t->data, 0, zt_tensor_bytes(t), &ctx->compute, &ctx->err);
 }
 
-zt_status zt_engine_alloc(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
+zt_status zt_engine_alloc(const zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
                           const char *what, int unit) {
     return alloc_in(e, 0, t, dtype, numel, cat, what, unit);
 }
 
-zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
+zt_status zt_engine_alloc_host(const zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
                                const char *what, int unit) {
     return alloc_in(e, 1, t, dtype, numel, cat, what, unit);
 }

@@ -10,9 +10,9 @@
 /* Allocates a zeroed 1-d tensor labelled "<unit> <what>" (unit -1:
  * "engine <what>"), on the device or (zt_engine_alloc_host) in the host
  * pool. */
-zt_status zt_engine_alloc(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
+zt_status zt_engine_alloc(const zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
                           const char *what, int unit);
-zt_status zt_engine_alloc_host(zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
+zt_status zt_engine_alloc_host(const zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
                                const char *what, int unit);
 /* Unit u's persistent buffers, as the stage and offload place them, zeroed. */
 zt_status zt_unit_mem_alloc(zt_engine *e, int u);

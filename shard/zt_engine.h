@@ -65,6 +65,12 @@ typedef struct {
     zt_nvme_options io;
 } zt_nvme_config;
 
+/* Muon's learning-rate adjustment per [rows, cols] matrix. */
+typedef enum {
+    ZT_MUON_ADJUST_ORIGINAL = 0,      /* lr x sqrt(max(1, rows / cols)) (Keller Jordan's) */
+    ZT_MUON_ADJUST_MATCH_RMS_ADAMW,   /* lr x 0.2 sqrt(max(rows, cols)): AdamW's update RMS (Moonshot's) */
+} zt_muon_adjust;
+
 typedef struct {
     int stage;      /* ZeRO stage 0..3 */
     const zt_optim *optimizer; /* NULL: AdamW (zt_optim_default) */
@@ -75,6 +81,16 @@ typedef struct {
      * scaled down to RMS adafactor_clip where larger; adafactor_eps is added
      * to g^2; adafactor_beta1 > 0 keeps a first moment of the update. */
     float adafactor_decay, adafactor_clip, adafactor_eps, adafactor_beta1;
+    /* Muon (optim/muon.c, torch.optim.Muon's definition) on the hidden
+     * matrices: momentum EMA, Nesterov blend, muon_ns_steps Newton-Schulz
+     * steps with coefficients muon_ns_coef and eps muon_eps, the learning
+     * rate adjusted per matrix shape (zt_muon_adjust); AdamW (beta1, beta2,
+     * eps) on the other parameters at muon_adamw_lr_scale x the lr. */
+    float muon_momentum;
+    int muon_nesterov, muon_ns_steps;
+    float muon_ns_coef[3], muon_eps;
+    int muon_adjust_lr; /* ZT_MUON_ADJUST_ORIGINAL or ZT_MUON_ADJUST_MATCH_RMS_ADAMW */
+    float muon_adamw_lr_scale;
     /* dtype of params and grads, and the compute dtype of gathered units
      * (when the backend has kernels in it; else compute is fp32) */
     zt_dtype dtype;
@@ -244,6 +260,9 @@ typedef struct {
     struct zt_nvme_state *nvme;
     int params_behind;
     double delayed_adam_s, delayed_wait_s;
+    /* An optimizer with a matrix hook: the matrices it transforms and
+     * their owners (optim/matrix_hook.c); NULL otherwise. */
+    struct zt_matrix_plan *matrices;
 } zt_engine;
 
 /* Fills dst[count] with elements [first, first + count) of the initial

@@ -94,9 +94,15 @@ zt_grad_pieces zt_engine_grad_pieces(zt_engine *e, int u, size_t lo, size_t n, z
 /* The next piece: *g holds elements [*at, *at + *n); 0 when none is left. */
 int zt_engine_next_grad_piece(zt_grad_pieces *it, float **g, size_t *at, size_t *n);
 
-/* An optimizer with a matrix hook: unit u's device step through it
- * (optim/matrix_hook.c). */
+/* An optimizer with a matrix hook (optim/matrix_hook.c): its matrices
+ * and their owners, made at init and freed at destroy; unit u's device
+ * step through the hook; and the transform of every matrix of unit u in
+ * upd[owned] fp32 (device memory, or with host = 1 the host pool's: the
+ * offload step's), gathered to each owner and scattered back. */
+zt_status zt_engine_plan_matrices(zt_engine *e);
+void zt_engine_free_matrices(zt_engine *e);
 zt_status zt_engine_matrix_step(zt_engine *e, int u, const zt_optim_step *s);
+zt_status zt_engine_transform_matrices(const zt_engine *e, int u, float *upd, int host);
 
 /* A per-element slot's checkpoint block: dst[shard_numel] from this
  * rank's slice of slot i (zeros where it is not kept); the owned part of

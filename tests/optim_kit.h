@@ -31,6 +31,7 @@ static inline void kit_spec(zt_model_spec *spec, int world) {
         if (i == 0 || i == 3) zt_spec_add_unit(spec, i == 0 ? "u0" : "u1", &u, &err);
         int ndim = shapes[i][1] ? 2 : 1;
         zt_spec_add_param(spec, u, names[i], ndim, shapes[i], ndim == 2, &p, &err);
+        if (ndim == 2) zt_spec_set_hidden(spec, u, p, 1, NULL, &err); /* what the matrix hook transforms */
     }
     zt_spec_layout(spec, world);
 }

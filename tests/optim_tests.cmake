@@ -16,3 +16,11 @@ endforeach()
 # More ranks than cores: alone, so that CTest's -j 2 does not stack it on
 # another test.
 set_tests_properties(optim_hook_np4 PROPERTIES RUN_SERIAL TRUE)
+
+# Muon's Newton-Schulz transform (optim/zt_newton_schulz.h): singular values
+# of its output for square, wide and tall inputs against a Jacobi solve in
+# double, determinism and the tall/wide symmetry; no ranks, quick.
+add_executable(test_newton_schulz ${CMAKE_CURRENT_SOURCE_DIR}/test_newton_schulz.c)
+target_link_libraries(test_newton_schulz PRIVATE zt_shard ${MATH_LIB})
+add_test(NAME test_newton_schulz COMMAND test_newton_schulz)
+set_tests_properties(test_newton_schulz PROPERTIES LABELS "unit;quick" TIMEOUT 120)

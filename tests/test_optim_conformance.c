@@ -30,6 +30,8 @@
 static zt_engine_config config_for(const zt_optim *opt, int stage, int offload) {
     zt_engine_config c = {.stage = stage, .optimizer = opt, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                           .weight_decay = 0.1f, .momentum = 0.9f, .adafactor_decay = -0.8f,
+                          .muon_momentum = 0.95f, .muon_nesterov = 1, .muon_ns_steps = 5,
+                          .muon_ns_coef = {3.4445f, -4.775f, 2.0315f}, .muon_eps = 1e-7f, .muon_adamw_lr_scale = 1.0f,
                           .adafactor_clip = 1.0f, .adafactor_eps = 1e-30f, .adafactor_beta1 = 0.9f,
                           .dtype = ZT_FP32, .reduce_dtype = ZT_FP32, .bucket_bytes = 1 << 20,
                           .overlap_comm = 1, .offload = offload, .host_threads = 1};

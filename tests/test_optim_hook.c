@@ -35,10 +35,10 @@ static void scale_to_unit_rms(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= scale;
 }
 
-static zt_status rms_transform(const zt_engine_config *cfg, int unit, int param, size_t rows, size_t cols,
-                               float *whole, zt_error *err) {
-    (void)cfg, (void)unit, (void)param, (void)err;
-    scale_to_unit_rms(whole, rows * cols);
+static zt_status rms_transform(const zt_engine_config *cfg, const zt_matrix *m, float *whole, float *scratch,
+                               zt_error *err) {
+    (void)cfg, (void)scratch, (void)err;
+    scale_to_unit_rms(whole, m->rows * m->cols);
     return ZT_OK;
 }
 
@@ -54,7 +54,7 @@ static zt_status rms_check(const zt_engine_config *cfg, zt_error *err) {
     return ZT_OK;
 }
 
-static const zt_optim_matrix_hook rms_hook = {rms_update, rms_transform, rms_apply};
+static const zt_optim_matrix_hook rms_hook = {.update = rms_update, .transform = rms_transform, .apply = rms_apply};
 
 static const zt_optim matrix_rms = {
     .name = "matrix_rms",
@@ -69,7 +69,7 @@ static const zt_optim matrix_rms = {
 /* What the engine must compute, on whole units in one process. how: 0 the
  * hook on whole matrices, 1 no hook, 2 the hook per slice of world N. */
 static void expected(const zt_model_spec *spec, int N, int how, float *out[2]) {
-    zt_model_spec one;
+    static zt_model_spec one; /* large: off the stack */
     kit_spec(&one, N); /* the slices of world N, for how == 2 */
     for (int u = 0; u < spec->nunits; u++) {
         const zt_unit_spec *us = &spec->units[u];
@@ -95,7 +95,7 @@ static void expected(const zt_model_spec *spec, int N, int how, float *out[2]) {
 }
 
 static void check_stage(zt_comm *comm, int stage) {
-    zt_model_spec spec;
+    static zt_model_spec spec; /* large: off the stack */
     kit_spec(&spec, comm->world_size);
     zt_engine_config c = {.stage = stage, .optimizer = &matrix_rms, .dtype = ZT_FP32, .reduce_dtype = ZT_FP32,
                           .bucket_bytes = 1 << 20, .overlap_comm = 1, .host_threads = 1};

@@ -19,6 +19,17 @@ zt_status zt_train_engine_config(const zt_train_config *c, const zt_train_hooks 
                           .adafactor_clip = (float)c->adafactor_clip,
                           .adafactor_eps = (float)c->adafactor_eps,
                           .adafactor_beta1 = (float)c->adafactor_beta1,
+                          .muon_momentum = (float)c->muon_momentum,
+                          .muon_nesterov = c->muon_nesterov,
+                          .muon_ns_steps = c->muon_ns_steps,
+                          .muon_ns_coef = {(float)c->muon_ns_coef[0], (float)c->muon_ns_coef[1],
+                                           (float)c->muon_ns_coef[2]},
+                          .muon_eps = (float)c->muon_eps,
+                          .muon_adjust_lr = strcmp(c->muon_adjust_lr, "original") == 0
+                                                ? ZT_MUON_ADJUST_ORIGINAL
+                                                : ZT_MUON_ADJUST_MATCH_RMS_ADAMW,
+                          .muon_adamw_lr_scale = c->muon_adamw_lr < 0 ? 1.0f
+                                                 : c->lr > 0 ? (float)(c->muon_adamw_lr / c->lr) : 0.0f,
                           .beta1 = (float)c->beta1,
                           .beta2 = (float)c->beta2,
                           .eps = (float)c->eps,

@@ -63,7 +63,19 @@ static const opt_spec options[] = {
      "or optimizer state)"},
     {"optimizer", OPT_CHOICE, S(optimizer), 0, 0, NULL,
      "adamw (exp_avg, exp_avg_sq: 8 bytes of state per parameter), sgd with momentum (4 bytes), adafactor (factored second "
-     "moments: rows + cols per matrix) or adam8bit (m, v block-wise in 8 bits: 2 bytes)"},
+     "moments: rows + cols per matrix), adam8bit (m, v block-wise in 8 bits: 2 bytes) or muon (Newton-Schulz "
+     "orthogonalized momentum on the blocks' weight matrices: 4 bytes; AdamW on the rest)"},
+    {"muon-momentum", OPT_FLOAT, F(muon_momentum), 0, 0, 0.999999, NULL, "muon: the momentum buffer's decay"},
+    {"muon-nesterov", OPT_BOOL, F(muon_nesterov), 0, 0, 1, NULL, "muon: Nesterov blend of gradient and momentum"},
+    {"muon-ns-steps", OPT_INT, F(muon_ns_steps), 0, 1, 100, NULL, "muon: Newton-Schulz iterations"},
+    {"muon-ns-coefficients", OPT_STRING, S(muon_ns_coef_text), 0, 0, NULL,
+     "muon: the quintic iteration's coefficients A,B,C"},
+    {"muon-eps", OPT_FLOAT, F(muon_eps), 0, 1e-30, 1, NULL, "muon: the update's Frobenius norm is clamped at this"},
+    {"muon-adjust-lr", OPT_CHOICE, S(muon_adjust_lr), 0, 0, "original|match_rms_adamw",
+     "muon: per-matrix lr scale: original (sqrt(max(1, rows/cols))) or match_rms_adamw (0.2 sqrt(max(rows, cols)), "
+     "so --lr suits both groups)"},
+    {"muon-adamw-lr", OPT_FLOAT, F(muon_adamw_lr), 0, -1, 10, NULL,
+     "muon: the AdamW group's peak learning rate (-1: --lr), on the same schedule"},
     {"adafactor-beta1", OPT_FLOAT, F(adafactor_beta1), 0, 0, 0.999999, NULL,
      "adafactor: first-moment decay (0: no first moment, none kept)"},
     {"adafactor-decay", OPT_FLOAT, F(adafactor_decay), 0, -1, -0.000001, NULL,
@@ -234,6 +246,13 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->nvme_queue_depth = 32;
     snprintf(c->nvme_io, sizeof c->nvme_io, "auto");
     c->adafactor_decay = -0.8;
+    c->muon_momentum = 0.95; /* torch.optim.Muon's defaults */
+    c->muon_nesterov = 1;
+    c->muon_ns_steps = 5;
+    snprintf(c->muon_ns_coef_text, sizeof c->muon_ns_coef_text, "3.4445,-4.7750,2.0315");
+    c->muon_eps = 1e-7;
+    snprintf(c->muon_adjust_lr, sizeof c->muon_adjust_lr, "match_rms_adamw");
+    c->muon_adamw_lr = -1;
     c->adafactor_clip = 1.0;
     c->adafactor_eps = 1e-30;
     snprintf(c->warmup_type, sizeof c->warmup_type, "log"); /* DeepSpeed's defaults */
@@ -561,7 +580,22 @@ static zt_status validate_nvme(const zt_train_config *c, zt_error *err) {
     return ZT_OK;
 }
 
+/* --muon-ns-coefficients "A,B,C" into c->muon_ns_coef. */
+static zt_status parse_muon_coefficients(zt_train_config *c, zt_error *err) {
+    const char *at = c->muon_ns_coef_text;
+    for (int k = 0; k < 3; k++) {
+        char *end = NULL;
+        c->muon_ns_coef[k] = strtod(at, &end);
+        if (end == at || !isfinite(c->muon_ns_coef[k]) || (k < 2 ? *end != ',' : *end != '\0'))
+            return ZT_FAIL(err, ZT_ERR_INVALID, "--muon-ns-coefficients '%s' is not three finite numbers A,B,C",
+                           c->muon_ns_coef_text);
+        at = end + 1;
+    }
+    return ZT_OK;
+}
+
 zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
+    ZT_TRY(parse_muon_coefficients(c, err));
     /* As the Hugging Face integration fills them in: from the hidden size. */
     double C = c->d_model;
     if ((c->ds_auto & ZT_DS_AUTO_REDUCE_BUCKET) && !zt_train_config_given(c, "bucket-size"))

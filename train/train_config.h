@@ -29,6 +29,13 @@ typedef struct {
      * clip, eps and optional beta1) or adam8bit (AdamW's betas and eps) */
     char optimizer[16];
     double adafactor_beta1, adafactor_decay, adafactor_clip, adafactor_eps;
+    /* muon: on the hidden matrices; AdamW (betas, eps) at muon_adamw_lr
+     * (< 0: --lr) on the rest. muon_ns_coef_text "A,B,C" is parsed by
+     * validation into muon_ns_coef. */
+    double muon_momentum, muon_eps, muon_adamw_lr;
+    int muon_nesterov, muon_ns_steps;
+    char muon_ns_coef_text[64], muon_adjust_lr[24];
+    double muon_ns_coef[3];
     char freeze[128]; /* --freeze: units not trained (train/decoder/decoder_freeze.c) */
     double momentum;
     int nesterov;

@@ -50,6 +50,7 @@ typedef struct {
     const size_t *rank_node_limit; /* [world_size]: its node's memory limit (zt_node_mem_limit_read; 0: unknown) */
     double process_sampling_overhead; /* this rank's sampling time over its run's */
     json_t *rank_device_process; /* [world_size]: each rank's GPU bill (device_bill_out.h), or null */
+    json_t *muon_owners; /* each whole matrix's owner rank (matrix_owners.h), or NULL: none */
 } zt_summary;
 
 /* Writes DIR/summary.json (via a temporary file and a rename). */

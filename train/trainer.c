@@ -1,5 +1,6 @@
 #include "zt_time.h"
 #include "trainer.h"
+#include "matrix_owners.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -439,6 +440,7 @@ static zt_status create_model(run_state *r) {
     ZT_TRY(zt_engine_init_hybrid(&t->eng, ctx, shard, t->groups > 1 ? &t->replicas : NULL, r->comm, spec, &ec,
                                  t->family->init_param, t->model));
     ZT_TRY(make_secondary(r));
+    zt_matrix_owners_log(&t->eng, &ctx->log, shard->world_size);
     zt_log_rank0(&ctx->log, "model: %s, %zu parameters in %d units (largest %zu padded), dtype %s, ZeRO stage %d on "
                  "%d rank(s)", t->family->family, spec->total_numel, spec->nunits, spec->largest_unit_numel, c->dtype,
                  c->stage, r->comm->world_size);
@@ -871,8 +873,10 @@ static zt_status write_summary(const run_state *r, const size_t *table, const ch
     const zt_train_config *c = r->c;
     zt_summary s = {c,      N,    r->t->family->spec(r->t->model)->total_numel, c->steps, r->start, r->end,
                     r->stop_signo ? zt_signal_name(r->stop_signo) : "completed", r->t->losses, r->floor, tps, median, digest, peak, cat, host, osp, hcat, node, local, hosts, r->comm->nnodes,
-                    json_object_get(r->t->run_info, "model"), process, limits, zt_bill_overhead(&r->bill), device};
+                    json_object_get(r->t->run_info, "model"), process, limits, zt_bill_overhead(&r->bill), device,
+                    zt_matrix_owners_json(&r->t->eng)};
     zt_status st = zt_summary_write(&s, c->log_dir, &r->ctx->err);
+    json_decref(s.muon_owners);
     json_decref(process);
     json_decref(device);
     free(cols);

@@ -126,6 +126,9 @@ zt_status zt_decoder_add_unit(zt_decoder *d, const char *name, int *unit, zt_err
 /* A parameter of `unit`: [d0] (ndim 1) or [d0, d1]; decay: weight decay applies. */
 zt_status zt_decoder_add_param(zt_decoder *d, int unit, const char *name, int ndim, int64_t d0, int64_t d1,
                                int decay, int *param, zt_error *err);
+/* Marks parameter `param` of `unit` a hidden layer's weight matrix of
+ * nparts logical matrices stacked by rows (zt_spec_set_hidden). */
+zt_status zt_decoder_set_hidden(zt_decoder *d, int unit, int param, int nparts, const int64_t *rows, zt_error *err);
 
 zt_status zt_decoder_forward(zt_decoder *d, zt_engine *eng, const int32_t *tokens, const int32_t *targets, int B,
                              int T, float *mean_loss);

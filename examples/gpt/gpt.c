@@ -25,15 +25,20 @@ static zt_status add_block(zt_gpt *g, int l, zt_error *err) {
     if (l == 0) g->dec.first_block = u;
     ZT_TRY(add_param(g, u, "ln1_w", 1, C, 0, 0, &idx, err));
     ZT_TRY(add_param(g, u, "ln1_b", 1, C, 0, 0, &idx, err));
+    const int64_t qkv_rows[3] = {C, C, C}; /* q, k, v */
     ZT_TRY(add_param(g, u, "qkv_w", 2, 3 * C, C, 1, &idx, err));
+    ZT_TRY(zt_decoder_set_hidden(&g->dec, u, idx, 3, qkv_rows, err));
     ZT_TRY(add_param(g, u, "qkv_b", 1, 3 * C, 0, 0, &idx, err));
     ZT_TRY(add_param(g, u, "attproj_w", 2, C, C, 1, &idx, err));
+    ZT_TRY(zt_decoder_set_hidden(&g->dec, u, idx, 1, NULL, err));
     ZT_TRY(add_param(g, u, "attproj_b", 1, C, 0, 0, &idx, err));
     ZT_TRY(add_param(g, u, "ln2_w", 1, C, 0, 0, &idx, err));
     ZT_TRY(add_param(g, u, "ln2_b", 1, C, 0, 0, &idx, err));
     ZT_TRY(add_param(g, u, "fc_w", 2, 4 * C, C, 1, &idx, err));
+    ZT_TRY(zt_decoder_set_hidden(&g->dec, u, idx, 1, NULL, err));
     ZT_TRY(add_param(g, u, "fc_b", 1, 4 * C, 0, 0, &idx, err));
     ZT_TRY(add_param(g, u, "fcproj_w", 2, C, 4 * C, 1, &idx, err));
+    ZT_TRY(zt_decoder_set_hidden(&g->dec, u, idx, 1, NULL, err));
     return add_param(g, u, "fcproj_b", 1, C, 0, 0, &idx, err);
 }
 

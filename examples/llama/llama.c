@@ -40,11 +40,17 @@ static zt_status add_block(zt_llama *m, int l, zt_error *err) {
     ZT_TRY(zt_decoder_add_unit(&m->dec, name, &u, err));
     if (l == 0) m->dec.first_block = u;
     ZT_TRY(add_param(m, u, "attn_norm_w", 1, C, 0, 0, &idx, err));
+    int64_t kv = (int64_t)m->cfg.kv_heads * m->head_dim;
+    const int64_t qkv_rows[3] = {C, kv, kv}, gate_up_rows[2] = {F, F};
     ZT_TRY(add_param(m, u, "qkv_w", 2, m->qkv_dim, C, 1, &idx, err));
+    ZT_TRY(zt_decoder_set_hidden(&m->dec, u, idx, 3, qkv_rows, err));
     ZT_TRY(add_param(m, u, "attproj_w", 2, C, C, 1, &idx, err));
+    ZT_TRY(zt_decoder_set_hidden(&m->dec, u, idx, 1, NULL, err));
     ZT_TRY(add_param(m, u, "mlp_norm_w", 1, C, 0, 0, &idx, err));
     ZT_TRY(add_param(m, u, "gate_up_w", 2, 2 * F, C, 1, &idx, err));
-    return add_param(m, u, "down_w", 2, C, F, 1, &idx, err);
+    ZT_TRY(zt_decoder_set_hidden(&m->dec, u, idx, 2, gate_up_rows, err));
+    ZT_TRY(add_param(m, u, "down_w", 2, C, F, 1, &idx, err));
+    return zt_decoder_set_hidden(&m->dec, u, idx, 1, NULL, err);
 }
 
 zt_status zt_llama_create(zt_llama *m, const zt_model_settings *s, zt_error *err) {

@@ -113,6 +113,14 @@ if(ZT_CUDA_EMU)
   zt_script_cases(zt_optimizer_state_test.py optimizer_state "mpi;cuda;quick" 900 cuda_emu)
 endif()
 
+# Muon (tests/mpi/zt_muon_test.py): stages and offload bitwise at np 2-4,
+# owners balanced, zt-plan --rank exact, resume and reshard, bad settings,
+# convergence on 0.56x AdamW's state. Quick: np 3's stages (the exchange and
+# Newton-Schulz under the sanitizers), resume's blocks and the refusals.
+zt_script_cases(zt_muon_test.py muon "mpi" 900 stages stages_np24 planner resume bad convergence)
+zt_label(quick muon_stages muon_resume muon_bad)
+zt_label(full muon_stages_np24 muon_planner muon_convergence)
+
 # The device allocator's modes (tests/mpi/zt_allocator_test.py): caching
 # and expandable against simple, bitwise and per category; the free-block
 # figures; caching's fragmentation OOM under --seq-len-jitter and a cap;

@@ -56,6 +56,10 @@ zt_status zt_decoder_add_param(zt_decoder *d, int unit, const char *name, int nd
     return zt_spec_add_param(d->spec, unit, name, ndim, shape, decay, param, err);
 }
 
+zt_status zt_decoder_set_hidden(zt_decoder *d, int unit, int param, int nparts, const int64_t *rows, zt_error *err) {
+    return zt_spec_set_hidden(d->spec, unit, param, nparts, rows, err);
+}
+
 size_t zt_decoder_place(size_t *o, size_t n, size_t size) {
     size_t at = (*o + 3) & ~(size_t)3;
     *o = at + n * size;
