@@ -53,13 +53,18 @@ int zt_optim_matrices(const zt_optim *opt, const zt_model_spec *spec, int world,
     if (!opt->matrix_hook) return 0;
     int n = list_matrices(opt->matrix_hook, spec, out);
     if (!out || n == 0) return n;
+    /* Only the first min(world, n) ranks can receive one: the i-th largest
+     * of the first `world` goes to rank i, every other rank still having
+     * none (a transform's work is never 0), so a planner's world of a
+     * million costs no more than the matrices. */
+    int used = world < n ? world : n;
     zt_matrix **order = calloc((size_t)n, sizeof *order);
-    double *load = calloc((size_t)world, sizeof *load);
+    double *load = calloc((size_t)used, sizeof *load);
     for (int i = 0; order && load && i < n; i++) order[i] = &out[i];
     if (order && load) qsort(order, (size_t)n, sizeof *order, heavier_first);
     for (int i = 0; order && load && i < n; i++) {
-        int least = 0;
-        for (int r = 1; r < world; r++)
+        int least = i < used ? i : 0;
+        for (int r = 1; i >= used && r < used; r++)
             if (load[r] < load[least]) least = r;
         order[i]->owner = least;
         load[least] += order[i]->flops;
@@ -68,6 +73,40 @@ int zt_optim_matrices(const zt_optim *opt, const zt_model_spec *spec, int world,
     free(order);
     free(load);
     return ok ? n : -1;
+}
+
+/* Refusals before step 1. The transform runs on host memory: on the CPU
+ * backend the device is the host, and --muon-ns-device's two values are
+ * one; on a GPU only `host` exists so far (no device Newton-Schulz), with
+ * the optimizer's state and step in the host pool (offload). And the
+ * matrix a rank gathers, with its scratch and the unit's update, must fit
+ * under the device cap (--mem-limit), which no step could change. */
+static zt_status check_matrices(const zt_engine *e) {
+    const zt_optim *opt = optim_of(e);
+    zt_ctx *ctx = e->ctx;
+    if (ctx->be->device != ZT_DEVICE_CPU && !e->cfg.muon_ns_host)
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "optimizer %s on a GPU: --muon-ns-device device needs a device "
+                       "Newton-Schulz, which this build does not have; use --muon-ns-device host with --offload cpu",
+                       opt->name);
+    if (ctx->be->device != ZT_DEVICE_CPU && !e->cfg.offload)
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "optimizer %s on a GPU with --muon-ns-device host needs --offload "
+                       "cpu: the momentum lives in pinned host memory and Newton-Schulz runs on the CPU BLAS",
+                       opt->name);
+    size_t cap = ctx->device_mem.limit_bytes;
+    int alone = full_optim(e) || e->comm->world_size == 1;
+    for (int i = 0; cap && !e->cfg.offload && i < e->matrices->n; i++) {
+        const zt_matrix *m = &e->matrices->m[i];
+        if (!alone && m->owner != e->comm->rank) continue;
+        size_t sn = opt->matrix_hook->scratch_numel ? opt->matrix_hook->scratch_numel(m->rows, m->cols) : 0;
+        size_t need = 4 * (owned_numel(e, m->unit) + sn + (alone ? 0 : m->rows * m->cols));
+        if (need > cap)
+            return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "optimizer %s: matrix %s.%s part %d [%zu, %zu] needs %zu bytes on "
+                           "rank %d (its unit's update, the gathered matrix and Newton-Schulz scratch), more than "
+                           "--mem-limit's %zu", opt->name, e->spec->units[m->unit].name,
+                           e->spec->units[m->unit].params[m->param].name, m->part, m->rows, m->cols, need,
+                           e->comm->rank, cap);
+    }
+    return ZT_OK;
 }
 
 zt_status zt_engine_plan_matrices(zt_engine *e) {
@@ -83,7 +122,7 @@ zt_status zt_engine_plan_matrices(zt_engine *e) {
         return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate the table of %d matrices", n);
     }
     e->matrices = plan;
-    return ZT_OK;
+    return zt_comm_agree(e->comm, check_matrices(e), &e->ctx->err);
 }
 
 void zt_engine_free_matrices(zt_engine *e) {
@@ -169,9 +208,8 @@ zt_status zt_engine_transform_matrices(const zt_engine *e, int u, float *upd, in
 zt_status zt_engine_matrix_step(zt_engine *e, int u, const zt_optim_step *s) {
     const zt_optim_matrix_hook *hook = optim_of(e)->matrix_hook;
     zt_ctx *ctx = e->ctx;
-    if (ctx->be->device != ZT_DEVICE_CPU)
-        return ZT_FAIL(&ctx->err, ZT_ERR_UNSUPPORTED, "optimizer %s: its matrix transform runs on the host; on a "
-                       "GPU it needs `offload` cpu", optim_of(e)->name);
+    if (ctx->be->device != ZT_DEVICE_CPU) /* check_matrices refused it at init */
+        return ZT_FAIL(&ctx->err, ZT_ERR_INTERNAL, "optimizer %s: a device matrix step on a GPU", optim_of(e)->name);
     zt_tensor upd = {0}; /* [owned] fp32: the update direction */
     ZT_TRY(zt_engine_alloc(e, &upd, ZT_FP32, owned_numel(e, u), ZT_CAT_WORKSPACE, "matrix update", u));
     zt_status st = ctx->dry ? ZT_OK : hook->update(e, u, s, zt_f32(&upd));

@@ -180,9 +180,9 @@ static zt_status muon_get_block(zt_engine *e, int u, int b, float *dst) {
     memset(dst, 0, S * sizeof(float));
     zt_tensor *vt = opt_slot(e, u, EXP_AVG_SQ);
     if (!vt->data) return ZT_OK; /* no element outside the matrices here */
-    float *v = malloc(zt_tensor_bytes(vt) + 4); /* the compact slot */
+    float *v = malloc(vt->numel * sizeof(float) + 4); /* the compact slot, fp32 */
     if (!v) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "muon: cannot allocate a staging buffer");
-    zt_status r = zt_engine_fetch_state(e, vt, v);
+    zt_status r = zt_engine_fetch_values(e, vt, v);
     for (int i = 0; r == ZT_OK && i < us->nparams; i++) {
         const zt_param_spec *ps = &us->params[i];
         size_t a = ps->offset > slo ? ps->offset : slo, end = ps->offset + ps->numel < slo + S ? ps->offset + ps->numel : slo + S;
@@ -200,14 +200,14 @@ static zt_status muon_set_block(zt_engine *e, int u, int b, const float *vals) {
     size_t lo = owned_lo(e, u), hi = lo + owned_numel(e, u);
     zt_tensor *vt = opt_slot(e, u, EXP_AVG_SQ);
     if (!vt->data) return ZT_OK;
-    float *mine = malloc(zt_tensor_bytes(vt) + 4); /* the compact slot */
+    float *mine = malloc(vt->numel * sizeof(float) + 4); /* the compact slot, fp32 */
     if (!mine) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "muon: cannot allocate a staging buffer");
     for (int i = 0; i < us->nparams; i++) {
         const zt_param_spec *ps = &us->params[i];
         size_t a = ps->offset > lo ? ps->offset : lo, end = ps->offset + ps->numel < hi ? ps->offset + ps->numel : hi;
         if (!ps->hidden && a < end) memcpy(mine + not_hidden_before(us, lo, a), vals + (a - lo), (end - a) * sizeof(float));
     }
-    zt_status r = zt_engine_store_state(e, vt, mine);
+    zt_status r = zt_engine_store_values(e, vt, mine);
     free(mine);
     return r;
 }

@@ -33,7 +33,7 @@ size_t zt_optim_state_bytes(const zt_optim *opt, const zt_engine_config *cfg, co
                             size_t hi) {
     size_t words = 0;
     for (int i = 0; i < opt->nslots; i++) words += opt->slot_words(cfg, i, us, lo, hi);
-    return 4 * words;
+    return (cfg->state_bf16 ? 2 : 4) * words; /* bf16 state: one 16-bit value per word counted */
 }
 
 int zt_optim_elementwise(const zt_optim *opt) {

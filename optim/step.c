@@ -132,6 +132,7 @@ static zt_status device_update_unit(zt_engine *e, int u, void *arg) {
     float *p = half ? zt_f32(&ust->master) : zt_f32(&ust->params);
     size_t p_at = (half ? full_optim(e) : full_params(e, u)) ? 0 : lo;
     zt_optim_step s = {a->mult, a->lr, a->t, p, p_at, a->ws, a->wu};
+    if (e->cfg.master_none || e->cfg.state_bf16) return zt_engine_lowmem_update(e, u, &s);
     if (optim_of(e)->matrix_hook) ZT_TRY(zt_engine_matrix_step(e, u, &s));
     else ZT_TRY(optim_of(e)->device_step(e, u, &s));
     if (half) {

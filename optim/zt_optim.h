@@ -170,8 +170,9 @@ const zt_optim *zt_optim_default(void);
 /* opt, or the default where NULL. */
 const zt_optim *zt_optim_or_default(const zt_optim *opt);
 
-/* Bytes of state over owned range [lo, hi) of unit us: the slots' words x 4
- * (what the engine allocates, what the planner counts). */
+/* Bytes of state over owned range [lo, hi) of unit us: the slots' words x 4,
+ * or x 2 for state kept in bf16 (what the engine allocates, what the
+ * planner counts). */
 size_t zt_optim_state_bytes(const zt_optim *opt, const zt_engine_config *cfg, const zt_unit_spec *us, size_t lo,
                             size_t hi);
 /* Is every slot kept per element (splits anywhere: equal bytes on every

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "zt_dtype.h"
+#include "zt_sround.h"
 #include "zt_error.h"
 #include "zt_mem.h"
 
@@ -200,6 +201,9 @@ typedef struct {
     /* *out = sum x[i]^2, accumulated in double in a fixed order (inf or NaN
      * when any x[i] is) */
     void (*sum_squares)(zt_stream *s, double *out, const float *x, size_t n);
+    /* dst[n] bf16 = src[n] stochastically rounded with the keyed bits of
+     * elements key.first .. key.first + n - 1 (zt_sround.h) */
+    void (*cast_sr)(zt_stream *s, uint16_t *dst, const float *src, size_t n, zt_sr_key key);
 } zt_ops;
 
 /* A modelled host-device link (zt_backend_set_link; the CPU backend only):

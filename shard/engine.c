@@ -109,6 +109,20 @@ static zt_status check_optimizer(zt_engine *e) {
         return ZT_FAIL(err, ZT_ERR_INVALID, "`offload_delay` 1 cannot run `optimizer` %s: its update sums over the "
                        "ranks (e.g. each matrix's statistics), a collective the delayed update's thread cannot make",
                        opt->name);
+    if (e->cfg.master_none && e->cfg.dtype != ZT_BF16)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "no fp32 master (--master-dtype none) needs bf16 params (--dtype bf16): "
+                       "the params are the only copy, stepped with stochastic rounding");
+    if (e->cfg.master_none || e->cfg.state_bf16) {
+        for (int i = 0; i < opt->nslots; i++)
+            if (opt->slots[i].layout != ZT_SLOT_PER_ELEMENT && opt->slots[i].layout != ZT_SLOT_NOT_HIDDEN)
+                return ZT_FAIL(err, ZT_ERR_INVALID, "--master-dtype none and --optim-state-dtype bf16 run elementwise "
+                               "optimizers (adamw, sgd, muon), not %s: its %s is not one value per parameter",
+                               opt->name, opt->slots[i].name);
+        if (e->cfg.offload || e->cfg.nvme_optimizer || e->cfg.offload_delay)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "--master-dtype none and --optim-state-dtype bf16 run without "
+                           "--offload (the CPU optimizer keeps an fp32 master and fp32 state in the host pool; "
+                           "host memory is not what they save)");
+    }
     if (!opt->matrix_hook && !opt->device_step)
         return ZT_FAIL(err, ZT_ERR_INTERNAL, "optimizer %s has neither a device step nor a matrix hook", opt->name);
     return opt->check ? opt->check(&e->cfg, err) : ZT_OK;

@@ -58,6 +58,8 @@ static zt_engine_config state_settings(const zt_plan_input *in) {
     c.persist_threshold = in->persist_threshold;
     c.optimizer = in->optimizer;
     c.adafactor_beta1 = in->adafactor_beta1;
+    c.master_none = in->master_none;
+    c.state_bf16 = in->state_bf16;
     return c;
 }
 
@@ -208,19 +210,13 @@ void zt_plan_grads_ready(zt_plan_sim *S, int u, const zt_plan_moment *m, const c
 /* A matrix hook's step of each unit (optim/matrix_hook.c), on top of the
  * optimizer step's moment O: the unit's update [owned] (workspace), and
  * for each matrix this rank transforms its scratch (workspace) and, past
- * stage 0, the matrix gathered whole (comm_buffers), one at a time. */
-static void matrix_moments(zt_plan_sim *S, const zt_plan_moment *O) {
-    const zt_optim *opt = zt_optim_or_default(S->in.optimizer);
-    const zt_optim_matrix_hook *hook = opt->matrix_hook;
-    int n = zt_optim_matrices(opt, S->in.spec, S->in.world, NULL);
-    zt_matrix *ms = calloc((size_t)n + 1, sizeof *ms);
-    if (!ms || zt_optim_matrices(opt, S->in.spec, S->in.world, ms) < 0) {
-        free(ms);
-        return; /* out of memory: the moment without its matrices */
-    }
+ * stage 0, the matrix gathered whole (comm_buffers), one at a time (only
+ * unit `only` when >= 0). */
+static void matrix_moments(zt_plan_sim *S, const zt_plan_moment *O, int only, const zt_matrix *ms, int n) {
+    const zt_optim_matrix_hook *hook = zt_optim_or_default(S->in.optimizer)->matrix_hook;
     int alone = S->in.stage == 0 || S->in.world == 1;
     for (int u = 0; u < S->in.spec->nunits; u++) {
-        if (owned(S, u) == 0) continue;
+        if (owned(S, u) == 0 || (only >= 0 && u != only)) continue;
         zt_plan_moment M = *O;
         M.name = "optimizer step (matrices)";
         M.c[ZT_CAT_WORKSPACE] += 4 * owned(S, u);
@@ -234,7 +230,20 @@ static void matrix_moments(zt_plan_sim *S, const zt_plan_moment *O) {
             zt_plan_consider(S, &W);
         }
     }
-    free(ms);
+}
+
+/* The matrices of the planned optimizer's hook and their owners into *ms
+ * (malloc'd; NULL with *n = 0 when it has none or memory ran out). */
+static zt_matrix *plan_matrices(const zt_plan_sim *S, int *n) {
+    const zt_optim *opt = zt_optim_or_default(S->in.optimizer);
+    *n = zt_optim_matrices(opt, S->in.spec, S->in.world, NULL);
+    zt_matrix *ms = *n > 0 ? calloc((size_t)*n, sizeof *ms) : NULL;
+    if (!ms || zt_optim_matrices(opt, S->in.spec, S->in.world, ms) < 0) {
+        free(ms);
+        *n = 0;
+        return NULL;
+    }
+    return ms;
 }
 
 /* Bytes a matrix hook's host step (offload) adds while it runs on unit u:
@@ -255,6 +264,25 @@ static size_t matrix_host_step_bytes(const zt_plan_sim *S, int u) {
         }
     free(ms);
     return 4 * owned(S, u) + most;
+}
+
+/* Low-memory state (optim/lowmem.c): during unit u's step its owned params
+ * (no master) and its slots (bf16 state) have fp32 copies in workspace,
+ * beside what the step itself takes (a matrix hook's on top). */
+static void low_memory_moments(zt_plan_sim *S, const zt_plan_moment *O, const zt_matrix *ms, int nms) {
+    const zt_optim *opt = zt_optim_or_default(S->in.optimizer);
+    zt_engine_config c = state_settings(&S->in);
+    for (int u = 0; u < S->in.spec->nunits; u++) {
+        size_t n = owned(S, u), lo = S->in.stage == 0 ? 0 : (size_t)S->in.rank * S->in.spec->units[u].shard_numel;
+        if (n == 0) continue;
+        zt_plan_moment M = *O;
+        M.name = "optimizer step (fp32 copies)";
+        if (S->in.master_none) M.c[ZT_CAT_WORKSPACE] += 4 * n;
+        for (int i = 0; S->in.state_bf16 && i < opt->nslots; i++)
+            M.c[ZT_CAT_WORKSPACE] += 4 * opt->slot_words(&c, i, &S->in.spec->units[u], lo, lo + n);
+        zt_plan_consider(S, &M);
+        if (ms) matrix_moments(S, &M, u, ms, nms);
+    }
 }
 
 /* The optimizer step: one chunk of widened 16-bit gradients
@@ -281,7 +309,12 @@ static void optimizer_moment(zt_plan_sim *S) {
         O.c[ZT_CAT_WORKSPACE] += 4 * chunk + 4 * scratch;
     }
     zt_plan_consider(S, &O);
-    if (opt->matrix_hook && !S->in.offload) matrix_moments(S, &O);
+    int n;
+    zt_matrix *ms = S->in.offload ? NULL : plan_matrices(S, &n);
+    if ((S->in.master_none || S->in.state_bf16) && !S->in.offload)
+        low_memory_moments(S, &O, ms, n); /* each unit's fp32 copies, and its matrices on top */
+    else if (ms) matrix_moments(S, &O, -1, ms, n);
+    free(ms);
 }
 
 /* Offload's host pool: master + m + v of the owned part, plus the transfer

@@ -56,17 +56,48 @@ zt_status zt_engine_store_state(zt_engine *e, zt_tensor *t, const void *src) {
     return e->cfg.offload ? ZT_OK : e->ctx->be->stream_sync(e->ctx->be, &e->ctx->compute, &e->ctx->err);
 }
 
-/* dst[S] fp32: this rank's slice of `src` (full, or its owned shard). */
-static zt_status copy_slice(zt_engine *e, int u, const zt_tensor *src, int full, float *dst) {
+/* n values of t from element `at` (t's dtype) into host dst, waiting. */
+static zt_status fetch_raw(zt_engine *e, const zt_tensor *t, size_t at, size_t n, void *dst) {
     zt_ctx *ctx = e->ctx;
-    size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
-    const float *from = zt_f32(src) + local_index(full, lo, lo);
+    size_t d = zt_dtype_size(t->dtype);
+    const char *from = (const char *)t->data + at * d;
     if (e->cfg.offload) { /* the host pool: plain host memory */
-        memcpy(dst, from, S * sizeof(float));
+        memcpy(dst, from, n * d);
         return ZT_OK;
     }
-    ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, from, S * sizeof(float), ZT_COPY_D2H, &ctx->compute, &ctx->err));
+    ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, from, n * d, ZT_COPY_D2H, &ctx->compute, &ctx->err));
     return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+}
+
+/* dst[n] fp32 from n values of t at element `at`, widened from bf16 state. */
+static zt_status fetch_f32(zt_engine *e, const zt_tensor *t, size_t at, size_t n, float *dst) {
+    if (t->dtype == ZT_FP32) return fetch_raw(e, t, at, n, dst);
+    uint16_t *half = malloc(n * sizeof *half + 2); /* [n] t's dtype */
+    if (!half) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "engine: cannot allocate a staging buffer");
+    zt_status st = fetch_raw(e, t, at, n, half);
+    for (size_t i = 0; st == ZT_OK && i < n; i++) dst[i] = zt_dtype_load(half, t->dtype, i);
+    free(half);
+    return st;
+}
+
+zt_status zt_engine_fetch_values(zt_engine *e, const zt_tensor *t, float *dst) {
+    return fetch_f32(e, t, 0, t->numel, dst);
+}
+
+zt_status zt_engine_store_values(zt_engine *e, zt_tensor *t, const float *src) {
+    if (t->dtype == ZT_FP32) return zt_engine_store_state(e, t, src);
+    uint16_t *half = malloc(t->numel * sizeof *half + 2); /* [numel] t's dtype, rounded to nearest */
+    if (!half) return ZT_FAIL(&e->ctx->err, ZT_ERR_OOM, "engine: cannot allocate a staging buffer");
+    for (size_t i = 0; i < t->numel; i++) zt_dtype_store(half, t->dtype, i, src[i]);
+    zt_status st = zt_engine_store_state(e, t, half);
+    free(half);
+    return st;
+}
+
+/* dst[S] fp32: this rank's slice of `src` (full, or its owned shard). */
+static zt_status copy_slice(zt_engine *e, int u, const zt_tensor *src, int full, float *dst) {
+    size_t S = e->spec->units[u].shard_numel, lo = shard_lo(e, u);
+    return fetch_f32(e, src, local_index(full, lo, lo), S, dst);
 }
 
 zt_status zt_engine_get_elementwise_block(zt_engine *e, int u, int i, float *dst) {
@@ -92,7 +123,8 @@ zt_status zt_engine_get_slice(zt_engine *e, int u, zt_state_kind kind, float *ds
         memset(dst, 0, e->spec->units[u].shard_numel * sizeof(float));
         return ZT_OK;
     }
-    if (frozen(e, u)) return frozen_values(e, u, dst);
+    if (frozen(e, u) || (kind == ZT_STATE_MASTER && e->cfg.master_none)) /* no master: the params are the values */
+        return frozen_values(e, u, dst);
     if (kind != ZT_STATE_MASTER) {
         int b = kind == ZT_STATE_OPT0 ? 0 : 1;
         const zt_optim *opt = optim_of(e);
@@ -138,6 +170,7 @@ zt_status zt_engine_set_elementwise_block(zt_engine *e, int u, int i, const floa
     if (i >= optim_of(e)->nslots) return ZT_OK; /* a block it does not keep */
     if (e->nvme) return zt_engine_nvme_put(e, u, (zt_nvme_array)(ZT_NVME_SLOT0 + i), 0, on, vals);
     zt_tensor *t = opt_slot(e, u, i);
+    if (t->data && t->dtype != ZT_FP32) return zt_engine_store_values(e, t, vals); /* bf16 state, on owned */
     return t->data ? put_f32(e, t->data, vals, on * sizeof(float)) : ZT_OK; /* not kept: nothing to set */
 }
 
@@ -166,6 +199,7 @@ zt_status zt_engine_set_owned(zt_engine *e, int u, const float *master, const fl
     const zt_tensor *master_t = master_source(e, u, &full);
     if (e->nvme) {
         if (trained) ZT_TRY(zt_engine_nvme_put(e, u, ZT_NVME_MASTER, 0, on, master));
+    } else if (e->cfg.master_none) { /* no master: only the params below, rounded from the values */
     } else if (master_t == &st->params) /* fp32 without offload: the params are the master values */
         ZT_TRY(ctx->be->memcpy_async(ctx->be, zt_f32(&st->params) + pat, master, on * sizeof(float), ZT_COPY_H2D,
                                      &ctx->compute, &ctx->err));

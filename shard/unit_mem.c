@@ -43,8 +43,9 @@ zt_status zt_engine_alloc_host(const zt_engine *e, zt_tensor *t, zt_dtype dtype,
  * device or, under offload, in the host pool. */
 static zt_status alloc_state(zt_engine *e, zt_tensor *dev, zt_tensor *host, size_t numel, const char *what, int u) {
     if (numel == 0 || e->cfg.nvme_optimizer) return ZT_OK; /* the NVMe tier keeps it in its file */
-    if (e->cfg.offload) return zt_engine_alloc_host(e, host, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
-    return zt_engine_alloc(e, dev, ZT_FP32, numel, ZT_CAT_OPTIMIZER, what, u);
+    zt_dtype dt = e->cfg.state_bf16 ? ZT_BF16 : ZT_FP32; /* bf16: one value per word slot_words counts */
+    if (e->cfg.offload) return zt_engine_alloc_host(e, host, dt, numel, ZT_CAT_OPTIMIZER, what, u);
+    return zt_engine_alloc(e, dev, dt, numel, ZT_CAT_OPTIMIZER, what, u);
 }
 
 /* A slot whose bytes start at a value other than 0 (8-bit Adam's exp_avg
@@ -91,7 +92,7 @@ static zt_status alloc_unit_state(zt_engine *e, int u) {
     if (e->cfg.nvme_optimizer) return ZT_OK; /* master and optimizer state: the file */
     if (e->cfg.offload)
         ZT_TRY(zt_engine_alloc_host(e, &ust->host_master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
-    else if (dt != ZT_FP32) /* 16-bit params: an fp32 master copy */
+    else if (dt != ZT_FP32 && !e->cfg.master_none) /* 16-bit params: an fp32 master copy */
         ZT_TRY(zt_engine_alloc(e, &ust->master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
     return alloc_optimizer_state(e, u);
 }
@@ -126,7 +127,7 @@ zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_
             b.host_master_params += owned * 4;
             b.host_optimizer += opt;
         } else {
-            if (cfg->dtype != ZT_FP32) b.master_params += owned * 4;
+            if (cfg->dtype != ZT_FP32 && !cfg->master_none) b.master_params += owned * 4;
             b.optimizer += opt;
         }
     }

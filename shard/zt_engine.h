@@ -91,6 +91,7 @@ typedef struct {
     float muon_ns_coef[3], muon_eps;
     int muon_adjust_lr; /* ZT_MUON_ADJUST_ORIGINAL or ZT_MUON_ADJUST_MATCH_RMS_ADAMW */
     float muon_adamw_lr_scale;
+    int muon_ns_host; /* 1: Newton-Schulz on the host's CPU BLAS (--muon-ns-device host; on a GPU with offload) */
     /* dtype of params and grads, and the compute dtype of gathered units
      * (when the backend has kernels in it; else compute is fp32) */
     zt_dtype dtype;
@@ -126,6 +127,13 @@ typedef struct {
      * sub_group_size): its fp32 workspace (0: ZT_OPTIMIZER_CHUNK). */
     size_t sub_group_size;
     zt_loss_scale_config loss; /* fp16 only */
+    /* Low-memory state (bf16 params; elementwise optimizers: AdamW, SGD,
+     * Muon): master_none keeps no fp32 master, the optimizer steps the
+     * bf16 params; state_bf16 keeps the optimizer's slots in bf16. Either
+     * way a unit's step widens them to fp32, steps, and rounds them back
+     * stochastically (zt_sround.h) with bits keyed by sr_seed. */
+    int master_none, state_bf16;
+    uint64_t sr_seed;
 } zt_engine_config;
 
 /* A unit's parameters, as the model sees them (FSDP2's sharded/unsharded

@@ -104,6 +104,11 @@ void zt_engine_free_matrices(zt_engine *e);
 zt_status zt_engine_matrix_step(zt_engine *e, int u, const zt_optim_step *s);
 zt_status zt_engine_transform_matrices(const zt_engine *e, int u, float *upd, int host);
 
+/* Unit u's device step with low-memory state (optim/lowmem.c): its bf16
+ * params (master none) and bf16 slots widened to fp32 for the step and
+ * rounded back stochastically; base as device_update_unit makes it. */
+zt_status zt_engine_lowmem_update(zt_engine *e, int u, const zt_optim_step *base);
+
 /* A per-element slot's checkpoint block: dst[shard_numel] from this
  * rank's slice of slot i (zeros where it is not kept); the owned part of
  * slot i from vals[owned] (ignored where it is not kept). */
@@ -115,6 +120,11 @@ zt_status zt_engine_set_elementwise_block(zt_engine *e, int u, int i, const floa
  * (shard/state_io.c, for the optimizers' checkpoint blocks). */
 zt_status zt_engine_fetch_state(zt_engine *e, const zt_tensor *t, void *dst);
 zt_status zt_engine_store_state(zt_engine *e, zt_tensor *t, const void *src);
+/* The same as fp32 values whatever t's dtype: all t->numel of them (bf16
+ * state widened; stored rounded to nearest, exact for values that came
+ * from bf16). */
+zt_status zt_engine_fetch_values(zt_engine *e, const zt_tensor *t, float *dst);
+zt_status zt_engine_store_values(zt_engine *e, zt_tensor *t, const float *src);
 /* Runs update(e, u, arg) on every unit in order; where a unit's params are
  * full on every rank at stages 1-3 (stages 1-2, stage 3's persistent units)
  * its updated slice is all-gathered (after `producer`) while later units

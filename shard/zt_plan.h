@@ -31,6 +31,7 @@ typedef struct {
     int rank; /* whose memory: Adafactor's and 8-bit Adam's state depend on the parameters its slices touch */
     const zt_optim *optimizer;   /* what the optimizer keeps per parameter (NULL: AdamW) */
     float adafactor_beta1;       /* > 0: Adafactor keeps a first moment */
+    int master_none, state_bf16; /* low-memory state (zt_engine_config's): no master; slots in bf16 */
     int overlap_comm; /* 0: each bucket's reduce-scatter completes (and frees) as it is sent */
     long long prefetch_params; /* DeepSpeed's stage3_prefetch_bucket_size: sets prefetch (0: unused) */
     zt_dtype dtype;         /* of params and grads (zt-train's --dtype) */

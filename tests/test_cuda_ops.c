@@ -828,6 +828,30 @@ static void test_casts(zt_dtype d) {
     dfree_all();
 }
 
+/* ops->cast_sr (stochastic rounding to bf16) bit for bit against the CPU,
+ * on random values of every exponent with the special ones first, with a
+ * key whose first index is not 0 (the bits follow the element's index). */
+static void test_cast_sr(void) {
+    size_t n = 100000;
+    float *x = falloc(n); /* [n] fp32 */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)rng_next();
+        memcpy(&x[i], &u, 4);
+    }
+    const uint32_t special[] = {0x7fc00000u, 0x7f800000u, 0xff800000u, 0x00000000u, 0x80000000u, 0x7f7fffffu};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) memcpy(&x[i], &special[i], 4);
+    zt_sr_key key = {1234, 7, zt_sr_tensor(3, 1), 1000003};
+    uint16_t *h = xmalloc(n * 2), *gh = xmalloc(n * 2), *d_h = dalloc(n * 2); /* [n] bf16 */
+    float *d_x = dcopyf(x, n);
+    g_cpu->ops->cast_sr(&g_cs, h, x, n, key);
+    g_gpu->ops->cast_sr(&g_gs, d_h, d_x, n, key);
+    gsync("cast_sr");
+    d2h(gh, d_h, n * 2);
+    compare_bits("cast_sr fp32 -> bf16", gh, h, n * 2, 2);
+    free(x), free(h), free(gh);
+    dfree_all();
+}
+
 static void test_sum_squares(size_t n) {
     float *x = frand(n, -2, 2), *d_x = dcopyf(x, n);
     double cpu = -1.0, gpu_host = -1.0, gpu_host2 = -1.0, gpu_dev = -1.0;
@@ -1636,6 +1660,7 @@ int main(int argc, char **argv) {
     RUN("adafactor_apply", test_adafactor_apply(100003));
     RUN("casts", test_casts(ZT_BF16));
     RUN("casts", test_casts(ZT_FP16));
+    RUN("cast_sr", test_cast_sr());
     RUN("sum_squares", test_sum_squares(0));
     RUN("sum_squares", test_sum_squares(1));
     RUN("sum_squares", test_sum_squares(4097));

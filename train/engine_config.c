@@ -28,6 +28,10 @@ zt_status zt_train_engine_config(const zt_train_config *c, const zt_train_hooks 
                           .muon_adjust_lr = strcmp(c->muon_adjust_lr, "original") == 0
                                                 ? ZT_MUON_ADJUST_ORIGINAL
                                                 : ZT_MUON_ADJUST_MATCH_RMS_ADAMW,
+                          .master_none = strcmp(c->master_dtype, "none") == 0,
+                          .state_bf16 = strcmp(c->optim_state_dtype, "bf16") == 0,
+                          .sr_seed = (uint64_t)c->seed,
+                          .muon_ns_host = strcmp(c->muon_ns_device, "host") == 0,
                           .muon_adamw_lr_scale = c->muon_adamw_lr < 0 ? 1.0f
                                                  : c->lr > 0 ? (float)(c->muon_adamw_lr / c->lr) : 0.0f,
                           .beta1 = (float)c->beta1,

@@ -65,6 +65,12 @@ static const opt_spec options[] = {
      "adamw (exp_avg, exp_avg_sq: 8 bytes of state per parameter), sgd with momentum (4 bytes), adafactor (factored second "
      "moments: rows + cols per matrix), adam8bit (m, v block-wise in 8 bits: 2 bytes) or muon (Newton-Schulz "
      "orthogonalized momentum on the blocks' weight matrices: 4 bytes; AdamW on the rest)"},
+    {"master-dtype", OPT_CHOICE, S(master_dtype), 0, 0, "fp32|none",
+     "none: no fp32 master copy; the bf16 params (--dtype bf16) are stepped with stochastic rounding (adamw, sgd, "
+     "muon; no offload)"},
+    {"optim-state-dtype", OPT_CHOICE, S(optim_state_dtype), 0, 0, "fp32|bf16",
+     "bf16: the optimizer's per-parameter state in bf16, updated in fp32 and stochastically rounded (adamw, sgd, "
+     "muon; no offload)"},
     {"muon-momentum", OPT_FLOAT, F(muon_momentum), 0, 0, 0.999999, NULL, "muon: the momentum buffer's decay"},
     {"muon-nesterov", OPT_BOOL, F(muon_nesterov), 0, 0, 1, NULL, "muon: Nesterov blend of gradient and momentum"},
     {"muon-ns-steps", OPT_INT, F(muon_ns_steps), 0, 1, 100, NULL, "muon: Newton-Schulz iterations"},
@@ -74,6 +80,9 @@ static const opt_spec options[] = {
     {"muon-adjust-lr", OPT_CHOICE, S(muon_adjust_lr), 0, 0, "original|match_rms_adamw",
      "muon: per-matrix lr scale: original (sqrt(max(1, rows/cols))) or match_rms_adamw (0.2 sqrt(max(rows, cols)), "
      "so --lr suits both groups)"},
+    {"muon-ns-device", OPT_CHOICE, S(muon_ns_device), 0, 0, "device|host",
+     "muon: where Newton-Schulz runs (on the CPU backend both are the CPU; on a GPU host needs --offload cpu and "
+     "keeps the momentum in pinned host memory)"},
     {"muon-adamw-lr", OPT_FLOAT, F(muon_adamw_lr), 0, -1, 10, NULL,
      "muon: the AdamW group's peak learning rate (-1: --lr), on the same schedule"},
     {"adafactor-beta1", OPT_FLOAT, F(adafactor_beta1), 0, 0, 0.999999, NULL,
@@ -253,6 +262,9 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->muon_eps = 1e-7;
     snprintf(c->muon_adjust_lr, sizeof c->muon_adjust_lr, "match_rms_adamw");
     c->muon_adamw_lr = -1;
+    snprintf(c->muon_ns_device, sizeof c->muon_ns_device, "device");
+    snprintf(c->master_dtype, sizeof c->master_dtype, "fp32");
+    snprintf(c->optim_state_dtype, sizeof c->optim_state_dtype, "fp32");
     c->adafactor_clip = 1.0;
     c->adafactor_eps = 1e-30;
     snprintf(c->warmup_type, sizeof c->warmup_type, "log"); /* DeepSpeed's defaults */
@@ -594,8 +606,27 @@ static zt_status parse_muon_coefficients(zt_train_config *c, zt_error *err) {
     return ZT_OK;
 }
 
+/* The low-memory state options' combinations (the engine checks them too,
+ * for library users; here they fail before anything starts). */
+static zt_status validate_low_memory_state(const zt_train_config *c, zt_error *err) {
+    int none = strcmp(c->master_dtype, "none") == 0, bf16 = strcmp(c->optim_state_dtype, "bf16") == 0;
+    if (none && strcmp(c->dtype, "bf16") != 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--master-dtype none needs --dtype bf16 (got %s): without an fp32 master "
+                       "the bf16 params are stepped with stochastic rounding", c->dtype);
+    if (!none && !bf16) return ZT_OK;
+    const char *what = none ? "--master-dtype none" : "--optim-state-dtype bf16";
+    if (strcmp(c->optimizer, "adamw") != 0 && strcmp(c->optimizer, "sgd") != 0 && strcmp(c->optimizer, "muon") != 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s runs --optimizer adamw, sgd or muon, not %s (its state is not one "
+                       "value per parameter)", what, c->optimizer);
+    if (strcmp(c->offload, "none") != 0 || c->offload_delay)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "%s runs without --offload (got --offload %s): the CPU optimizer keeps its "
+                       "fp32 master and state in host memory, which is not what this option saves", what, c->offload);
+    return ZT_OK;
+}
+
 zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
     ZT_TRY(parse_muon_coefficients(c, err));
+    ZT_TRY(validate_low_memory_state(c, err));
     /* As the Hugging Face integration fills them in: from the hidden size. */
     double C = c->d_model;
     if ((c->ds_auto & ZT_DS_AUTO_REDUCE_BUCKET) && !zt_train_config_given(c, "bucket-size"))

@@ -34,7 +34,9 @@ typedef struct {
      * validation into muon_ns_coef. */
     double muon_momentum, muon_eps, muon_adamw_lr;
     int muon_nesterov, muon_ns_steps;
-    char muon_ns_coef_text[64], muon_adjust_lr[24];
+    char muon_ns_coef_text[64], muon_adjust_lr[24], muon_ns_device[8];
+    /* low-memory state: --master-dtype fp32|none, --optim-state-dtype fp32|bf16 */
+    char master_dtype[8], optim_state_dtype[8];
     double muon_ns_coef[3];
     char freeze[128]; /* --freeze: units not trained (train/decoder/decoder_freeze.c) */
     double momentum;
@@ -89,6 +91,7 @@ typedef struct {
     long long train_batch_size;
     int ds_auto;
     char config_warning[512];
+    char config_note[512]; /* --config: keys read with another meaning than DeepSpeed's, said at start */
     double collective_timeout; /* --collective-timeout: the collective watchdog's seconds (0: none) */
     char shard_group[16];      /* --shard-group: world, node or G (hybrid sharding) */
     char reshard_after_forward[16]; /* hpZ: none, node or G' (the secondary group kept after forward) */

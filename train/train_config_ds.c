@@ -5,6 +5,7 @@
  * problem of a file is collected and reported together; keys DeepSpeed has
  * but zerotrain has no use for are accepted and named in one warning. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -20,7 +21,7 @@ typedef struct {
     char schedule[16];
     int lr_from_scheduler;
     /* optimizer.type (read first: it decides what optimizer.params mean) */
-    enum { DS_ADAM, DS_SGD, DS_ADAFACTOR } opt;
+    enum { DS_ADAM, DS_SGD, DS_ADAFACTOR, DS_MUON } opt;
 } reader;
 
 static void note_problem(reader *r, const zt_error *e) {
@@ -213,7 +214,33 @@ static void enable_dtype(reader *r, json_t *val, const char *path, const char *d
     json_decref(dt);
 }
 
+/* A boolean that, when true, sets `option` to `value` and says how
+ * zerotrain's meaning differs from DeepSpeed's (note). */
+static void true_sets(reader *r, json_t *val, const char *path, const char *option, const char *value,
+                      const char *note) {
+    if (is_auto(val)) return;
+    if (!json_is_boolean(val)) return refuse(r, path, "not a boolean");
+    if (!json_is_true(val)) return;
+    json_t *v = json_string(value);
+    set(r, option, v, path);
+    json_decref(v);
+    size_t len = strlen(r->cfg->config_note);
+    snprintf(r->cfg->config_note + len, sizeof r->cfg->config_note - len, "%s%s", len ? "; " : "", note);
+}
+
+/* bf16.bf16_master_weights_and_grads and bf16.bf16_optimizer_states:
+ * DeepSpeed rounds the bf16 master and moments to nearest; zerotrain
+ * rounds stochastically (optim/lowmem.c), so small updates are not lost.
+ * Its gradients are in --dtype already (bf16 here), reduced in fp32. */
 static void bf16_key(reader *r, const char *key, json_t *val, const char *path) {
+    if (strcmp(key, "bf16_master_weights_and_grads") == 0)
+        return true_sets(r, val, path, "master-dtype", "none",
+                         "bf16.bf16_master_weights_and_grads: no fp32 master (--master-dtype none), the bf16 params "
+                         "stepped with stochastic rounding where DeepSpeed rounds to nearest");
+    if (strcmp(key, "bf16_optimizer_states") == 0)
+        return true_sets(r, val, path, "optim-state-dtype", "bf16",
+                         "bf16.bf16_optimizer_states: the moments in bf16 (--optim-state-dtype bf16), stochastically "
+                         "rounded where DeepSpeed rounds to nearest");
     if (strcmp(key, "enabled") != 0) return refuse(r, path, "not supported by zerotrain");
     enable_dtype(r, val, path, "bf16");
 }
@@ -284,17 +311,76 @@ static void adafactor_key(reader *r, const char *key, json_t *val, const char *p
     } else refuse(r, path, "not supported by zerotrain");
 }
 
+/* ns_coefficients [a, b, c] as --muon-ns-coefficients' text "a,b,c", each
+ * number in the shortest form that reads back to the same double, so
+ * --print-config shows the file's numbers. */
+static void ns_coefficients_key(reader *r, json_t *val, const char *path) {
+    if (is_auto(val)) return;
+    int ok = json_is_array(val) && json_array_size(val) == 3;
+    char text[96] = "";
+    for (size_t k = 0; ok && k < 3; k++) {
+        json_t *x = json_array_get(val, k);
+        ok = json_is_number(x);
+        double v = json_number_value(x);
+        char one[32];
+        snprintf(one, sizeof one, "%.15g", v);
+        if (strtod(one, NULL) != v) snprintf(one, sizeof one, "%.17g", v);
+        size_t len = strlen(text);
+        snprintf(text + len, sizeof text - len, "%s%s", k ? "," : "", one);
+    }
+    if (!ok) return refuse(r, path, "not a list of three numbers [a, b, c]");
+    json_t *joined = json_string(text);
+    set(r, "muon-ns-coefficients", joined, path);
+    json_decref(joined);
+}
+
+/* optimizer.params of Muon (torch.optim.Muon's names, which set the
+ * hidden matrices' step; betas set the AdamW group's, and adamw_lr, ours,
+ * its peak lr). adjust_lr_fn null is torch's default, "original". */
+static void muon_key(reader *r, const char *key, json_t *val, const char *path) {
+    static const struct {
+        const char *key, *option;
+    } same[] = {{"momentum", "muon-momentum"}, {"nesterov", "muon-nesterov"}, {"ns_steps", "muon-ns-steps"},
+                {"eps", "muon-eps"},           {"weight_decay", "weight-decay"}, {"adamw_lr", "muon-adamw-lr"}};
+    if (strcmp(key, "lr") == 0 && r->lr_from_scheduler) {
+        if (!is_auto(val)) note_without_effect(r, path); /* the scheduler's warmup_max_lr is the peak */
+        return;
+    }
+    if (strcmp(key, "lr") == 0) return set(r, "lr", val, path);
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        if (strcmp(key, same[i].key) == 0) return set(r, same[i].option, val, path);
+    if (strcmp(key, "ns_coefficients") == 0) return ns_coefficients_key(r, val, path);
+    if (strcmp(key, "adjust_lr_fn") == 0) {
+        json_t *fn = json_is_null(val) ? json_string("original") : json_incref(val);
+        set(r, "muon-adjust-lr", fn, path);
+        json_decref(fn);
+        return;
+    }
+    if (strcmp(key, "betas") == 0 && is_auto(val)) return;
+    if (strcmp(key, "betas") == 0 && json_is_array(val) && json_array_size(val) == 2) {
+        set(r, "beta1", json_array_get(val, 0), path);
+        set(r, "beta2", json_array_get(val, 1), path);
+        return;
+    }
+    if (strcmp(key, "betas") == 0) return refuse(r, path, "not a list of two numbers");
+    refuse(r, path, "not supported by zerotrain");
+}
+
 /* optimizer.type's names (case-insensitive) and what zerotrain calls them. */
 static const struct {
     const char *type, *ours;
 } optimizer_types[] = {{"adamw", "adamw"}, {"adam", "adamw"}, {"sgd", "sgd"}, {"adafactor", "adafactor"},
-                       {"adam8bit", "adam8bit"}, {"adamw8bit", "adam8bit"}};
+                       {"adam8bit", "adam8bit"}, {"adamw8bit", "adam8bit"}, {"muon", "muon"}};
 
 /* optimizer.{type, params}: AdamW (Adam: the same, with adam_w_mode), SGD,
- * Adafactor, or 8-bit AdamW (bitsandbytes' name; Adam's params). */
+ * Adafactor, 8-bit AdamW (bitsandbytes' name; Adam's params) or Muon. */
 static void optimizer_key(reader *r, const char *key, json_t *val, const char *path) {
     if (strcmp(key, "params") == 0)
-        each_key(r, val, path, r->opt == DS_SGD ? sgd_key : r->opt == DS_ADAFACTOR ? adafactor_key : adam_key);
+        each_key(r, val, path,
+                 r->opt == DS_SGD         ? sgd_key
+                 : r->opt == DS_ADAFACTOR ? adafactor_key
+                 : r->opt == DS_MUON      ? muon_key
+                                          : adam_key);
     else if (strcmp(key, "type") != 0) refuse(r, path, "not supported by zerotrain");
     else {
         for (size_t i = 0; json_is_string(val) && i < sizeof optimizer_types / sizeof optimizer_types[0]; i++)
@@ -304,7 +390,7 @@ static void optimizer_key(reader *r, const char *key, json_t *val, const char *p
                 json_decref(name);
                 return;
             }
-        refuse(r, path, "not Adam, AdamW, SGD, Adafactor or Adam8bit (the optimizers zerotrain has)");
+        refuse(r, path, "not Adam, AdamW, SGD, Adafactor or Adam8bit, nor Muon (the optimizers zerotrain has)");
     }
 }
 
@@ -423,6 +509,7 @@ zt_status zt_config_read_keys(zt_train_config *c, json_t *root, const char *path
     r.opt = !opt_type                                ? DS_ADAM
             : strcasecmp(opt_type, "sgd") == 0       ? DS_SGD
             : strcasecmp(opt_type, "adafactor") == 0 ? DS_ADAFACTOR
+            : strcasecmp(opt_type, "muon") == 0      ? DS_MUON
                                                      : DS_ADAM;
     json_object_foreach(root, key, val) read_key(&r, key, val);
     if (r.problems == 1) return ZT_FAIL(err, ZT_ERR_INVALID, "--config %s: %s", path, r.text);

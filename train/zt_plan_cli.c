@@ -79,6 +79,26 @@ static int take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *n
 /* A GPT-shaped model from its totals: embedding V x C + T x C, head 2C (+ V x C
  * untied), and the rest split evenly into L blocks (or blocks of
  * --largest-unit-params when given). */
+/* A block of n parameters as a GPT block's four weight matrices of width
+ * C (hidden, qkv as q, k, v: what Muon transforms) and the rest as one
+ * vector; the MLP's width F is 4C, or less where n is smaller than 12 C^2
+ * (the seed's 100B of 80 blocks at C = 10240: F = 40105); one vector where
+ * not even the attention's fit. */
+static zt_status synth_block(zt_model_spec *spec, int u, int64_t n, int64_t C, zt_error *err) {
+    int idx;
+    int64_t F = C >= 2 && n > 4 * C * C ? (n - 4 * C * C) / (2 * C) : 0;
+    if (F > 4 * C) F = 4 * C;
+    if (F < 2) return zt_spec_add_param(spec, u, "block", 1, &n, 1, &idx, err);
+    const int64_t shapes[4][2] = {{3 * C, C}, {C, C}, {F, C}, {C, F}}, qkv[3] = {C, C, C};
+    const char *names[4] = {"qkv_w", "attproj_w", "fc_w", "fcproj_w"};
+    for (int k = 0; k < 4; k++) {
+        ZT_TRY(zt_spec_add_param(spec, u, names[k], 2, shapes[k], 1, &idx, err));
+        ZT_TRY(zt_spec_set_hidden(spec, u, idx, k == 0 ? 3 : 1, k == 0 ? qkv : NULL, err));
+    }
+    int64_t rest = n - 4 * C * C - 2 * F * C;
+    return rest > 0 ? zt_spec_add_param(spec, u, "rest", 1, &rest, 0, &idx, err) : ZT_OK;
+}
+
 static zt_status synth_spec(zt_model_spec *spec, const zt_train_config *c, const plan_flags *pf, int *ue, int *ub,
                             int *uh, zt_error *err) {
     memset(spec, 0, sizeof *spec);
@@ -101,8 +121,7 @@ static zt_status synth_spec(zt_model_spec *spec, const zt_train_config *c, const
         int u;
         ZT_TRY(zt_spec_add_unit(spec, name, &u, err));
         if (l == 0) *ub = u;
-        shape[0] = (int64_t)per_block;
-        ZT_TRY(zt_spec_add_param(spec, u, "block", 1, shape, 1, &idx, err));
+        ZT_TRY(synth_block(spec, u, (int64_t)per_block, (int64_t)C, err));
     }
     ZT_TRY(zt_spec_add_unit(spec, "head", uh, err));
     shape[0] = (int64_t)head;
@@ -322,6 +341,8 @@ static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_
     in->offload_delay = c->offload_delay;
     in->optimizer = zt_optim_find(c->optimizer); /* the options table allows no other */
     in->adafactor_beta1 = (float)c->adafactor_beta1;
+    in->master_none = strcmp(c->master_dtype, "none") == 0;
+    in->state_bf16 = strcmp(c->optim_state_dtype, "bf16") == 0;
     in->prefetch = c->prefetch;
     in->prefetch_params = (long long)c->prefetch_bucket_size;
     in->overlap_comm = c->overlap_comm;
@@ -666,21 +687,38 @@ static void print_reserved(const plan_reserved *res, const zt_train_config *c) {
                "are not measured yet (train/plan_process.c)\n");
 }
 
+/* The optimizer's state per parameter over the whole model (its closed
+ * form, unsharded): AdamW's 8, Muon's 4 on hidden matrices and 8 elsewhere,
+ * half that in bf16. */
+static double optimizer_bytes_per_param(const plan_job *j) {
+    zt_engine_config ec = {.dtype = j->in.dtype, .optimizer = j->in.optimizer, .adafactor_beta1 = j->in.adafactor_beta1,
+                           .state_bf16 = j->in.state_bf16};
+    const zt_optim *opt = zt_optim_or_default(j->in.optimizer);
+    double bytes = 0.0;
+    for (int u = 0; u < j->spec->nunits; u++) {
+        const zt_unit_spec *us = &j->spec->units[u];
+        if (!us->frozen) bytes += (double)zt_optim_state_bytes(opt, &ec, us, 0, us->numel);
+    }
+    return j->spec->total_numel ? bytes / (double)j->spec->total_numel : 0.0;
+}
+
 static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
                        const plan_reserved *res, const int *minw, int fits, const int *largest) {
     char a[64], b2[64], c2[64];
     double P = (double)j->spec->total_numel;
     zt_dtype dt = j->in.dtype;
     size_t d = zt_dtype_size(dt);
-    int master = dt != ZT_FP32 || j->in.offload;
+    int master = (dt != ZT_FP32 && !j->in.master_none) || j->in.offload;
+    double per_param = optimizer_bytes_per_param(j);
     printf("zt-plan: %.4g parameters (%d units, largest %.4g), %s, ZeRO stage %d, %d rank(s), offload %s, "
            "recompute %s, attention %s\n", P, j->spec->nunits, (double)j->spec->largest_unit_numel,
            zt_dtype_name(dt), c->stage, pf->world, c->offload, c->recompute, c->attention);
     gb(a, sizeof a, P * (double)d);
-    gb(b2, sizeof b2, P * (double)(2 * d + 4 * master + 8));
+    gb(b2, sizeof b2, P * ((double)(2 * d + 4 * master) + per_param));
     gb(c2, sizeof c2, (double)p->persistent_bytes);
-    printf("  weights alone (%s): %s\n  model state (params %zu + grads %zu + fp32 master %d + Adam 8 bytes/param): "
-           "%s in all\n  model state per rank at this stage: %s\n", zt_dtype_name(dt), a, d, d, master ? 4 : 0, b2, c2);
+    printf("  weights alone (%s): %s\n  model state (params %zu + grads %zu + fp32 master %d + %s%s %.4g bytes/param): "
+           "%s in all\n  model state per rank at this stage: %s\n", zt_dtype_name(dt), a, d, d, master ? 4 : 0,
+           c->optimizer, j->in.state_bf16 ? " in bf16" : "", per_param, b2, c2);
     printf("  per-rank device memory at the peak (%s):\n", p->peak_moment);
     for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
         gb(a, sizeof a, (double)p->by_category[cc]);

@@ -540,6 +540,8 @@ int zt_train_main(int argc, char **argv, const zt_train_model *const *models, in
     if (j.rank == 0 && cfg.config_warning[0])
         fprintf(stderr, "%s: warning: --config %s: accepted without effect in zerotrain: %s\n", j.prog, cfg.config,
                 cfg.config_warning);
+    if (j.rank == 0 && cfg.config_note[0])
+        fprintf(stderr, "%s: note: --config %s: %s\n", j.prog, cfg.config, cfg.config_note);
     if (want_help) {
         if (j.rank == 0) zt_train_config_print_help(stdout, j.prog);
         if (j.rank == 0) zt_train_print_families(stdout, models, nmodels);

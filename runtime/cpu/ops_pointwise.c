@@ -8,6 +8,11 @@ void zt_cpu_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, z
     for (size_t i = 0; i < n; i++) zt_dtype_store(dst, dst_dtype, i, zt_dtype_load(src, src_dtype, i));
 }
 
+void zt_cpu_cast_sr(zt_stream *s, uint16_t *dst, const float *src, size_t n, zt_sr_key key) {
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = zt_bf16_sround(src[i], zt_sr_bits(&key, key.first + i));
+}
+
 void zt_cpu_scale(zt_stream *s, float *x, float alpha, size_t n) {
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= alpha;

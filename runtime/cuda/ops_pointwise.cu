@@ -142,6 +142,17 @@ extern "C" void zt_cuda_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const 
     ZT_CUDA_LAUNCHED(s, "cast");
 }
 
+__global__ static void cast_sr_kernel(uint16_t *dst, const float *src, size_t n, zt_sr_key key) {
+    for (size_t i = zt_gtid(); i < n; i += zt_gstride()) dst[i] = zt_bf16_sround(src[i], zt_sr_bits(&key, key.first + i));
+}
+
+extern "C" void zt_cuda_cast_sr(zt_stream *s, uint16_t *dst, const float *src, size_t n, zt_sr_key key) {
+    if (n == 0) return;
+    cudaStream_t st = zt_cuda_enter(s);
+    cast_sr_kernel<<<zt_ew_blocks(n), ZT_EW_THREADS, 0, st>>>(dst, src, n, key);
+    ZT_CUDA_LAUNCHED(s, "cast_sr");
+}
+
 extern "C" void zt_cuda_scaled_store(zt_stream *s, void *dst, zt_dtype dtype, const float *src, float alpha,
                                      int accumulate, size_t n) {
     if (n == 0) return;

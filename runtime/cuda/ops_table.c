@@ -134,6 +134,7 @@
         .scale = zt_cuda_scale,                                                                                      \
         .scaled_store = zt_cuda_scaled_store,                                                                        \
         .sum_squares = zt_cuda_sum_squares,                                                                          \
+        .cast_sr = zt_cuda_cast_sr,                                                                                  \
     };
 
 ZT_CUDA_ADAPTERS(fp32, ZT_FP32)

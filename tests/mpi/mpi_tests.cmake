@@ -120,6 +120,21 @@ endif()
 zt_script_cases(zt_muon_test.py muon "mpi" 900 stages stages_np24 planner resume bad convergence)
 zt_label(quick muon_stages muon_resume muon_bad)
 zt_label(full muon_stages_np24 muon_planner muon_convergence)
+if(ZT_CUDA_EMU)
+  zt_script_cases(zt_muon_test.py muon "mpi;cuda;quick" 900 cuda_emu)
+endif()
+
+# Low-memory state (tests/mpi/zt_low_memory_test.py): --master-dtype none
+# and --optim-state-dtype bf16 for AdamW, SGD and Muon: stages bitwise,
+# zt-plan --rank exact, resume bitwise, refusals, convergence on half the
+# model state. Quick: the stages (the widening and stochastic rounding under
+# the sanitizers), resume's blocks in bf16, the refusals.
+zt_script_cases(zt_low_memory_test.py low_memory "mpi" 900 stages planner resume bad convergence)
+zt_label(quick low_memory_stages low_memory_resume low_memory_bad)
+zt_label(full low_memory_planner low_memory_convergence)
+if(ZT_CUDA_EMU)
+  zt_script_cases(zt_low_memory_test.py low_memory "mpi;cuda;quick" 900 cuda_emu)
+endif()
 
 # The device allocator's modes (tests/mpi/zt_allocator_test.py): caching
 # and expandable against simple, bitwise and per category; the free-block

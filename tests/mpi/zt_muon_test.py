@@ -108,7 +108,8 @@ def case_bad(ctx):
     """Refused with exit 2 before step 1, naming the problem."""
     for bad, needle in ((["--muon-ns-coefficients", "3.4,-4.7"], "is not three finite numbers"),
                         (["--offload", "cpu", "--offload-delay", "1"], "sums over the ranks"),
-                        (["--offload", "nvme", "--nvme-path", ctx["work"]], "--offload nvme runs")):
+                        (["--offload", "nvme", "--nvme-path", ctx["work"]], "--offload nvme runs"),
+                        (["--mem-limit", "3MiB", "--d-model", "256"], "more than --mem-limit's")):
         p = launch(ctx, 2, MODEL + MUON + ["--steps", "1"] + bad, expect_rc=2)
         assert needle in p.stderr, (bad, p.stderr[-1500:])
         assert "step     1" not in p.stdout
@@ -137,8 +138,37 @@ def case_convergence(ctx):
           f"AdamW {runs['adamw']['final_loss'] - runs['adamw']['data_entropy']:.4f}; optimizer state {ratio:.3f}x AdamW's")
 
 
+def case_cuda_emu(ctx):
+    """--device cuda on the CUDA emulator (ZT_CUDA=EMU builds), np 2 over
+    NCCL with stream jitter: --offload cpu --muon-ns-device host bitwise
+    equal at stages 0 and 3 and to the CPU backend's (the model's GPU
+    kernels sum in other orders: losses within 1e-4); without offload, or
+    with --muon-ns-device device, refused with exit 2 before step 1."""
+    env = dict(os.environ, ZT_EMU_DEVICES="2", ZT_EMU_JITTER_US="200", ZT_EMU_SEED="15")
+    args = MODEL + MUON + ["--steps", "4", "--offload", "cpu", "--muon-ns-device", "host"]
+    cpu = train(ctx, 2, args + ["--stage", "3"], "cpu")
+    runs = []
+    for stage in (0, 3):
+        d = os.path.join(ctx["work"], f"cu{stage}")
+        cmd = [ctx["zt_run"], "-np", "2", ctx["zt"]] + args + ["--stage", str(stage), "--device", "cuda", "--log-dir", d]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        assert p.returncode == 0, (cmd, p.stdout[-2000:], p.stderr[-2000:])
+        with open(os.path.join(d, "summary.json")) as f:
+            runs.append(json.load(f))
+    assert runs[0]["device"] == "cuda" and runs[0]["params_digest"] == runs[1]["params_digest"]
+    for a, b in zip(runs[0]["losses"], losses(cpu)):
+        assert abs(a - b) <= 1e-4 * abs(b), (a, b)
+    for bad, needle in (([], "needs --offload cpu"), (["--offload", "cpu"], "needs a device Newton-Schulz")):
+        cmd = [ctx["zt_run"], "-np", "2", ctx["zt"]] + MODEL + MUON + ["--steps", "1", "--device", "cuda"] + bad
+        p = subprocess.run(cmd + (["--muon-ns-device", "host"] if not bad else []), capture_output=True, text=True,
+                           timeout=600, env=env)
+        assert p.returncode == 2 and needle in p.stderr, (bad, p.stderr[-1500:])
+    print("ok: Muon on the CUDA emulator with offload and host Newton-Schulz: stages 0 and 3 bitwise, within 1e-4 of "
+          "the CPU; the device variant and no offload refused")
+
+
 CASES = {"stages": case_stages, "stages_np24": case_stages_np24, "planner": case_planner, "resume": case_resume,
-         "bad": case_bad, "convergence": case_convergence}
+         "bad": case_bad, "convergence": case_convergence, "cuda_emu": case_cuda_emu}
 
 if __name__ == "__main__":
     main(CASES, "muon")
