@@ -152,7 +152,8 @@ static const opt_spec options[] = {
     {"attention", OPT_CHOICE, S(attention), 0, 0, "materialized|fused",
      "keep attention's [B,NH,T,T] probabilities for backward, or only each row's log-sum-exp (fused)"},
     {"dtype", OPT_CHOICE, S(dtype), 0, 0, "fp32|bf16|fp16",
-     "compute dtype: params, grads, gathered units, activations (fp32 master and Adam state either way)"},
+     "compute dtype: params, grads, gathered units, activations (fp32 master and optimizer state unless "
+     "--master-dtype none, --optim-state-dtype bf16)"},
     {"reduce-dtype", OPT_CHOICE, S(reduce_dtype), 0, 0, "fp32|bf16|fp16",
      "dtype gradient buckets travel in (summed in fp32 either way)"},
     {"loss-scale", OPT_FLOAT, F(loss_scale), 0, 0, 1e30, NULL, "fp16: a fixed loss scale (0: dynamic)"},

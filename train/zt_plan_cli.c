@@ -301,7 +301,7 @@ static int read_options(int argc, char **argv, plan_flags *pf, zt_train_config *
            "Without --params the model is the --model family (default gpt) with the given flags;\n"
            "with --params, one shaped like it (embedding, blocks, head) from the totals. --rank plans that\n"
            "rank's memory (default: the rank with the most optimizer state; ranks differ only under\n"
-           "adafactor and adam8bit, whose state follows the parameters a rank's slices touch).\n\n");
+           "adafactor, adam8bit and muon, whose state follows the parameters a rank's slices touch).\n\n");
     zt_train_config_print_help(stdout, "zt-plan (zt-train options)");
     return 0;
 }

@@ -116,10 +116,12 @@ endif()
 # Muon (tests/mpi/zt_muon_test.py): stages and offload bitwise at np 2-4,
 # owners balanced, zt-plan --rank exact, resume and reshard, bad settings,
 # convergence on 0.56x AdamW's state. Quick: np 3's stages (the exchange and
-# Newton-Schulz under the sanitizers), resume's blocks and the refusals.
+# Newton-Schulz under the sanitizers) and resume's blocks; the refusals
+# (full, and asan for the cap check's C path) start no training.
 zt_script_cases(zt_muon_test.py muon "mpi" 900 stages stages_np24 planner resume bad convergence)
-zt_label(quick muon_stages muon_resume muon_bad)
-zt_label(full muon_stages_np24 muon_planner muon_convergence)
+zt_label(quick muon_stages muon_resume)
+zt_label(full muon_bad muon_stages_np24 muon_planner muon_convergence)
+zt_label(asan muon_bad)
 if(ZT_CUDA_EMU)
   zt_script_cases(zt_muon_test.py muon "mpi;cuda;quick" 900 cuda_emu)
 endif()
@@ -128,10 +130,12 @@ endif()
 # and --optim-state-dtype bf16 for AdamW, SGD and Muon: stages bitwise,
 # zt-plan --rank exact, resume bitwise, refusals, convergence on half the
 # model state. Quick: the stages (the widening and stochastic rounding under
-# the sanitizers), resume's blocks in bf16, the refusals.
+# the sanitizers) and resume's blocks in bf16; the refusals (full, and asan
+# for the checks' C paths) start no training.
 zt_script_cases(zt_low_memory_test.py low_memory "mpi" 900 stages planner resume bad convergence)
-zt_label(quick low_memory_stages low_memory_resume low_memory_bad)
-zt_label(full low_memory_planner low_memory_convergence)
+zt_label(quick low_memory_stages low_memory_resume)
+zt_label(full low_memory_bad low_memory_planner low_memory_convergence)
+zt_label(asan low_memory_bad)
 if(ZT_CUDA_EMU)
   zt_script_cases(zt_low_memory_test.py low_memory "mpi;cuda;quick" 900 cuda_emu)
 endif()

@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 
-from zt_harness import STAGES_COMPARED, launch, losses, main, train
+from zt_harness import SANITIZED, STAGES_COMPARED, launch, losses, main, train
 
 MODEL = ["--layers", "2", "--d-model", "32", "--heads", "4", "--seq-len", "32", "--vocab", "48",
          "--micro-batch", "4", "--threads", "1", "--quiet", "--bucket-size", "16KiB", "--dtype", "bf16"]
@@ -30,8 +30,11 @@ def model_state(rank):
 def case_stages(ctx):
     """np 3: each optimizer with both options bitwise equal over the stages
     compared; AdamW with each option alone too; the result differs from
-    the fp32-master run (the options did something)."""
+    the fp32-master run (the options did something). Under the sanitizers
+    AdamW and Muon (SGD's step is AdamW's path through another kernel)."""
     for name, opt in OPTIMIZERS.items():
+        if SANITIZED and name == "sgd":
+            continue
         runs = [train(ctx, 3, MODEL + opt + LOW + ["--steps", "4", "--stage", str(s)], f"{name}{s}")
                 for s in STAGES_COMPARED]
         for r in runs:
@@ -40,7 +43,7 @@ def case_stages(ctx):
         full = train(ctx, 3, MODEL + opt + ["--steps", "4", "--stage", "3"], f"{name}full")
         assert full["params_digest"] != runs[0]["params_digest"], name
         print(f"ok: {name} with no master and bf16 state: stages {STAGES_COMPARED} bitwise ({runs[0]['params_digest']})")
-    for one in (LOW[:2], LOW[2:]):
+    for one in () if SANITIZED else (LOW[:2], LOW[2:]):
         runs = [train(ctx, 3, MODEL + one + ["--steps", "4", "--stage", str(s)], f"one{len(one)}{s}")
                 for s in (0, 3)]
         assert runs[0]["params_digest"] == runs[1]["params_digest"], one
