@@ -10,6 +10,7 @@
  * rank owns the whole unit and transforms every matrix in place. */
 #include <stdlib.h>
 
+#include "cpu_ops.h"
 #include "zt_optim_engine.h"
 
 struct zt_matrix_plan {
@@ -75,20 +76,21 @@ int zt_optim_matrices(const zt_optim *opt, const zt_model_spec *spec, int world,
     return ok ? n : -1;
 }
 
-/* Refusals before step 1. The transform runs on host memory: on the CPU
- * backend the device is the host, and --muon-ns-device's two values are
- * one; on a GPU only `host` exists so far (no device Newton-Schulz), with
- * the optimizer's state and step in the host pool (offload). And the
- * matrix a rank gathers, with its scratch and the unit's update, must fit
- * under the device cap (--mem-limit), which no step could change. */
+/* Refusals before step 1. On the CPU backend the device is the host, and
+ * --muon-ns-device's two values are one. On a GPU, device (no offload)
+ * keeps the state on the device and transforms there, the slices staged
+ * through the host for the gather and scatter; host keeps the state in the
+ * host pool (offload) and transforms on the CPU BLAS; the other two pairs
+ * are refused. And the matrix a rank gathers, with its scratch and the
+ * unit's update, must fit under the device cap (--mem-limit), which no
+ * step could change. */
 static zt_status check_matrices(const zt_engine *e) {
     const zt_optim *opt = optim_of(e);
     zt_ctx *ctx = e->ctx;
-    if (ctx->be->device != ZT_DEVICE_CPU && !e->cfg.muon_ns_host)
-        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "optimizer %s on a GPU: --muon-ns-device device needs a device "
-                       "Newton-Schulz, which this build does not have; use --muon-ns-device host with --offload cpu",
-                       opt->name);
-    if (ctx->be->device != ZT_DEVICE_CPU && !e->cfg.offload)
+    if (ctx->be->device != ZT_DEVICE_CPU && !e->cfg.muon_ns_host && e->cfg.offload)
+        return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "optimizer %s on a GPU with --offload cpu steps on the host, "
+                       "Newton-Schulz included: give --muon-ns-device host (device: no offload)", opt->name);
+    if (ctx->be->device != ZT_DEVICE_CPU && e->cfg.muon_ns_host && !e->cfg.offload)
         return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "optimizer %s on a GPU with --muon-ns-device host needs --offload "
                        "cpu: the momentum lives in pinned host memory and Newton-Schulz runs on the CPU BLAS",
                        opt->name);
@@ -140,62 +142,106 @@ static void slice_part(const zt_engine *e, const zt_matrix *m, int r, size_t *a,
     if (*b < *a) *b = *a;
 }
 
+/* Where one unit's exchange runs: the buffers (the host pool under
+ * offload, else the device), whether device buffers go through host-pool
+ * copies for the host collectives (a GPU's), and the kernels that
+ * transform (the device's, or the CPU's for the host pool). */
 typedef struct {
     const zt_engine *e;
-    int host; /* buffers in the host pool (offload), else on the device */
+    int host, staged;
+    const zt_ops *ops;
+    zt_stream *s;
 } where;
 
-static zt_status scratch_alloc(where w, zt_tensor *t, size_t numel, zt_category cat, const char *what, int u) {
-    return w.host ? zt_engine_alloc_host(w.e, t, ZT_FP32, numel, cat, what, u)
-                  : zt_engine_alloc(w.e, t, ZT_FP32, numel, cat, what, u);
+static zt_status buf_alloc(const zt_engine *e, int host, zt_tensor *t, size_t numel, zt_category cat,
+                           const char *what, int u) {
+    if (numel == 0) return ZT_OK; /* a rank with no part of the matrix */
+    return host ? zt_engine_alloc_host(e, t, ZT_FP32, numel, cat, what, u)
+                : zt_engine_alloc(e, t, ZT_FP32, numel, cat, what, u);
 }
 
-static void scratch_free(where w, zt_tensor *t) {
-    zt_tensor_free(t, w.host ? &w.e->ctx->host_mem : &w.e->ctx->device_mem);
+static void buf_free(const zt_engine *e, int host, zt_tensor *t) {
+    zt_tensor_free(t, host ? &e->ctx->host_mem : &e->ctx->device_mem);
+}
+
+/* n floats between device and host-pool memory, waited for (the host
+ * buffer is a collective's next, or freed). */
+static zt_status copy_wait(const zt_engine *e, void *dst, const void *src, size_t n, zt_copy_kind kind) {
+    zt_ctx *ctx = e->ctx;
+    if (n == 0 || ctx->dry) return ZT_OK;
+    ZT_TRY(ctx->be->memcpy_async(ctx->be, dst, src, n * sizeof(float), kind, &ctx->compute, &ctx->err));
+    return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+}
+
+/* The owner's transform of `whole` (device or host memory as w says),
+ * from and back to the host-pool copy hw when staged. */
+static zt_status transform_owned(where w, const zt_matrix *m, zt_tensor *whole, zt_tensor *hw, float *scratch,
+                                 zt_status *failed) {
+    const zt_engine *e = w.e;
+    zt_ctx *ctx = e->ctx;
+    size_t numel = m->rows * m->cols;
+    if (ctx->dry || *failed != ZT_OK) return ZT_OK;
+    if (w.staged) ZT_TRY(copy_wait(e, whole->data, hw->data, numel, ZT_COPY_H2D));
+    *failed = optim_of(e)->matrix_hook->transform(&e->cfg, w.ops, w.s, m, zt_f32(whole), scratch, &ctx->err);
+    if (w.staged) return copy_wait(e, hw->data, whole->data, numel, ZT_COPY_D2H);
+    return w.host ? ZT_OK : ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
 }
 
 /* Matrix m of a unit whose owned update upd starts at unit element lo:
  * transformed where this rank owns it (whole: the update itself at stage
  * 0, else gathered from every slice), and this rank's slice sent back. A
- * transform's failure is kept in *failed, so that the collectives go on. */
+ * transform's failure is kept in *failed, so that the collectives go on.
+ * Staged (a GPU): the slice and, on the owner, the whole matrix have
+ * host-pool copies (hp, hw) for the host collectives. */
 static zt_status one_matrix(where w, const zt_matrix *m, float *upd, size_t lo, zt_status *failed) {
     const zt_engine *e = w.e;
     const zt_optim_matrix_hook *hook = optim_of(e)->matrix_hook;
     zt_ctx *ctx = e->ctx;
     zt_comm *comm = e->comm;
-    int alone = full_optim(e) || comm->world_size == 1, mine = alone || comm->rank == m->owner;
-    size_t numel = m->rows * m->cols;
-    zt_tensor scratch = {0}, whole = {0}; /* [scratch_numel] workspace; [rows, cols] comm_buffers */
+    int alone = full_optim(e) || comm->world_size == 1, owner = alone || comm->rank == m->owner;
+    size_t numel = m->rows * m->cols, a, b;
+    zt_tensor scratch = {0}, whole = {0}, hp = {0}, hw = {0}; /* workspace; comm_buffers x 3 */
     size_t sn = hook->scratch_numel ? hook->scratch_numel(m->rows, m->cols) : 0;
-    if (mine && sn) ZT_TRY(scratch_alloc(w, &scratch, sn, ZT_CAT_WORKSPACE, "matrix scratch", m->unit));
-    zt_status st = ZT_OK;
+    if (owner) ZT_TRY(buf_alloc(e, w.host, &scratch, sn, ZT_CAT_WORKSPACE, "matrix scratch", m->unit));
     if (alone) {
-        if (!ctx->dry) *failed = hook->transform(&e->cfg, m, upd + (m->offset - lo), zt_f32(&scratch), &ctx->err);
-        scratch_free(w, &scratch);
-        return ZT_OK;
+        zt_tensor in_place = {.data = upd ? upd + (m->offset - lo) : NULL};
+        zt_status st = transform_owned((where){e, w.host, 0, w.ops, w.s}, m, &in_place, NULL, zt_f32(&scratch),
+                                       failed);
+        buf_free(e, w.host, &scratch);
+        return st;
     }
-    size_t *counts = malloc((size_t)comm->world_size * sizeof *counts), a, b;
-    if (!counts) st = ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate %d counts", comm->world_size);
+    size_t *counts = malloc((size_t)comm->world_size * sizeof *counts);
+    zt_status st = counts ? ZT_OK : ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate %d counts",
+                                           comm->world_size);
     for (int r = 0; st == ZT_OK && r < comm->world_size; r++) {
         slice_part(e, m, r, &a, &b);
         counts[r] = (b - a) * sizeof(float);
     }
     slice_part(e, m, comm->rank, &a, &b);
     float *piece = upd ? upd + (a - lo) : NULL; /* this rank's part: [b - a] (NULL in a replay's host step) */
-    if (st == ZT_OK && comm->rank == m->owner)
-        st = scratch_alloc(w, &whole, numel, ZT_CAT_COMM_BUFFERS, "matrix gathered", m->unit);
-    if (st == ZT_OK) st = zt_comm_gather_host(comm, piece, whole.data, counts, m->owner, &ctx->err);
-    if (st == ZT_OK && comm->rank == m->owner && !ctx->dry && *failed == ZT_OK)
-        *failed = hook->transform(&e->cfg, m, zt_f32(&whole), zt_f32(&scratch), &ctx->err);
-    if (st == ZT_OK) st = zt_comm_scatter_host(comm, whole.data, piece, counts, m->owner, &ctx->err);
+    if (st == ZT_OK && owner)
+        st = buf_alloc(e, w.host, &whole, numel, ZT_CAT_COMM_BUFFERS, "matrix gathered", m->unit);
+    if (st == ZT_OK && w.staged) st = buf_alloc(e, 1, &hp, b - a, ZT_CAT_COMM_BUFFERS, "matrix slice staging", m->unit);
+    if (st == ZT_OK && w.staged && owner)
+        st = buf_alloc(e, 1, &hw, numel, ZT_CAT_COMM_BUFFERS, "matrix gathered staging", m->unit);
+    if (st == ZT_OK && w.staged) st = copy_wait(e, hp.data, piece, b - a, ZT_COPY_D2H);
+    void *send = w.staged ? hp.data : piece, *gathered = w.staged ? hw.data : whole.data;
+    if (st == ZT_OK) st = zt_comm_gather_host(comm, send, gathered, counts, m->owner, &ctx->err);
+    if (st == ZT_OK && owner) st = transform_owned(w, m, &whole, &hw, zt_f32(&scratch), failed);
+    if (st == ZT_OK) st = zt_comm_scatter_host(comm, gathered, send, counts, m->owner, &ctx->err);
+    if (st == ZT_OK && w.staged) st = copy_wait(e, piece, hp.data, b - a, ZT_COPY_H2D);
     free(counts);
-    scratch_free(w, &whole);
-    scratch_free(w, &scratch);
+    buf_free(e, 1, &hw);
+    buf_free(e, 1, &hp);
+    buf_free(e, w.host, &whole);
+    buf_free(e, w.host, &scratch);
     return st;
 }
 
 zt_status zt_engine_transform_matrices(const zt_engine *e, int u, float *upd, int host) {
-    where w = {e, host};
+    zt_stream cpu = {.nthreads = e->cfg.host_threads > 0 ? e->cfg.host_threads : 1};
+    where w = {e, host, !host && e->ctx->be->device != ZT_DEVICE_CPU, host ? &zt_cpu_ops_fp32 : e->ctx->be->ops,
+               host ? &cpu : &e->ctx->compute};
     zt_status failed = ZT_OK;
     int n;
     const zt_matrix *ms = zt_engine_matrices(e, &n);
@@ -208,8 +254,6 @@ zt_status zt_engine_transform_matrices(const zt_engine *e, int u, float *upd, in
 zt_status zt_engine_matrix_step(zt_engine *e, int u, const zt_optim_step *s) {
     const zt_optim_matrix_hook *hook = optim_of(e)->matrix_hook;
     zt_ctx *ctx = e->ctx;
-    if (ctx->be->device != ZT_DEVICE_CPU) /* check_matrices refused it at init */
-        return ZT_FAIL(&ctx->err, ZT_ERR_INTERNAL, "optimizer %s: a device matrix step on a GPU", optim_of(e)->name);
     zt_tensor upd = {0}; /* [owned] fp32: the update direction */
     ZT_TRY(zt_engine_alloc(e, &upd, ZT_FP32, owned_numel(e, u), ZT_CAT_WORKSPACE, "matrix update", u));
     zt_status st = ctx->dry ? ZT_OK : hook->update(e, u, s, zt_f32(&upd));

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "zt_cpu_adam.h"
+#include "cpu_ops.h"
 #include "zt_newton_schulz.h"
 #include "zt_optim_engine.h"
 
@@ -43,12 +44,20 @@ static size_t muon_slot_words(const zt_engine_config *cfg, int slot, const zt_un
     return slot == MOMENTUM ? hi - lo : not_hidden_before(us, lo, hi);
 }
 
-/* buf[n] = lerp(buf, g, 1 - mu); out[n] the update direction. */
-static void momentum_blend(float *buf, const float *g, float *out, size_t n, float mu, int nesterov) {
-    float w = 1.0f - mu;
-    for (size_t k = 0; k < n; k++) {
-        buf[k] += w * (g[k] - buf[k]);
-        out[k] = nesterov ? g[k] + mu * (buf[k] - g[k]) : buf[k];
+/* buf[n] = lerp(buf, g, 1 - mu) = mu buf + (1 - mu) g; out[n] the update
+ * direction, lerp(g, buf, mu) = (1 - mu) g + mu buf with Nesterov, else buf.
+ * Through the backend's kernels (the device's, or the CPU's on the host
+ * pool), so a GPU never has its memory read by the host and the CPU's
+ * device and host steps round alike. */
+static void momentum_blend(const zt_ops *ops, zt_stream *cs, float *buf, const float *g, float *out, size_t n,
+                           float mu, int nesterov) {
+    ops->scale(cs, buf, mu, n);
+    ops->scaled_store(cs, buf, ZT_FP32, g, 1.0f - mu, 1, n);
+    if (nesterov) {
+        ops->scaled_store(cs, out, ZT_FP32, g, 1.0f - mu, 0, n);
+        ops->scaled_store(cs, out, ZT_FP32, buf, mu, 1, n);
+    } else {
+        ops->scaled_store(cs, out, ZT_FP32, buf, 1.0f, 0, n);
     }
 }
 
@@ -62,8 +71,8 @@ static float adjust(const zt_engine_config *cfg, size_t rows, size_t cols) {
 /* The apply over owned range [lo, lo + n) of unit u: every hidden
  * matrix's elements of p (p[0] is unit element p_at) stepped with upd
  * (upd[0] is element lo), part by part. */
-static void apply_range(const zt_engine *e, int u, float *p, size_t p_at, const float *upd, size_t lo, size_t n,
-                        float lr) {
+static void apply_range(const zt_ops *ops, zt_stream *cs, const zt_engine *e, int u, float *p, size_t p_at,
+                        const float *upd, size_t lo, size_t n, float lr) {
     const zt_unit_spec *us = &e->spec->units[u];
     for (int i = 0; i < us->nparams; i++) {
         const zt_param_spec *ps = &us->params[i];
@@ -72,12 +81,9 @@ static void apply_range(const zt_engine *e, int u, float *p, size_t p_at, const 
             size_t off, rows, cols = (size_t)ps->shape[1];
             zt_param_part(ps, k, &off, &rows);
             size_t a = off > lo ? off : lo, b = off + rows * cols < lo + n ? off + rows * cols : lo + n;
-            float step = lr * adjust(&e->cfg, rows, cols);
-            for (size_t x = a; x < b; x++) {
-                float *q = &p[x - p_at];
-                *q *= decay;
-                *q -= step * upd[x - lo];
-            }
+            if (a >= b) continue;
+            ops->scale(cs, p + (a - p_at), decay, b - a);
+            ops->scaled_store(cs, p + (a - p_at), ZT_FP32, upd + (a - lo), -lr * adjust(&e->cfg, rows, cols), 1, b - a);
         }
     }
 }
@@ -97,7 +103,7 @@ static zt_status muon_update(zt_engine *e, int u, const zt_optim_step *s, float 
         for (int i = 0; i < us->nparams; i++) {
             if (!param_in_range(e, u, i, at, at + gn, &a, &b, &wd)) continue;
             if (us->params[i].hidden)
-                momentum_blend(m + (a - lo), g + (a - at), upd + (a - lo), b - a, e->cfg.muon_momentum,
+                momentum_blend(ops, cs, m + (a - lo), g + (a - at), upd + (a - lo), b - a, e->cfg.muon_momentum,
                                e->cfg.muon_nesterov);
             else
                 ops->adamw(cs, s->p + (a - s->p_at), g + (a - at), m + (a - lo), v + not_hidden_before(us, lo, a),
@@ -108,7 +114,7 @@ static zt_status muon_update(zt_engine *e, int u, const zt_optim_step *s, float 
 }
 
 static zt_status muon_apply(zt_engine *e, int u, const zt_optim_step *s, const float *upd) {
-    apply_range(e, u, s->p, s->p_at, upd, owned_lo(e, u), owned_numel(e, u), s->lr);
+    apply_range(e->ctx->be->ops, &e->ctx->compute, e, u, s->p, s->p_at, upd, owned_lo(e, u), owned_numel(e, u), s->lr);
     return ZT_OK;
 }
 
@@ -116,10 +122,10 @@ static size_t muon_scratch(size_t rows, size_t cols) { return zt_newton_schulz_s
 
 static double muon_flops(size_t rows, size_t cols) { return zt_newton_schulz_flops(rows, cols, 1); }
 
-static zt_status muon_transform(const zt_engine_config *cfg, const zt_matrix *m, float *whole, float *scratch,
-                                zt_error *err) {
+static zt_status muon_transform(const zt_engine_config *cfg, const zt_ops *ops, zt_stream *s, const zt_matrix *m,
+                                float *whole, float *scratch, zt_error *err) {
     (void)err;
-    zt_newton_schulz(whole, m->rows, m->cols, cfg->muon_ns_steps, cfg->muon_ns_coef, cfg->muon_eps, scratch);
+    ops->newton_schulz(s, whole, m->rows, m->cols, cfg->muon_ns_steps, cfg->muon_ns_coef, cfg->muon_eps, scratch);
     return ZT_OK;
 }
 
@@ -134,6 +140,7 @@ static zt_status muon_host_step(const zt_engine *e, int u, float *g, void *out, 
     float *p = zt_f32(&ust->host_master), *m = zt_f32(&ust->host_opt_state[MOMENTUM]);
     float *v = zt_f32(&ust->host_opt_state[EXP_AVG_SQ]), wd; /* [owned], [owned], [not hidden] */
     zt_adam_isa isa = zt_cpu_adam_best_isa();
+    zt_stream host = {.nthreads = e->cfg.host_threads > 0 ? e->cfg.host_threads : 1};
     *written = 0;
     scale_host_grads(g, n, s->mult);
     zt_tensor upd = {0}; /* [owned] fp32, host pool: the update direction */
@@ -143,14 +150,15 @@ static zt_status muon_host_step(const zt_engine *e, int u, float *g, void *out, 
         if (!param_in_range(e, u, i, lo, lo + n, &a, &b, &wd)) continue;
         size_t j = a - lo;
         if (us->params[i].hidden)
-            momentum_blend(m + j, g + j, d + j, b - a, e->cfg.muon_momentum, e->cfg.muon_nesterov);
+            momentum_blend(&zt_cpu_ops_fp32, &host, m + j, g + j, d + j, b - a, e->cfg.muon_momentum,
+                           e->cfg.muon_nesterov);
         else
             zt_cpu_adam_fused(isa, e->cfg.host_threads, p + j, g + j, m + j, v + not_hidden_before(us, lo, a), NULL,
                               e->cfg.dtype, b - a, 1.0f, s->lr * e->cfg.muon_adamw_lr_scale, e->cfg.beta1,
                               e->cfg.beta2, e->cfg.eps, wd, s->t);
     }
     zt_status st = zt_engine_transform_matrices(e, u, d, 1);
-    if (st == ZT_OK) apply_range(e, u, p, lo, d, lo, n, s->lr);
+    if (st == ZT_OK) apply_range(&zt_cpu_ops_fp32, &host, e, u, p, lo, d, lo, n, s->lr);
     zt_tensor_free(&upd, &e->ctx->host_mem);
     return st;
 }

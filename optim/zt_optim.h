@@ -80,24 +80,28 @@ typedef struct {
  *   update(e, u, s, upd)       the state update; upd [owned] fp32 receives
  *                              the update direction of the matrices'
  *                              elements (others: the optimizer's own use)
- *   transform(.., m, whole)    for each matrix of u on its owner, on the
- *                              whole [rows, cols] fp32 update gathered from
- *                              every rank's slice (stage 0: every rank
- *                              transforms every matrix, in place), with
- *                              scratch[scratch_numel(cfg, rows, cols)];
- *                              every rank then receives its slice back
+ *   transform(.., ops, s, m,   for each matrix of u on its owner, through
+ *             whole)           the kernels ops on stream s (the device's, or
+ *                              the CPU's for the host pool), on the whole
+ *                              [rows, cols] fp32 update gathered from every
+ *                              rank's slice (stage 0: every rank transforms
+ *                              every matrix, in place), with
+ *                              scratch[scratch_numel(rows, cols)]; every
+ *                              rank then receives its slice back
  *   apply(e, u, s, upd)        the step of p with the transformed upd
  * The gathered matrix is a comm_buffers allocation, the scratch a
- * workspace one, both for the transform's duration (the planner's replay
- * makes them). Memory is host memory: on a GPU the optimizer runs on the
- * host under offload (its host_step calls zt_engine_transform_matrices
- * with host = 1). docs/optimizers.md, "The matrix hook". */
+ * workspace one, both for the transform's duration (zt-plan counts them).
+ * The gather and scatter are host collectives: on a GPU each matrix's
+ * slices travel through host-pool copies (comm_buffers) to the owner's
+ * device. Under offload the optimizer's host_step calls
+ * zt_engine_transform_matrices with host = 1. docs/optimizers.md, "The
+ * matrix hook". */
 typedef struct {
     zt_status (*update)(zt_engine *e, int u, const zt_optim_step *s, float *upd);
     size_t (*scratch_numel)(size_t rows, size_t cols); /* NULL: none */
     double (*flops)(size_t rows, size_t cols);          /* relative cost of a transform (NULL: rows x cols) */
-    zt_status (*transform)(const zt_engine_config *cfg, const zt_matrix *m, float *whole, float *scratch,
-                           zt_error *err);
+    zt_status (*transform)(const zt_engine_config *cfg, const zt_ops *ops, zt_stream *s, const zt_matrix *m,
+                           float *whole, float *scratch, zt_error *err);
     zt_status (*apply)(zt_engine *e, int u, const zt_optim_step *s, const float *upd);
 } zt_optim_matrix_hook;
 

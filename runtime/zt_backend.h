@@ -204,6 +204,11 @@ typedef struct {
     /* dst[n] bf16 = src[n] stochastically rounded with the keyed bits of
      * elements key.first .. key.first + n - 1 (zt_sround.h) */
     void (*cast_sr)(zt_stream *s, uint16_t *dst, const float *src, size_t n, zt_sr_key key);
+    /* x[rows, cols] fp32 replaced by its Newton-Schulz orthogonalization
+     * (zt_newton_schulz.h: `steps` quintic steps with coef[3], the norm
+     * clamped at eps), with scratch[zt_newton_schulz_scratch(rows, cols)] */
+    void (*newton_schulz)(zt_stream *s, float *x, size_t rows, size_t cols, int steps, const float *coef, float eps,
+                          float *scratch);
 } zt_ops;
 
 /* A modelled host-device link (zt_backend_set_link; the CPU backend only):

@@ -285,6 +285,25 @@ static void low_memory_moments(zt_plan_sim *S, const zt_plan_moment *O, const zt
     }
 }
 
+/* A GPU's matrix hook without offload (optim/matrix_hook.c): per matrix,
+ * this rank's slice of it and, on its owner, the whole matrix have
+ * host-pool copies for the host gather and scatter, one matrix at a time. */
+static size_t matrix_staging_bytes(const zt_plan_sim *S) {
+    if (S->in.stage == 0 || S->in.world == 1) return 0; /* each rank transforms in place */
+    int n;
+    zt_matrix *ms = plan_matrices(S, &n);
+    size_t most = 0;
+    for (int i = 0; i < n; i++) {
+        const zt_matrix *m = &ms[i];
+        size_t Sn = S->in.spec->units[m->unit].shard_numel, lo = (size_t)S->in.rank * Sn, end = m->offset + m->rows * m->cols;
+        size_t a = m->offset > lo ? m->offset : lo, b = end < lo + Sn ? end : lo + Sn;
+        size_t bytes = 4 * (b > a ? b - a : 0) + (m->owner == S->in.rank ? 4 * m->rows * m->cols : 0);
+        if (bytes > most) most = bytes;
+    }
+    free(ms);
+    return most;
+}
+
 /* The optimizer step: one chunk of widened 16-bit gradients
  * (zt_engine_optimizer_chunk: sub_group_size elements, or
  * ZT_OPTIMIZER_CHUNK, or the largest owned range if that is smaller). */
@@ -395,6 +414,7 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_a
     for (int c = ZT_CAT_PARAMS; c <= ZT_CAT_OPTIMIZER; c++) out->persistent_bytes += base.c[c];
     out->activations_kept_bytes = S.activations_kept;
     out->gathered_shard_bytes_per_micro = S.gathered_shards;
+    if (!in->offload && in->gpu) out->host_bytes = matrix_staging_bytes(&S);
     if (in->offload) {
         out->host_bytes = host_bytes(&S);
         /* shard/offload_step.c: each owned range out as sent, back in the

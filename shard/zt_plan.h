@@ -32,6 +32,7 @@ typedef struct {
     const zt_optim *optimizer;   /* what the optimizer keeps per parameter (NULL: AdamW) */
     float adafactor_beta1;       /* > 0: Adafactor keeps a first moment */
     int master_none, state_bf16; /* low-memory state (zt_engine_config's): no master; slots in bf16 */
+    int gpu; /* a GPU's engine: a matrix hook's slices go through host-pool copies (optim/matrix_hook.c) */
     int overlap_comm; /* 0: each bucket's reduce-scatter completes (and frees) as it is sent */
     long long prefetch_params; /* DeepSpeed's stage3_prefetch_bucket_size: sets prefetch (0: unused) */
     zt_dtype dtype;         /* of params and grads (zt-train's --dtype) */

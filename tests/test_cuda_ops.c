@@ -55,6 +55,7 @@
 #include <string.h>
 
 #include "test_util.h"
+#include "zt_newton_schulz.h"
 #include "cuda_ops.h"
 #include "zt_quant.h"
 
@@ -849,6 +850,30 @@ static void test_cast_sr(void) {
     d2h(gh, d_h, n * 2);
     compare_bits("cast_sr fp32 -> bf16", gh, h, n * 2, 2);
     free(x), free(h), free(gh);
+    dfree_all();
+}
+
+/* ops->newton_schulz on the device against the CPU's, wide and tall: the
+ * same steps in fp32 GEMMs that sum in other orders, so within 1e-4 of the
+ * output's largest value (the iteration keeps singular values near 1: a
+ * wrong transpose, coefficient or norm is off by O(1)). */
+static void test_newton_schulz(size_t rows, size_t cols) {
+    const float coef[3] = {3.4445f, -4.7750f, 2.0315f};
+    size_t n = rows * cols, sn = zt_newton_schulz_scratch(rows, cols);
+    float *x = frand(n, -1, 1), *scratch = falloc(sn);
+    float *d_x = dcopyf(x, n), *d_scratch = dalloc(sn * sizeof(float));
+    g_cpu->ops->newton_schulz(&g_cs, x, rows, cols, 5, coef, 1e-7f, scratch);
+    g_gpu->ops->newton_schulz(&g_gs, d_x, rows, cols, 5, coef, 1e-7f, d_scratch);
+    float *got = fetch(d_x, n, "newton_schulz");
+    double worst = 0.0, largest = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (fabs(x[i]) > largest) largest = fabs(x[i]);
+        if (!(fabs(got[i] - x[i]) <= worst)) worst = fabs(got[i] - x[i]);
+    }
+    CHECK(worst <= 1e-4 * largest, "newton_schulz [%zu, %zu]: device differs from the CPU by %g (largest %g)", rows,
+          cols, worst, largest);
+    printf("ok newton_schulz [%zu, %zu]: within %.2g of the CPU (largest %.3g)\n", rows, cols, worst, largest);
+    free(x), free(scratch), free(got);
     dfree_all();
 }
 
@@ -1661,6 +1686,8 @@ int main(int argc, char **argv) {
     RUN("casts", test_casts(ZT_BF16));
     RUN("casts", test_casts(ZT_FP16));
     RUN("cast_sr", test_cast_sr());
+    RUN("newton_schulz", test_newton_schulz(48, 96));
+    RUN("newton_schulz", test_newton_schulz(120, 40));
     RUN("sum_squares", test_sum_squares(0));
     RUN("sum_squares", test_sum_squares(1));
     RUN("sum_squares", test_sum_squares(4097));

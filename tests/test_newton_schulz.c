@@ -137,8 +137,8 @@ static void check_shape(size_t rows, size_t cols) {
 }
 
 static void check_zero(void) {
-    float x[6 * 4] = {0}, scratch[80];
-    if (zt_newton_schulz_scratch(6, 4) > 80) { CHECK(0, "scratch for [6, 4] grew"); return; }
+    float x[6 * 4] = {0}, scratch[96];
+    if (zt_newton_schulz_scratch(6, 4) > 96) { CHECK(0, "scratch for [6, 4] grew"); return; }
     zt_newton_schulz(x, 6, 4, 5, COEF, 1e-7f, scratch);
     int nonzero = 0;
     for (int i = 0; i < 24; i++) nonzero += x[i] != 0.0f;

@@ -35,9 +35,9 @@ static void scale_to_unit_rms(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= scale;
 }
 
-static zt_status rms_transform(const zt_engine_config *cfg, const zt_matrix *m, float *whole, float *scratch,
-                               zt_error *err) {
-    (void)cfg, (void)scratch, (void)err;
+static zt_status rms_transform(const zt_engine_config *cfg, const zt_ops *ops, zt_stream *s, const zt_matrix *m,
+                               float *whole, float *scratch, zt_error *err) {
+    (void)cfg, (void)ops, (void)s, (void)scratch, (void)err; /* the CPU backend: whole is host memory */
     scale_to_unit_rms(whole, m->rows * m->cols);
     return ZT_OK;
 }

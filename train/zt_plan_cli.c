@@ -172,7 +172,7 @@ static void add_offloaded_inputs(const plan_job *j, zt_plan *p) {
     size_t act = j->family->plan_offloaded_bytes(&j->model, j->in.compute_dtype);
     if (!act) return;
     if (!j->in.offload) {
-        p->host_bytes = act;
+        p->host_bytes += act; /* beside a GPU's matrix staging, if any */
         return;
     }
     if (j->in.offload_delay) {
@@ -343,6 +343,7 @@ static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_
     in->adafactor_beta1 = (float)c->adafactor_beta1;
     in->master_none = strcmp(c->master_dtype, "none") == 0;
     in->state_bf16 = strcmp(c->optim_state_dtype, "bf16") == 0;
+    in->gpu = strcmp(c->device, "cuda") == 0;
     in->prefetch = c->prefetch;
     in->prefetch_params = (long long)c->prefetch_bucket_size;
     in->overlap_comm = c->overlap_comm;

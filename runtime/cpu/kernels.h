@@ -35,7 +35,7 @@
         .adam8bit = zt_cpu_adam8bit, .factor_stats = zt_cpu_factor_stats,                          \
         .adafactor_precondition = zt_cpu_adafactor_precondition, .adafactor_apply = zt_cpu_adafactor_apply, \
         .scale = zt_cpu_scale, .scaled_store = zt_cpu_scaled_store, .sum_squares = zt_cpu_sum_squares, \
-        .cast_sr = zt_cpu_cast_sr,                                                                 \
+        .cast_sr = zt_cpu_cast_sr, .newton_schulz = zt_cpu_newton_schulz,                          \
     }
 
 #endif

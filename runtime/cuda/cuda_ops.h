@@ -194,6 +194,8 @@ void zt_cuda_adafactor_apply(zt_stream *s, float *p, const float *u, float *m, s
                              float decay);
 void zt_cuda_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype, size_t n);
 void zt_cuda_cast_sr(zt_stream *s, uint16_t *dst, const float *src, size_t n, zt_sr_key key);
+void zt_cuda_newton_schulz(zt_stream *s, float *x, size_t rows, size_t cols, int steps, const float *coef, float eps,
+                           float *scratch);
 void zt_cuda_scale(zt_stream *s, float *x, float alpha, size_t n);
 void zt_cuda_scaled_store(zt_stream *s, void *dst, zt_dtype dtype, const float *src, float alpha, int accumulate,
                           size_t n);

@@ -135,6 +135,7 @@
         .scaled_store = zt_cuda_scaled_store,                                                                        \
         .sum_squares = zt_cuda_sum_squares,                                                                          \
         .cast_sr = zt_cuda_cast_sr,                                                                                  \
+        .newton_schulz = zt_cuda_newton_schulz,                                                                      \
     };
 
 ZT_CUDA_ADAPTERS(fp32, ZT_FP32)

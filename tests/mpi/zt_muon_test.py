@@ -140,31 +140,41 @@ def case_convergence(ctx):
 
 def case_cuda_emu(ctx):
     """--device cuda on the CUDA emulator (ZT_CUDA=EMU builds), np 2 over
-    NCCL with stream jitter: --offload cpu --muon-ns-device host bitwise
-    equal at stages 0 and 3 and to the CPU backend's (the model's GPU
-    kernels sum in other orders: losses within 1e-4); without offload, or
-    with --muon-ns-device device, refused with exit 2 before step 1."""
+    NCCL with stream jitter. --muon-ns-device device: the state on the
+    device, Newton-Schulz in the device's fp32 GEMMs, the slices staged
+    through the host pool; stages 0 and 3 bitwise equal, losses within 1e-4
+    (relative) of the CPU backend's, zt-plan --device cuda --rank exact on
+    the device and in the host pool (the staging). --muon-ns-device host
+    with --offload cpu: stages 0 and 3 bitwise. host without offload and
+    device with offload refused with exit 2 before step 1."""
     env = dict(os.environ, ZT_EMU_DEVICES="2", ZT_EMU_JITTER_US="200", ZT_EMU_SEED="15")
-    args = MODEL + MUON + ["--steps", "4", "--offload", "cpu", "--muon-ns-device", "host"]
-    cpu = train(ctx, 2, args + ["--stage", "3"], "cpu")
-    runs = []
-    for stage in (0, 3):
-        d = os.path.join(ctx["work"], f"cu{stage}")
-        cmd = [ctx["zt_run"], "-np", "2", ctx["zt"]] + args + ["--stage", str(stage), "--device", "cuda", "--log-dir", d]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-        assert p.returncode == 0, (cmd, p.stdout[-2000:], p.stderr[-2000:])
-        with open(os.path.join(d, "summary.json")) as f:
-            runs.append(json.load(f))
-    assert runs[0]["device"] == "cuda" and runs[0]["params_digest"] == runs[1]["params_digest"]
-    for a, b in zip(runs[0]["losses"], losses(cpu)):
-        assert abs(a - b) <= 1e-4 * abs(b), (a, b)
-    for bad, needle in (([], "needs --offload cpu"), (["--offload", "cpu"], "needs a device Newton-Schulz")):
+    base = MODEL + MUON + ["--steps", "4"]
+    cpu = train(ctx, 2, base + ["--stage", "3"], "cpu")
+    for name, extra in (("device", []), ("host", ["--offload", "cpu", "--muon-ns-device", "host"])):
+        runs = []
+        for stage in (0, 3):
+            d = os.path.join(ctx["work"], f"cu-{name}{stage}")
+            args = base + extra + ["--stage", str(stage), "--device", "cuda"]
+            p = subprocess.run([ctx["zt_run"], "-np", "2", ctx["zt"]] + args + ["--log-dir", d], capture_output=True,
+                               text=True, timeout=600, env=env)
+            assert p.returncode == 0, (name, p.stdout[-2000:], p.stderr[-2000:])
+            with open(os.path.join(d, "summary.json")) as f:
+                runs.append(json.load(f))
+            if name == "device" and stage == 3:
+                for r in runs[-1]["ranks"]:
+                    plan = zt_plan(ctx, 2, r["rank"], args)
+                    assert plan["peak_by_category"] == r["peak_by_category"], (r["rank"], plan)
+                    assert plan["host_bytes"] == r["host_peak_bytes"], (r["rank"], plan["host_bytes"])
+        assert runs[0]["device"] == "cuda" and runs[0]["params_digest"] == runs[1]["params_digest"], name
+        for a, b in zip(runs[0]["losses"], losses(cpu)):
+            assert abs(a - b) <= 1e-4 * abs(b), (name, a, b)
+    for bad, needle in ((["--muon-ns-device", "host"], "needs --offload cpu"),
+                        (["--offload", "cpu"], "give --muon-ns-device host")):
         cmd = [ctx["zt_run"], "-np", "2", ctx["zt"]] + MODEL + MUON + ["--steps", "1", "--device", "cuda"] + bad
-        p = subprocess.run(cmd + (["--muon-ns-device", "host"] if not bad else []), capture_output=True, text=True,
-                           timeout=600, env=env)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
         assert p.returncode == 2 and needle in p.stderr, (bad, p.stderr[-1500:])
-    print("ok: Muon on the CUDA emulator with offload and host Newton-Schulz: stages 0 and 3 bitwise, within 1e-4 of "
-          "the CPU; the device variant and no offload refused")
+    print("ok: Muon on the CUDA emulator, Newton-Schulz on the device and on the host (offload): stages 0 and 3 "
+          "bitwise, within 1e-4 of the CPU, zt-plan exact; the mismatched pairs refused")
 
 
 CASES = {"stages": case_stages, "stages_np24": case_stages_np24, "planner": case_planner, "resume": case_resume,

@@ -1,5 +1,8 @@
-/* Newton-Schulz orthogonalization on the host (zt_newton_schulz.h). */
+/* Newton-Schulz orthogonalization on the host (zt_newton_schulz.h), and
+ * the CPU backend's op. */
 #include "zt_newton_schulz.h"
+
+#include "cpu_ops.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -7,7 +10,7 @@
 
 size_t zt_newton_schulz_scratch(size_t rows, size_t cols) {
     size_t m = rows < cols ? rows : cols;
-    return 2 * rows * cols + 2 * m * m;
+    return 2 * rows * cols + 2 * m * m + 2;
 }
 
 double zt_newton_schulz_flops(size_t rows, size_t cols, int steps) {
@@ -46,4 +49,10 @@ void zt_newton_schulz(float *x, size_t rows, size_t cols, int steps, const float
     }
     if (tall) transpose(x, X, m, n);
     else memcpy(x, X, m * n * sizeof *x);
+}
+
+void zt_cpu_newton_schulz(zt_stream *s, float *x, size_t rows, size_t cols, int steps, const float *coef, float eps,
+                          float *scratch) {
+    (void)s;
+    zt_newton_schulz(x, rows, cols, steps, coef, eps, scratch);
 }
