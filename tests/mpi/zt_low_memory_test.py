@@ -31,17 +31,19 @@ def case_stages(ctx):
     """np 3: each optimizer with both options bitwise equal over the stages
     compared; AdamW with each option alone too; the result differs from
     the fp32-master run (the options did something). Under the sanitizers
-    AdamW and Muon (SGD's step is AdamW's path through another kernel)."""
+    Muon alone, which runs every C path of the others (the per-element
+    slot, the packed one, the master-less params)."""
     for name, opt in OPTIMIZERS.items():
-        if SANITIZED and name == "sgd":
+        if SANITIZED and name != "muon":
             continue
         runs = [train(ctx, 3, MODEL + opt + LOW + ["--steps", "4", "--stage", str(s)], f"{name}{s}")
                 for s in STAGES_COMPARED]
         for r in runs:
             assert losses(r) == losses(runs[0]) and r["params_digest"] == runs[0]["params_digest"], name
             assert all(x["peak_by_category"]["master_params"] == 0 for x in r["ranks"]), name
-        full = train(ctx, 3, MODEL + opt + ["--steps", "4", "--stage", "3"], f"{name}full")
-        assert full["params_digest"] != runs[0]["params_digest"], name
+        if not SANITIZED:
+            full = train(ctx, 3, MODEL + opt + ["--steps", "4", "--stage", "3"], f"{name}full")
+            assert full["params_digest"] != runs[0]["params_digest"], name
         print(f"ok: {name} with no master and bf16 state: stages {STAGES_COMPARED} bitwise ({runs[0]['params_digest']})")
     for one in () if SANITIZED else (LOW[:2], LOW[2:]):
         runs = [train(ctx, 3, MODEL + one + ["--steps", "4", "--stage", str(s)], f"one{len(one)}{s}")
