@@ -212,22 +212,24 @@ static size_t counts_total(const zt_comm *c, const size_t *counts) {
     return t;
 }
 
+/* A gather (gather = 1) or scatter and its statistics. */
+static zt_status rooted(zt_comm *c, int gather, const void *send, void *recv, const size_t *counts, int root,
+                        zt_error *err) {
+    double t0 = zt_now_s(), inter, intra;
+    ZT_TRY((gather ? c->ops->gather_host : c->ops->scatter_host)(c, send, recv, counts, root, err));
+    rooted_traffic(c, counts, root, gather, &inter, &intra);
+    record(c, gather ? ZT_COLL_GATHER : ZT_COLL_SCATTER, counts_total(c, counts), t0, inter, intra);
+    return ZT_OK;
+}
+
 zt_status zt_comm_gather_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
                               zt_error *err) {
-    double t0 = zt_now_s(), inter, intra;
-    ZT_TRY(c->ops->gather_host(c, send, recv, counts, root, err));
-    rooted_traffic(c, counts, root, 1, &inter, &intra);
-    record(c, ZT_COLL_GATHER, counts_total(c, counts), t0, inter, intra);
-    return ZT_OK;
+    return rooted(c, 1, send, recv, counts, root, err);
 }
 
 zt_status zt_comm_scatter_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
                                zt_error *err) {
-    double t0 = zt_now_s(), inter, intra;
-    ZT_TRY(c->ops->scatter_host(c, send, recv, counts, root, err));
-    rooted_traffic(c, counts, root, 0, &inter, &intra);
-    record(c, ZT_COLL_SCATTER, counts_total(c, counts), t0, inter, intra);
-    return ZT_OK;
+    return rooted(c, 0, send, recv, counts, root, err);
 }
 
 zt_status zt_comm_barrier(zt_comm *c, zt_error *err) {

@@ -66,7 +66,7 @@ static zt_status dry_barrier(zt_comm *c, zt_error *err) {
 }
 
 /* A replay moves no values: the buffers exist, their contents are not read. */
-static zt_status dry_gather_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
+static zt_status dry_rooted_host(zt_comm *c, const void *send, void *recv, const size_t *counts, int root,
                                  zt_error *err) {
     (void)c, (void)send, (void)recv, (void)counts, (void)root, (void)err;
     return ZT_OK;
@@ -84,8 +84,8 @@ static const zt_comm_ops dry_ops = {.name = "dry",
                                     .all_gather_host = dry_all_gather_host,
                                     .broadcast = dry_broadcast,
                                     .barrier = dry_barrier,
-                                    .gather_host = dry_gather_host,
-                                    .scatter_host = dry_gather_host,
+                                    .gather_host = dry_rooted_host,
+                                    .scatter_host = dry_rooted_host,
                                     .destroy = dry_destroy};
 
 zt_status zt_comm_create_dry(zt_comm *c, int rank, int world_size, int ranks_per_node, zt_error *err) {

@@ -76,15 +76,13 @@ static void free_widened(zt_engine *e, widened *w) {
 
 zt_status zt_engine_lowmem_update(zt_engine *e, int u, const zt_optim_step *base) {
     zt_ctx *ctx = e->ctx;
-    zt_unit_state *ust = &e->units[u];
     size_t lo = owned_lo(e, u), n = owned_numel(e, u);
-    uint16_t *params = (uint16_t *)ust->params.data + local_index(full_params(e, u), lo, shard_lo(e, u)); /* [owned] */
+    uint16_t *params = zt_engine_owned_params16(e, u); /* [owned] bf16 */
     widened w = {0};
     zt_optim_step s = *base;
     zt_status st = widen(e, u, &w, params);
     if (st == ZT_OK && e->cfg.master_none) s.p = zt_f32(&w.p32), s.p_at = lo;
-    if (st == ZT_OK)
-        st = optim_of(e)->matrix_hook ? zt_engine_matrix_step(e, u, &s) : optim_of(e)->device_step(e, u, &s);
+    if (st == ZT_OK) st = zt_engine_unit_step(e, u, &s);
     narrow(e, u, &w, s.t); /* the slots go back even after a failure */
     if (st == ZT_OK && e->cfg.master_none)
         ctx->be->ops->cast_sr(&ctx->compute, params, zt_f32(&w.p32), n, key_of(e, u, 0, lo, s.t));

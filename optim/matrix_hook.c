@@ -99,8 +99,7 @@ static zt_status check_matrices(const zt_engine *e) {
     for (int i = 0; cap && !e->cfg.offload && i < e->matrices->n; i++) {
         const zt_matrix *m = &e->matrices->m[i];
         if (!alone && m->owner != e->comm->rank) continue;
-        size_t sn = opt->matrix_hook->scratch_numel ? opt->matrix_hook->scratch_numel(m->rows, m->cols) : 0;
-        size_t need = 4 * (owned_numel(e, m->unit) + sn + (alone ? 0 : m->rows * m->cols));
+        size_t need = 4 * (owned_numel(e, m->unit) + zt_matrix_scratch(opt, m) + (alone ? 0 : m->rows * m->cols));
         if (need > cap)
             return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "optimizer %s: matrix %s.%s part %d [%zu, %zu] needs %zu bytes on "
                            "rank %d (its unit's update, the gathered matrix and Newton-Schulz scratch), more than "
@@ -134,11 +133,15 @@ void zt_engine_free_matrices(zt_engine *e) {
     e->matrices = NULL;
 }
 
-/* Part of matrix m in world slice r of its unit: [*a, *b) (empty: a == b). */
-static void slice_part(const zt_engine *e, const zt_matrix *m, int r, size_t *a, size_t *b) {
-    size_t S = e->spec->units[m->unit].shard_numel, lo = (size_t)r * S, end = m->offset + m->rows * m->cols;
+size_t zt_matrix_scratch(const zt_optim *opt, const zt_matrix *m) {
+    const zt_optim_matrix_hook *hook = opt->matrix_hook;
+    return hook && hook->scratch_numel ? hook->scratch_numel(m->rows, m->cols) : 0;
+}
+
+void zt_matrix_slice(const zt_matrix *m, size_t shard_numel, int r, size_t *a, size_t *b) {
+    size_t lo = (size_t)r * shard_numel, end = m->offset + m->rows * m->cols;
     *a = m->offset > lo ? m->offset : lo;
-    *b = end < lo + S ? end : lo + S;
+    *b = end < lo + shard_numel ? end : lo + shard_numel;
     if (*b < *a) *b = *a;
 }
 
@@ -183,8 +186,9 @@ static zt_status transform_owned(where w, const zt_matrix *m, zt_tensor *whole, 
     if (ctx->dry || *failed != ZT_OK) return ZT_OK;
     if (w.staged) ZT_TRY(copy_wait(e, whole->data, hw->data, numel, ZT_COPY_H2D));
     *failed = optim_of(e)->matrix_hook->transform(&e->cfg, w.ops, w.s, m, zt_f32(whole), scratch, &ctx->err);
-    if (w.staged) return copy_wait(e, hw->data, whole->data, numel, ZT_COPY_D2H);
-    return w.host ? ZT_OK : ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+    /* staged: back to the host for the scatter; else the result is read by
+     * kernels on the same stream (a GPU's) or is there already (the CPU's) */
+    return w.staged ? copy_wait(e, hw->data, whole->data, numel, ZT_COPY_D2H) : ZT_OK;
 }
 
 /* Matrix m of a unit whose owned update upd starts at unit element lo:
@@ -195,14 +199,14 @@ static zt_status transform_owned(where w, const zt_matrix *m, zt_tensor *whole, 
  * host-pool copies (hp, hw) for the host collectives. */
 static zt_status one_matrix(where w, const zt_matrix *m, float *upd, size_t lo, zt_status *failed) {
     const zt_engine *e = w.e;
-    const zt_optim_matrix_hook *hook = optim_of(e)->matrix_hook;
     zt_ctx *ctx = e->ctx;
     zt_comm *comm = e->comm;
     int alone = full_optim(e) || comm->world_size == 1, owner = alone || comm->rank == m->owner;
     size_t numel = m->rows * m->cols, a, b;
     zt_tensor scratch = {0}, whole = {0}, hp = {0}, hw = {0}; /* workspace; comm_buffers x 3 */
-    size_t sn = hook->scratch_numel ? hook->scratch_numel(m->rows, m->cols) : 0;
-    if (owner) ZT_TRY(buf_alloc(e, w.host, &scratch, sn, ZT_CAT_WORKSPACE, "matrix scratch", m->unit));
+    if (owner)
+        ZT_TRY(buf_alloc(e, w.host, &scratch, zt_matrix_scratch(optim_of(e), m), ZT_CAT_WORKSPACE, "matrix scratch",
+                         m->unit));
     if (alone) {
         zt_tensor in_place = {.data = upd ? upd + (m->offset - lo) : NULL};
         zt_status st = transform_owned((where){e, w.host, 0, w.ops, w.s}, m, &in_place, NULL, zt_f32(&scratch),
@@ -214,10 +218,10 @@ static zt_status one_matrix(where w, const zt_matrix *m, float *upd, size_t lo, 
     zt_status st = counts ? ZT_OK : ZT_FAIL(&ctx->err, ZT_ERR_OOM, "optimizer: cannot allocate %d counts",
                                            comm->world_size);
     for (int r = 0; st == ZT_OK && r < comm->world_size; r++) {
-        slice_part(e, m, r, &a, &b);
+        zt_matrix_slice(m, e->spec->units[m->unit].shard_numel, r, &a, &b);
         counts[r] = (b - a) * sizeof(float);
     }
-    slice_part(e, m, comm->rank, &a, &b);
+    zt_matrix_slice(m, e->spec->units[m->unit].shard_numel, comm->rank, &a, &b);
     float *piece = upd ? upd + (a - lo) : NULL; /* this rank's part: [b - a] (NULL in a replay's host step) */
     if (st == ZT_OK && owner)
         st = buf_alloc(e, w.host, &whole, numel, ZT_CAT_COMM_BUFFERS, "matrix gathered", m->unit);
@@ -257,7 +261,6 @@ zt_status zt_engine_matrix_step(zt_engine *e, int u, const zt_optim_step *s) {
     zt_tensor upd = {0}; /* [owned] fp32: the update direction */
     ZT_TRY(zt_engine_alloc(e, &upd, ZT_FP32, owned_numel(e, u), ZT_CAT_WORKSPACE, "matrix update", u));
     zt_status st = ctx->dry ? ZT_OK : hook->update(e, u, s, zt_f32(&upd));
-    if (st == ZT_OK) st = ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
     if (st == ZT_OK) st = zt_engine_transform_matrices(e, u, zt_f32(&upd), 0);
     if (st == ZT_OK && !ctx->dry) st = hook->apply(e, u, s, zt_f32(&upd));
     zt_tensor_free(&upd, &ctx->device_mem);

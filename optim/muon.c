@@ -68,23 +68,22 @@ static float adjust(const zt_engine_config *cfg, size_t rows, size_t cols) {
     return (float)sqrt(r > 1.0 ? r : 1.0);
 }
 
-/* The apply over owned range [lo, lo + n) of unit u: every hidden
- * matrix's elements of p (p[0] is unit element p_at) stepped with upd
- * (upd[0] is element lo), part by part. */
+/* The apply over owned range [lo, lo + n) of unit u: the elements of p
+ * (p[0] is unit element p_at) of each of its matrices (the engine's list:
+ * q, k, v apart) stepped with upd (upd[0] is element lo). */
 static void apply_range(const zt_ops *ops, zt_stream *cs, const zt_engine *e, int u, float *p, size_t p_at,
                         const float *upd, size_t lo, size_t n, float lr) {
-    const zt_unit_spec *us = &e->spec->units[u];
-    for (int i = 0; i < us->nparams; i++) {
-        const zt_param_spec *ps = &us->params[i];
-        float decay = 1.0f - lr * (ps->decay ? e->cfg.weight_decay : 0.0f);
-        for (int k = 0; ps->hidden && k < ps->nparts; k++) {
-            size_t off, rows, cols = (size_t)ps->shape[1];
-            zt_param_part(ps, k, &off, &rows);
-            size_t a = off > lo ? off : lo, b = off + rows * cols < lo + n ? off + rows * cols : lo + n;
-            if (a >= b) continue;
-            ops->scale(cs, p + (a - p_at), decay, b - a);
-            ops->scaled_store(cs, p + (a - p_at), ZT_FP32, upd + (a - lo), -lr * adjust(&e->cfg, rows, cols), 1, b - a);
-        }
+    int nm;
+    const zt_matrix *ms = zt_engine_matrices(e, &nm);
+    for (int i = 0; i < nm; i++) {
+        const zt_matrix *m = &ms[i];
+        size_t end = m->offset + m->rows * m->cols;
+        size_t a = m->offset > lo ? m->offset : lo, b = end < lo + n ? end : lo + n;
+        if (m->unit != u || a >= b) continue;
+        int decays = e->spec->units[u].params[m->param].decay;
+        ops->scale(cs, p + (a - p_at), 1.0f - lr * (decays ? e->cfg.weight_decay : 0.0f), b - a);
+        ops->scaled_store(cs, p + (a - p_at), ZT_FP32, upd + (a - lo), -lr * adjust(&e->cfg, m->rows, m->cols), 1,
+                          b - a);
     }
 }
 

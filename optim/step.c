@@ -123,22 +123,29 @@ typedef zt_update_args step_args; /* tier.h */
 /* The optimizer on the device over the part of unit u this rank owns
  * (stage 0: everything), then the 16-bit params rounded from the fp32
  * master. */
+zt_status zt_engine_unit_step(zt_engine *e, int u, const zt_optim_step *s) {
+    return optim_of(e)->matrix_hook ? zt_engine_matrix_step(e, u, s) : optim_of(e)->device_step(e, u, s);
+}
+
+uint16_t *zt_engine_owned_params16(const zt_engine *e, int u) {
+    size_t rlo = owned_lo(e, u);
+    return (uint16_t *)e->units[u].params.data + local_index(full_params(e, u), rlo, shard_lo(e, u));
+}
+
 static zt_status device_update_unit(zt_engine *e, int u, void *arg) {
     const step_args *a = arg;
     zt_ctx *ctx = e->ctx;
     zt_unit_state *ust = &e->units[u];
     int half = e->cfg.dtype != ZT_FP32;
-    size_t lo = shard_lo(e, u), rlo = owned_lo(e, u), rn = owned_numel(e, u);
+    size_t rlo = owned_lo(e, u);
     float *p = half ? zt_f32(&ust->master) : zt_f32(&ust->params);
-    size_t p_at = (half ? full_optim(e) : full_params(e, u)) ? 0 : lo;
+    size_t p_at = (half ? full_optim(e) : full_params(e, u)) ? 0 : shard_lo(e, u);
     zt_optim_step s = {a->mult, a->lr, a->t, p, p_at, a->ws, a->wu};
     if (e->cfg.master_none || e->cfg.state_bf16) return zt_engine_lowmem_update(e, u, &s);
-    if (optim_of(e)->matrix_hook) ZT_TRY(zt_engine_matrix_step(e, u, &s));
-    else ZT_TRY(optim_of(e)->device_step(e, u, &s));
-    if (half) {
-        uint16_t *dst = (uint16_t *)ust->params.data + local_index(full_params(e, u), rlo, lo);
-        ctx->be->ops->cast(&ctx->compute, dst, e->cfg.dtype, p + (rlo - p_at), ZT_FP32, rn);
-    }
+    ZT_TRY(zt_engine_unit_step(e, u, &s));
+    if (half) /* the 16-bit params rounded to nearest from the fp32 master */
+        ctx->be->ops->cast(&ctx->compute, zt_engine_owned_params16(e, u), e->cfg.dtype, p + (rlo - p_at), ZT_FP32,
+                           owned_numel(e, u));
     return ZT_OK;
 }
 

@@ -112,6 +112,11 @@ const zt_matrix *zt_engine_matrices(const zt_engine *e, int *n);
  * order, with their owners among `world` ranks, into out (NULL: counts
  * them); returns how many. What the engine and the planner both use. */
 int zt_optim_matrices(const zt_optim *opt, const zt_model_spec *spec, int world, zt_matrix *out);
+/* fp32 elements of the scratch opt's transform takes for matrix m. */
+size_t zt_matrix_scratch(const zt_optim *opt, const zt_matrix *m);
+/* The part of matrix m in world slice r of a unit of shard_numel-element
+ * slices: unit elements [*a, *b) (empty: a == b). */
+void zt_matrix_slice(const zt_matrix *m, size_t shard_numel, int r, size_t *a, size_t *b);
 
 /* slot_words of an optimizer whose every slot holds one fp32 word per
  * owned element (AdamW's moments, SGD's momentum). */

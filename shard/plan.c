@@ -207,14 +207,24 @@ void zt_plan_grads_ready(zt_plan_sim *S, int u, const zt_plan_moment *m, const c
     if (S->filling_numel * 4 >= S->bucket || S->filling_units == S->cap) zt_plan_flush(S, m, name);
 }
 
+/* Does this rank transform matrix m (its owner; every rank at stage 0 or
+ * alone)? Then *ws: its scratch's bytes; *comm: the gathered copy's (none
+ * in place). */
+static int transforms(const zt_plan_sim *S, const zt_matrix *m, size_t *ws, size_t *comm) {
+    int alone = S->in.stage == 0 || S->in.world == 1;
+    if (!alone && m->owner != S->in.rank) return 0;
+    *ws = 4 * zt_matrix_scratch(zt_optim_or_default(S->in.optimizer), m);
+    *comm = alone ? 0 : 4 * m->rows * m->cols;
+    return 1;
+}
+
 /* A matrix hook's step of each unit (optim/matrix_hook.c), on top of the
  * optimizer step's moment O: the unit's update [owned] (workspace), and
  * for each matrix this rank transforms its scratch (workspace) and, past
  * stage 0, the matrix gathered whole (comm_buffers), one at a time (only
  * unit `only` when >= 0). */
 static void matrix_moments(zt_plan_sim *S, const zt_plan_moment *O, int only, const zt_matrix *ms, int n) {
-    const zt_optim_matrix_hook *hook = zt_optim_or_default(S->in.optimizer)->matrix_hook;
-    int alone = S->in.stage == 0 || S->in.world == 1;
+    size_t ws, comm;
     for (int u = 0; u < S->in.spec->nunits; u++) {
         if (owned(S, u) == 0 || (only >= 0 && u != only)) continue;
         zt_plan_moment M = *O;
@@ -222,11 +232,10 @@ static void matrix_moments(zt_plan_sim *S, const zt_plan_moment *O, int only, co
         M.c[ZT_CAT_WORKSPACE] += 4 * owned(S, u);
         zt_plan_consider(S, &M);
         for (int i = 0; i < n; i++) {
-            const zt_matrix *m = &ms[i];
-            if (m->unit != u || (!alone && m->owner != S->in.rank)) continue;
+            if (ms[i].unit != u || !transforms(S, &ms[i], &ws, &comm)) continue;
             zt_plan_moment W = M;
-            W.c[ZT_CAT_WORKSPACE] += 4 * (hook->scratch_numel ? hook->scratch_numel(m->rows, m->cols) : 0);
-            if (!alone) W.c[ZT_CAT_COMM_BUFFERS] += 4 * m->rows * m->cols;
+            W.c[ZT_CAT_WORKSPACE] += ws;
+            W.c[ZT_CAT_COMM_BUFFERS] += comm;
             zt_plan_consider(S, &W);
         }
     }
@@ -246,23 +255,14 @@ static zt_matrix *plan_matrices(const zt_plan_sim *S, int *n) {
     return ms;
 }
 
-/* Bytes a matrix hook's host step (offload) adds while it runs on unit u:
- * the update [owned] and, at most, one matrix's scratch and gathered copy. */
-static size_t matrix_host_step_bytes(const zt_plan_sim *S, int u) {
-    const zt_optim *opt = zt_optim_or_default(S->in.optimizer);
-    if (!opt->matrix_hook || owned(S, u) == 0) return 0;
-    int n = zt_optim_matrices(opt, S->in.spec, S->in.world, NULL), alone = S->in.stage == 0 || S->in.world == 1;
-    zt_matrix *ms = calloc((size_t)n + 1, sizeof *ms);
-    size_t most = 0;
-    if (ms && zt_optim_matrices(opt, S->in.spec, S->in.world, ms) >= 0)
-        for (int i = 0; i < n; i++) {
-            const zt_matrix *m = &ms[i];
-            if (m->unit != u || (!alone && m->owner != S->in.rank)) continue;
-            size_t b = 4 * (opt->matrix_hook->scratch_numel ? opt->matrix_hook->scratch_numel(m->rows, m->cols) : 0);
-            if (!alone) b += 4 * m->rows * m->cols;
-            if (b > most) most = b;
-        }
-    free(ms);
+/* Bytes a matrix hook's host step (offload) adds while it runs on unit u
+ * (ms[n]: the hook's matrices; none: 0): the update [owned] and, at most,
+ * one matrix's scratch and gathered copy. */
+static size_t matrix_host_step_bytes(const zt_plan_sim *S, int u, const zt_matrix *ms, int n) {
+    size_t most = 0, ws, comm;
+    if (!ms || owned(S, u) == 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (ms[i].unit == u && transforms(S, &ms[i], &ws, &comm) && ws + comm > most) most = ws + comm;
     return 4 * owned(S, u) + most;
 }
 
@@ -292,12 +292,11 @@ static size_t matrix_staging_bytes(const zt_plan_sim *S) {
     if (S->in.stage == 0 || S->in.world == 1) return 0; /* each rank transforms in place */
     int n;
     zt_matrix *ms = plan_matrices(S, &n);
-    size_t most = 0;
+    size_t most = 0, a, b;
     for (int i = 0; i < n; i++) {
         const zt_matrix *m = &ms[i];
-        size_t Sn = S->in.spec->units[m->unit].shard_numel, lo = (size_t)S->in.rank * Sn, end = m->offset + m->rows * m->cols;
-        size_t a = m->offset > lo ? m->offset : lo, b = end < lo + Sn ? end : lo + Sn;
-        size_t bytes = 4 * (b > a ? b - a : 0) + (m->owner == S->in.rank ? 4 * m->rows * m->cols : 0);
+        zt_matrix_slice(m, S->in.spec->units[m->unit].shard_numel, S->in.rank, &a, &b);
+        size_t bytes = 4 * (b - a) + (m->owner == S->in.rank ? 4 * m->rows * m->cols : 0);
         if (bytes > most) most = bytes;
     }
     free(ms);
@@ -350,6 +349,8 @@ static size_t host_bytes(const zt_plan_sim *S) {
     size_t d = zt_dtype_size(S->in.dtype), g = d, all = 0;
     for (int u = 0; u < spec->nunits; u++) all += owned(S, u);
     size_t transfer = all * g, waiting = all, prev = 0;
+    int nms;
+    zt_matrix *ms = plan_matrices(S, &nms); /* a matrix hook's (Muon's), or none */
     for (int u = 0; u < spec->nunits; u++) {
         size_t o = owned(S, u);
         if (o == 0) continue; /* frozen: the engine skips it, its slots stay as they were */
@@ -358,7 +359,7 @@ static size_t host_bytes(const zt_plan_sim *S) {
         /* delayed: the copies of the master out to the device, before this
          * step's gradients go to the CPU Adam */
         size_t at_u = S->in.offload_delay ? all * g + (prev + slot) * d : (waiting - o) * g + 4 * o + (prev + slot) * d;
-        at_u += matrix_host_step_bytes(S, u); /* its host step's exchange (Muon) */
+        at_u += matrix_host_step_bytes(S, u, ms, nms); /* its host step's exchange (Muon) */
         if (at_u > transfer) transfer = at_u;
         /* 16-bit: u's gradients widened while they still wait as sent (the
          * peak where no output slot is taken after it) */
@@ -367,6 +368,7 @@ static size_t host_bytes(const zt_plan_sim *S) {
         waiting -= o;
         if (slot) prev = slot;
     }
+    free(ms);
     if (S->in.offload_delay && all * (4 + g) > transfer) transfer = all * (4 + g);
     zt_engine_config c = state_settings(&S->in);
     size_t stage, buffers = zt_nvme_buffer_bytes(spec, &c, &stage); /* 0 without the NVMe tier */

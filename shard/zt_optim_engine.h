@@ -104,6 +104,12 @@ void zt_engine_free_matrices(zt_engine *e);
 zt_status zt_engine_matrix_step(zt_engine *e, int u, const zt_optim_step *s);
 zt_status zt_engine_transform_matrices(const zt_engine *e, int u, float *upd, int host);
 
+/* Unit u's step on the device through the optimizer's table (its matrix
+ * hook or device_step), and where the owned part of its 16-bit params
+ * starts (optim/step.c). */
+zt_status zt_engine_unit_step(zt_engine *e, int u, const zt_optim_step *s);
+uint16_t *zt_engine_owned_params16(const zt_engine *e, int u);
+
 /* Unit u's device step with low-memory state (optim/lowmem.c): its bf16
  * params (master none) and bf16 slots widened to fp32 for the step and
  * rounded back stochastically; base as device_update_unit makes it. */

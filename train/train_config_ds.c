@@ -264,18 +264,25 @@ static void fp16_key(reader *r, const char *key, json_t *val, const char *path) 
     refuse(r, path, "not supported by zerotrain");
 }
 
-static void adam_key(reader *r, const char *key, json_t *val, const char *path) {
+/* lr (the peak, unless the scheduler sets it) and Adam's betas, as Adam's
+ * and Muon's params both name them; returns whether key was one of them. */
+static int lr_or_betas_key(reader *r, const char *key, json_t *val, const char *path) {
     if (strcmp(key, "lr") == 0 && r->lr_from_scheduler) {
         if (!is_auto(val)) note_without_effect(r, path); /* the scheduler's warmup_max_lr is the peak */
-    }
-    else if (strcmp(key, "lr") == 0) set(r, "lr", val, path);
-    else if (strcmp(key, "eps") == 0) set(r, "eps", val, path);
-    else if (strcmp(key, "weight_decay") == 0) set(r, "weight-decay", val, path);
-    else if (strcmp(key, "betas") == 0 && is_auto(val)) return;
-    else if (strcmp(key, "betas") == 0 && json_is_array(val) && json_array_size(val) == 2) {
+    } else if (strcmp(key, "lr") == 0) set(r, "lr", val, path);
+    else if (strcmp(key, "betas") != 0) return 0;
+    else if (is_auto(val)) return 1;
+    else if (json_is_array(val) && json_array_size(val) == 2) {
         set(r, "beta1", json_array_get(val, 0), path);
         set(r, "beta2", json_array_get(val, 1), path);
-    } else if (strcmp(key, "betas") == 0) refuse(r, path, "not a list of two numbers");
+    } else refuse(r, path, "not a list of two numbers");
+    return 1;
+}
+
+static void adam_key(reader *r, const char *key, json_t *val, const char *path) {
+    if (lr_or_betas_key(r, key, val, path)) return;
+    if (strcmp(key, "eps") == 0) set(r, "eps", val, path);
+    else if (strcmp(key, "weight_decay") == 0) set(r, "weight-decay", val, path);
     else if (strcmp(key, "adam_w_mode") == 0) require_true(r, val, path, "zerotrain's Adam decouples weight decay");
     else if (strcmp(key, "torch_adam") == 0) note_without_effect(r, path);
     else refuse(r, path, "not supported by zerotrain");
@@ -342,11 +349,7 @@ static void muon_key(reader *r, const char *key, json_t *val, const char *path) 
         const char *key, *option;
     } same[] = {{"momentum", "muon-momentum"}, {"nesterov", "muon-nesterov"}, {"ns_steps", "muon-ns-steps"},
                 {"eps", "muon-eps"},           {"weight_decay", "weight-decay"}, {"adamw_lr", "muon-adamw-lr"}};
-    if (strcmp(key, "lr") == 0 && r->lr_from_scheduler) {
-        if (!is_auto(val)) note_without_effect(r, path); /* the scheduler's warmup_max_lr is the peak */
-        return;
-    }
-    if (strcmp(key, "lr") == 0) return set(r, "lr", val, path);
+    if (lr_or_betas_key(r, key, val, path)) return;
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         if (strcmp(key, same[i].key) == 0) return set(r, same[i].option, val, path);
     if (strcmp(key, "ns_coefficients") == 0) return ns_coefficients_key(r, val, path);
@@ -356,13 +359,6 @@ static void muon_key(reader *r, const char *key, json_t *val, const char *path) 
         json_decref(fn);
         return;
     }
-    if (strcmp(key, "betas") == 0 && is_auto(val)) return;
-    if (strcmp(key, "betas") == 0 && json_is_array(val) && json_array_size(val) == 2) {
-        set(r, "beta1", json_array_get(val, 0), path);
-        set(r, "beta2", json_array_get(val, 1), path);
-        return;
-    }
-    if (strcmp(key, "betas") == 0) return refuse(r, path, "not a list of two numbers");
     refuse(r, path, "not supported by zerotrain");
 }
 
