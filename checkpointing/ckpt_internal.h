@@ -43,6 +43,13 @@ unsigned long long *ckpt_own_hashes(const ckpt_saver *s);
  * (no collective: an asynchronous save's writer thread runs it). Errors
  * name the rank. */
 zt_status ckpt_write_rank_file(const ckpt_saver *s, unsigned long long *hashes, zt_error *err);
+/* Quantized gradients' error feedback (checkpointing/feedback.c): this
+ * rank's file into the temporary directory (nothing without feedback); the
+ * manifest's entry for it (NULL: none); and, collective, the load: read
+ * back at the same world size and dtype, else dropped with a warning. */
+zt_status ckpt_write_feedback(const ckpt_saver *s, zt_error *err);
+json_t *ckpt_feedback_json(const zt_engine *eng, int world_size);
+zt_status ckpt_load_feedback(zt_engine *eng, zt_comm *comm, const zt_ckpt_info *info, zt_error *err);
 /* Collective: agrees on every rank's `written`, then rank 0 writes the
  * manifest and publishes; on any failure the partial files go and the
  * previous checkpoint stays the newest. Frees s's buffers either way. */

@@ -150,6 +150,7 @@ zt_status zt_ckpt_load(zt_engine *eng, zt_comm *comm, const char *step_dir, cons
         st = fail_together(comm, step_dir, st, err);
     }
     if (st == ZT_OK) st = zt_engine_gather_params(eng);
+    if (st == ZT_OK) st = ckpt_load_feedback(eng, comm, &info, err);
     if (st == ZT_OK) {
         *step = info.step;
         restore_progress(eng, &info);

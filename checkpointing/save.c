@@ -186,6 +186,8 @@ static json_t *manifest_json(const ckpt_saver *s, const json_t *run_info, const 
     json_object_set_new(m, "optimizer", json_string(zt_optim_or_default(zt_engine_settings(eng)->optimizer)->name));
     json_object_set_new(m, "run", json_deep_copy(run_info));
     json_object_set_new(m, "units", layout_json(zt_engine_spec(eng)));
+    json_t *feedback = ckpt_feedback_json(eng, N);
+    if (feedback) json_object_set_new(m, "error_feedback", feedback);
     for (int r = 0; r < N; r++) {
         json_t *fj = json_object(), *blocks = json_array();
         char name[32], hex[17];
@@ -378,5 +380,6 @@ zt_status zt_ckpt_save(zt_engine *eng, zt_comm *comm, const char *dir, int step,
     ckpt_saver s;
     ZT_TRY(ckpt_save_start(&s, eng, comm, dir, step, hooks, err));
     zt_status written = ckpt_write_rank_file(&s, ckpt_own_hashes(&s), err);
+    if (written == ZT_OK) written = ckpt_write_feedback(&s, err);
     return ckpt_save_commit(&s, written, run_info, keep, err);
 }

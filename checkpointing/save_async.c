@@ -48,6 +48,7 @@ zt_status zt_ckpt_save_begin(zt_engine *eng, zt_comm *comm, const char *dir, int
     st = zt_mem_alloc(p->pool, ckpt_file_bytes(eng), ZT_CAT_CHECKPOINT_STAGING, "checkpoint staging", &p->staging,
                       err);
     if (st == ZT_OK) st = ckpt_stage_image(eng, step, p->staging->ptr);
+    if (st == ZT_OK) st = ckpt_write_feedback(&p->saver, err);
     /* Staging is local; its failure is agreed like a write's, so every rank
      * knows no save is in flight. */
     st = zt_comm_agree(comm, st, err);

@@ -41,29 +41,39 @@ static zt_status begin(zt_comm_handle *h, zt_coll_kind kind, size_t bytes, zt_er
     if (h->active) return ZT_FAIL(err, ZT_ERR_INTERNAL, "comm: handle already in flight");
     memset(h, 0, sizeof *h);
     h->kind = kind;
-    h->bytes = bytes;
+    h->bytes = h->uncompressed_bytes = bytes;
     h->t_start = zt_now_s();
     return ZT_OK;
 }
 
-zt_status zt_comm_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank, void *ready,
-                                   zt_comm_handle *h, zt_error *err) {
+zt_status zt_comm_all_gather_coded_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
+                                         size_t uncompressed_per_rank, void *ready, zt_comm_handle *h, zt_error *err) {
     ZT_TRY(begin(h, ZT_COLL_ALL_GATHER, bytes_per_rank * (size_t)c->world_size, err));
+    h->uncompressed_bytes = uncompressed_per_rank * (size_t)c->world_size;
     from_everyone(c, bytes_per_rank, &h->inter_bytes, &h->intra_bytes);
     ZT_TRY(c->ops->all_gather_start(c, send, recv, bytes_per_rank, ready, h, err));
     h->active = 1;
     return ZT_OK;
 }
 
+zt_status zt_comm_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank, void *ready,
+                                   zt_comm_handle *h, zt_error *err) {
+    return zt_comm_all_gather_coded_start(c, send, recv, bytes_per_rank, bytes_per_rank, ready, h, err);
+}
+
 zt_status zt_comm_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out, size_t count,
-                                       zt_dtype dtype, void *ready, zt_comm_handle *h, zt_error *err) {
-    ZT_TRY(begin(h, ZT_COLL_REDUCE_SCATTER, count * zt_dtype_size(dtype) * (size_t)c->world_size, err));
+                                       zt_wire wire, void *ready, zt_comm_handle *h, zt_error *err) {
+    if (wire.bits && (wire.bits != 8 && wire.bits != 4))
+        return ZT_FAIL(err, ZT_ERR_INTERNAL, "comm: %d-bit wire codes (8 or 4)", wire.bits);
+    size_t chunk = zt_wire_bytes(&wire, count);
+    ZT_TRY(begin(h, ZT_COLL_REDUCE_SCATTER, chunk * (size_t)c->world_size, err));
+    h->uncompressed_bytes = count * zt_dtype_size(wire.dtype) * (size_t)c->world_size;
     h->staging = staging;
     h->out = out;
     h->count = count;
-    h->dtype = dtype;
-    from_everyone(c, count * zt_dtype_size(dtype), &h->inter_bytes, &h->intra_bytes);
-    ZT_TRY(c->ops->reduce_scatter_start(c, send, staging, out, count, dtype, ready, h, err));
+    h->wire = wire;
+    from_everyone(c, chunk, &h->inter_bytes, &h->intra_bytes);
+    ZT_TRY(c->ops->reduce_scatter_start(c, send, staging, out, count, wire, ready, h, err));
     h->active = 1;
     return ZT_OK;
 }
@@ -108,9 +118,10 @@ zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
     h->active = 0;
     ZT_TRY(st);
     double t1 = zt_now_s();
-    zt_coll_stats *s = &c->stats[h->kind];
+    zt_coll_stats *s = zt_comm_stats_of(c, h->kind);
     s->calls++;
     s->bytes += (double)h->bytes;
+    s->uncompressed_bytes += (double)h->uncompressed_bytes;
     s->time_s += t1 - h->t_start;
     s->wait_s += t1 - t0;
     s->inter_bytes += h->inter_bytes;
@@ -127,9 +138,10 @@ zt_status zt_comm_wait_stream(zt_comm *c, zt_comm_handle *h, void *stream, zt_er
     h->active = 0;
     ZT_TRY(st);
     /* Calls and bytes now; the implementation adds the GPU time later. */
-    zt_coll_stats *s = &c->stats[h->kind];
+    zt_coll_stats *s = zt_comm_stats_of(c, h->kind);
     s->calls++;
     s->bytes += (double)h->bytes;
+    s->uncompressed_bytes += (double)h->uncompressed_bytes;
     s->wait_s += zt_now_s() - t0;
     s->inter_bytes += h->inter_bytes;
     s->intra_bytes += h->intra_bytes;
@@ -144,12 +156,14 @@ zt_status zt_comm_progress(zt_comm *c, zt_comm_handle *h, zt_error *err) {
 
 static void record(zt_comm *c, zt_coll_kind k, size_t bytes, double t0, double inter, double intra) {
     double dt = zt_now_s() - t0;
-    c->stats[k].inter_bytes += inter;
-    c->stats[k].intra_bytes += intra;
-    c->stats[k].calls++;
-    c->stats[k].bytes += (double)bytes;
-    c->stats[k].time_s += dt;
-    c->stats[k].wait_s += dt;
+    zt_coll_stats *s = zt_comm_stats_of(c, k);
+    s->inter_bytes += inter;
+    s->intra_bytes += intra;
+    s->calls++;
+    s->bytes += (double)bytes;
+    s->uncompressed_bytes += (double)bytes;
+    s->time_s += dt;
+    s->wait_s += dt;
 }
 
 zt_status zt_comm_sum_f64v(zt_comm *c, const double *v, int n, double *out, zt_error *err) {

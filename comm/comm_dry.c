@@ -17,8 +17,8 @@ static zt_status dry_all_gather_start(zt_comm *c, const void *send, void *recv, 
 }
 
 static zt_status dry_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out, size_t count,
-                                          zt_dtype dtype, void *ready, zt_comm_handle *h, zt_error *err) {
-    (void)c, (void)send, (void)staging, (void)out, (void)count, (void)dtype, (void)ready, (void)h, (void)err;
+                                          zt_wire wire, void *ready, zt_comm_handle *h, zt_error *err) {
+    (void)c, (void)send, (void)staging, (void)out, (void)count, (void)wire, (void)ready, (void)h, (void)err;
     return ZT_OK;
 }
 

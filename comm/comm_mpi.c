@@ -89,14 +89,15 @@ static zt_status mpi_all_gather_start(zt_comm *c, const void *send, void *recv, 
 }
 
 static zt_status mpi_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out, size_t count,
-                                          zt_dtype dtype, void *ready, zt_comm_handle *h, zt_error *err) {
+                                          zt_wire wire, void *ready, zt_comm_handle *h, zt_error *err) {
     (void)out;
     ZT_TRY(check_host_ready(ready, "reduce_scatter", err));
-    ZT_TRY(check_int(count, "reduce_scatter", err));
+    /* 16-bit values and codes travel as their bits; only the sum interprets them. */
+    MPI_Datatype t = wire.bits ? MPI_BYTE : wire.dtype == ZT_FP32 ? MPI_FLOAT : MPI_UINT16_T;
+    size_t n = wire.bits ? zt_wire_bytes(&wire, count) : count;
+    ZT_TRY(check_int(n, "reduce_scatter", err));
     ZT_TRY(new_request(h, err));
-    /* 16-bit values travel as their bits; only the sum interprets them. */
-    MPI_Datatype t = dtype == ZT_FP32 ? MPI_FLOAT : MPI_UINT16_T;
-    int rc = MPI_Ialltoall(send, (int)count, t, staging, (int)count, t, world_of(c), h->impl_req);
+    int rc = MPI_Ialltoall(send, (int)n, t, staging, (int)n, t, world_of(c), h->impl_req);
     if (rc != MPI_SUCCESS) {
         free(h->impl_req);
         h->impl_req = NULL;
@@ -105,23 +106,27 @@ static zt_status mpi_reduce_scatter_start(zt_comm *c, const void *send, void *st
     return ZT_OK;
 }
 
+/* The fixed summation order, in fp32: rank 0's chunk, + rank 1's, + ...,
+ * each value decoded from the wire. */
+static void ordered_sum(const zt_comm *c, zt_comm_handle *h) {
+    size_t n = h->count, chunk = zt_wire_bytes(&h->wire, n);
+    for (int r = 0; r < c->world_size; r++) {
+        const uint8_t *at = (const uint8_t *)h->staging + (size_t)r * chunk;
+        for (size_t i = 0; i < n; i++) {
+            float v = h->wire.bits ? zt_wire_load(at, n, i, h->wire.bits, h->wire.block)
+                                   : zt_dtype_load(at, h->wire.dtype, i);
+            h->out[i] = r == 0 ? v : h->out[i] + v;
+        }
+    }
+}
+
 static zt_status mpi_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
     zt_status st = wait_request(c, h->impl_req, zt_coll_name(h->kind), h->what, err);
     if (st == ZT_ERR_TIMEOUT) return st; /* MPI may still write the request: it stays */
     free(h->impl_req);
     h->impl_req = NULL;
     ZT_TRY(st);
-    if (h->kind == ZT_COLL_REDUCE_SCATTER) {
-        /* The fixed summation order, in fp32: rank 0's chunk, + rank 1's, + ... */
-        size_t n = h->count;
-        for (int r = 0; r < c->world_size; r++) {
-            const char *chunk = (const char *)h->staging + (size_t)r * n * zt_dtype_size(h->dtype);
-            for (size_t i = 0; i < n; i++) {
-                float v = zt_dtype_load(chunk, h->dtype, i);
-                h->out[i] = r == 0 ? v : h->out[i] + v;
-            }
-        }
-    }
+    if (h->kind == ZT_COLL_REDUCE_SCATTER) ordered_sum(c, h);
     return ZT_OK;
 }
 

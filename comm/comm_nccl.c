@@ -101,7 +101,7 @@ static int harvest(zt_comm *c, int block) {
         }
         float ms = 0.0f;
         if (rc == cudaSuccess && cudaEventElapsedTime(&ms, r->start, r->end) == cudaSuccess)
-            c->stats[r->kind].time_s += ms * 1e-3;
+            zt_comm_stats_of(c, r->kind)->time_s += ms * 1e-3;
         (void)cudaGetLastError(); /* a failure surfaces at the next wait or sync */
         cudaEventDestroy(r->start);
         cudaEventDestroy(r->end);
@@ -164,26 +164,31 @@ static zt_status nccl_all_gather_start(zt_comm *c, const void *send, void *recv,
 }
 
 static zt_status nccl_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out,
-                                           size_t count, zt_dtype dtype, void *ready, zt_comm_handle *h,
+                                           size_t count, zt_wire wire, void *ready, zt_comm_handle *h,
                                            zt_error *err) {
     nccl_impl *m = impl_of(c);
     harvest(c, 0);
     ZT_TRY(begin_req(m->rs_stream, ready, h, err));
-    size_t chunk = count * zt_dtype_size(dtype);
-    ncclDataType_t t = dtype == ZT_FP32 ? ncclFloat : dtype == ZT_BF16 ? ncclBfloat16 : ncclFloat16;
+    size_t chunk = zt_wire_bytes(&wire, count);
+    /* codes travel as bytes; only the sum interprets them */
+    ncclDataType_t t = wire.bits ? ncclUint8 : wire.dtype == ZT_FP32 ? ncclFloat : wire.dtype == ZT_BF16 ? ncclBfloat16
+                                                                                                         : ncclFloat16;
+    size_t n = wire.bits ? chunk : count;
     size_t before = 0;
     int first = first_of_kind(m, ZT_COLL_REDUCE_SCATTER, &before);
     ncclResult_t rc = ncclGroupStart();
     for (int r = 0; r < c->world_size && rc == ncclSuccess; r++) {
-        rc = ncclSend((const char *)send + (size_t)r * chunk, count, t, r, m->nccl, m->rs_stream);
+        rc = ncclSend((const char *)send + (size_t)r * chunk, n, t, r, m->nccl, m->rs_stream);
         if (rc == ncclSuccess)
-            rc = ncclRecv((char *)staging + (size_t)r * chunk, count, t, r, m->nccl, m->rs_stream);
+            rc = ncclRecv((char *)staging + (size_t)r * chunk, n, t, r, m->nccl, m->rs_stream);
     }
     ncclResult_t end_rc = ncclGroupEnd(); /* always closes the group */
     if (rc == ncclSuccess) rc = end_rc;
     if (rc != ncclSuccess) return fail_req(h, rc, "reduce-scatter (grouped ncclSend/ncclRecv)", err);
     if (first) count_device(c, 1, before);
-    cudaError_t crc = zt_nccl_ordered_sum(out, staging, (int)dtype, count, c->world_size, m->rs_stream);
+    cudaError_t crc = wire.bits ? zt_nccl_ordered_sum_coded(out, staging, count, wire.bits, wire.block, c->world_size,
+                                                            m->rs_stream)
+                                : zt_nccl_ordered_sum(out, staging, (int)wire.dtype, count, c->world_size, m->rs_stream);
     if (crc != cudaSuccess) {
         (void)cudaStreamSynchronize(m->rs_stream); /* the exchange is queued into staging */
         free_req(h->impl_req);

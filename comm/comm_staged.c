@@ -171,12 +171,12 @@ static zt_status staged_all_gather_start(zt_comm *c, const void *send, void *rec
 }
 
 static zt_status staged_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out,
-                                             size_t count, zt_dtype dtype, void *ready, zt_comm_handle *h,
+                                             size_t count, zt_wire wire, void *ready, zt_comm_handle *h,
                                              zt_error *err) {
     (void)staging; /* the device staging is replaced by host staging */
     staged_impl *m = impl_of(c);
     ZT_TRY(wait_ready(ready, err));
-    size_t N = (size_t)c->world_size, chunk = count * zt_dtype_size(dtype), bytes = count * sizeof(float);
+    size_t N = (size_t)c->world_size, chunk = zt_wire_bytes(&wire, count), bytes = count * sizeof(float);
     staged_req *r = NULL;
     ZT_TRY(new_req(c, chunk * 2 * N + bytes, &r, err)); /* send | received chunks | fp32 sum */
     char *hsend = r->owned, *hrecv = hsend + N * chunk;
@@ -190,8 +190,8 @@ static zt_status staged_reduce_scatter_start(zt_comm *c, const void *send, void 
     r->mpi.staging = hrecv;
     r->mpi.out = hout;
     r->mpi.count = count;
-    r->mpi.dtype = dtype;
-    zt_status st = m->host.ops->reduce_scatter_start(&m->host, hsend, hrecv, hout, count, dtype, NULL, &r->mpi, err);
+    r->mpi.wire = wire;
+    zt_status st = m->host.ops->reduce_scatter_start(&m->host, hsend, hrecv, hout, count, wire, NULL, &r->mpi, err);
     if (st != ZT_OK) {
         free_req(c, r);
         return st;

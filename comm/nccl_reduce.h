@@ -14,6 +14,10 @@ extern "C" {
  * zt_dtype), enqueued on stream. */
 cudaError_t zt_nccl_ordered_sum(float *out, const void *staging, int dtype, size_t count, int world,
                                 cudaStream_t stream);
+/* The same over chunks of block-wise codes (zt_wire.h: `bits` 8 or 4,
+ * `block` values per scale), each zt_wire_bytes(count) bytes. */
+cudaError_t zt_nccl_ordered_sum_coded(float *out, const void *staging, size_t count, int bits, unsigned block,
+                                      int world, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include "zt_dtype.h"
 #include "zt_error.h"
 #include "zt_trace.h"
+#include "zt_wire.h"
 
 typedef enum {
     ZT_COLL_ALL_GATHER = 0,
@@ -32,7 +33,8 @@ const char *zt_coll_name(zt_coll_kind k);
 
 typedef struct {
     long calls;
-    double bytes;  /* nccl-tests "size": the full buffer (N x per-rank count) */
+    double bytes;  /* nccl-tests "size": the full buffer (N x per-rank count), as it travels */
+    double uncompressed_bytes; /* what `bytes` would be without the wire codes (zt_wire.h) */
     double time_s; /* start to completion, summed */
     double wait_s; /* time the caller was blocked in wait, summed */
     /* What this rank received, split by where it came from: ranks on other
@@ -50,15 +52,16 @@ typedef struct {
     zt_coll_kind kind;
     double t_start;
     size_t bytes;
+    size_t uncompressed_bytes; /* bytes without wire codes */
     double inter_bytes, intra_bytes; /* this rank's share, counted at completion */
     void *impl_req;  /* implementation request (MPI_Request) */
     char what[80];   /* what the caller waits on ("unit block1"), for the watchdog's message */
     /* reduce-scatter completion: out[count] (fp32) = sum over ranks of
-     * staging[r][count] (dtype), added in fp32 */
+     * staging's chunk r (count values as `wire` has them), added in fp32 */
     const void *staging;
     float *out;
     size_t count;
-    zt_dtype dtype;
+    zt_wire wire;
 } zt_comm_handle;
 
 /* One implementation of the collectives (MPI on host buffers, NCCL on
@@ -71,7 +74,7 @@ typedef struct {
     zt_status (*all_gather_start)(struct zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
                                   void *ready, zt_comm_handle *h, zt_error *err);
     zt_status (*reduce_scatter_start)(struct zt_comm *c, const void *send, void *staging, float *out,
-                                      size_t count, zt_dtype dtype, void *ready, zt_comm_handle *h, zt_error *err);
+                                      size_t count, zt_wire wire, void *ready, zt_comm_handle *h, zt_error *err);
     /* Blocks until h completes (and, for reduce-scatter, out holds the sum). */
     zt_status (*wait)(struct zt_comm *c, zt_comm_handle *h, zt_error *err);
     /* Orders work queued later on `stream` (a cudaStream_t) after h without
@@ -144,7 +147,16 @@ typedef struct zt_comm {
      * connections and their buffers); device_measured 0 elsewhere. */
     size_t device_bytes;
     int device_measured;
+    /* A group whose collectives count as another communicator's (the hops
+     * of the hierarchical quantized reduce-scatter count as the world's);
+     * NULL: its own stats. */
+    struct zt_comm *count_into;
 } zt_comm;
+
+/* Where collective kind k of c is counted. */
+static inline zt_coll_stats *zt_comm_stats_of(zt_comm *c, zt_coll_kind k) {
+    return &(c->count_into ? c->count_into : c)->stats[k];
+}
 
 /* Sets the watchdog's timeout (seconds; 0: none) on c and the
  * communicators it is built on. */
@@ -202,13 +214,25 @@ zt_status zt_comm_progress(zt_comm *c, zt_comm_handle *h, zt_error *err);
  * recv + rank * bytes_per_rank. */
 zt_status zt_comm_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank, void *ready,
                                    zt_comm_handle *h, zt_error *err);
-/* send[N * count] (chunk r goes to rank r) -> out[count] = sum over ranks in
- * rank order. send and staging are in `dtype` (what travels: fp32, or a
- * 16-bit dtype at half the bytes); the sum is accumulated in fp32 and out is
- * fp32 either way. staging[N * count] receives the chunks and must stay
- * untouched until zt_comm_wait; out may alias neither. */
+/* The same for bytes that stand for more (wire codes, zt_wire.h):
+ * uncompressed_per_rank is what each rank's part would have been, for the
+ * statistics. */
+zt_status zt_comm_all_gather_coded_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank,
+                                         size_t uncompressed_per_rank, void *ready, zt_comm_handle *h, zt_error *err);
+/* send's N chunks (chunk r goes to rank r) -> out[count] = sum over ranks
+ * in rank order. A chunk is count values as `wire` has them (zt_wire.h):
+ * fp32, a 16-bit dtype at half the bytes, or block-wise int8/int4 codes
+ * with their scales, zt_wire_bytes(count) bytes each; the sum is
+ * accumulated in fp32 and out is fp32 either way. staging (N chunks)
+ * receives them and must stay untouched until zt_comm_wait; out may alias
+ * neither. */
 zt_status zt_comm_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out, size_t count,
-                                       zt_dtype dtype, void *ready, zt_comm_handle *h, zt_error *err);
+                                       zt_wire wire, void *ready, zt_comm_handle *h, zt_error *err);
+/* The plain wire of a dtype. */
+static inline zt_wire zt_wire_plain(zt_dtype dtype) {
+    zt_wire w = {dtype, 0, 0};
+    return w;
+}
 /* Blocks the host until h completes; its outputs are then valid everywhere. */
 zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err);
 /* Completes h for the work queued on `stream` (zt_stream.handle: a

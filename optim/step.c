@@ -94,6 +94,11 @@ static zt_status unit_norms_squared(zt_engine *e, zt_tensor *ws, double *local) 
     return st;
 }
 
+/* Bytes of unit u's slice in the params dtype. */
+static size_t slice_bytes(const zt_engine *e, int u) {
+    return e->spec->units[u].shard_numel * zt_dtype_size(e->cfg.dtype);
+}
+
 zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, void *arg, zt_stream *producer) {
     zt_ctx *ctx = e->ctx;
     const zt_model_spec *spec = e->spec;
@@ -106,9 +111,8 @@ zt_status zt_engine_update_each_unit(zt_engine *e, zt_unit_update_fn update, voi
         if (st == ZT_OK && !full_optim(e) && full_params(e, u))
             /* Everyone needs everyone's updated slice of the full params
              * (stages 1-2, and stage 3's persistent units). */
-            st = zt_coll_unit_gather_start(e, e->comm, u, e->units[u].params.data,
-                                           spec->units[u].shard_numel * zt_dtype_size(e->cfg.dtype), producer,
-                                           &gathers[u]);
+            st = zt_coll_unit_gather_start(e, e->comm, u, e->units[u].params.data, slice_bytes(e, u),
+                                           slice_bytes(e, u), producer, &gathers[u]);
     }
     for (int u = 0; u < spec->nunits; u++) {
         zt_status f = zt_coll_unit_gather_join(e, e->comm, &gathers[u]); /* every started one, even after a failure */

@@ -209,6 +209,14 @@ typedef struct {
      * clamped at eps), with scratch[zt_newton_schulz_scratch(rows, cols)] */
     void (*newton_schulz)(zt_stream *s, float *x, size_t rows, size_t cols, int steps, const float *coef, float eps,
                           float *scratch);
+    /* codes[] and scales[] of x[n] (x_dtype) + feedback[n] (fb_dtype;
+     * NULL: none), block-wise from x[0] (zt_wire.h: `bits` 8 or 4, `block`
+     * values per scale); feedback then holds what the codes lost */
+    void (*wire_quantize)(zt_stream *s, uint8_t *codes, float *scales, const void *x, zt_dtype x_dtype,
+                          void *feedback, zt_dtype fb_dtype, size_t n, int bits, unsigned block);
+    /* out[n] (dtype) = the values of codes[] and scales[] */
+    void (*wire_dequantize)(zt_stream *s, void *out, zt_dtype dtype, const uint8_t *codes, const float *scales,
+                            size_t n, int bits, unsigned block);
 } zt_ops;
 
 /* A modelled host-device link (zt_backend_set_link; the CPU backend only):

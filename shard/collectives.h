@@ -24,15 +24,19 @@ zt_status zt_coll_ready_event(zt_engine *e, zt_stream *producer, void **ready);
 zt_status zt_coll_all_gather_on(zt_engine *e, zt_comm *comm, void *buf, size_t bytes_per_rank, zt_stream *producer,
                                 const char *what, zt_comm_handle *h);
 /* The same for unit u's buffer over the shard group or `comm`, labelled
- * with the unit's name. */
+ * with the unit's name; each rank's part stands for uncompressed_per_rank
+ * bytes (its wire codes: fewer; else bytes_per_rank). */
 zt_status zt_coll_unit_gather_start(zt_engine *e, zt_comm *comm, int u, void *buf, size_t bytes_per_rank,
-                                    zt_stream *producer, zt_comm_handle *h);
+                                    size_t uncompressed_per_rank, zt_stream *producer, zt_comm_handle *h);
 /* Compute waits for a unit gather started on comm (the host does not). */
 zt_status zt_coll_unit_gather_join(zt_engine *e, zt_comm *comm, zt_comm_handle *h);
 /* The host waits for it (a gather nobody will read). */
 zt_status zt_coll_unit_gather_wait(zt_engine *e, zt_comm *comm, zt_comm_handle *h);
 /* Start and compute's wait in one: unit u's buffer over the shard group. */
 zt_status zt_coll_all_gather_after(zt_engine *e, void *buf, size_t bytes_per_rank, zt_stream *producer, int u);
+
+/* What gradient buckets travel as: the reduce dtype, or its codes. */
+zt_wire zt_engine_grad_wire(const zt_engine *e);
 
 /* Starts bucket b's reduce-scatter (send -> staging, summed into reduced)
  * after everything queued on compute so far. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "collectives.h"
+#include "zt_wire.h"
 #include "placement.h"
 #include "tier.h"
 #include "unit_mem.h"
@@ -73,6 +74,8 @@ static zt_status to_sharded(zt_engine *e, int u) {
     if (ust->phase == ZT_UNIT_GATHERING) ZT_TRY(zt_coll_unit_gather_wait(e, ust->gather_comm, &ust->gather_handle));
     e->gathered_inflight_now -= zt_tensor_bytes(&ust->gathered);
     zt_tensor_free(&ust->gathered, &e->ctx->device_mem);
+    zt_tensor_free(&ust->wire, &e->ctx->device_mem);
+    ust->wire_pending = 0;
     ust->phase = ZT_UNIT_SHARDED;
     return ZT_OK;
 }
@@ -84,35 +87,99 @@ static size_t secondary_numel(const zt_engine *e, int u) {
     return e->spec->units[u].padded_numel / (size_t)e->secondary->world_size;
 }
 
+/* Quantized weights: the wire of a unit's gathers, and the bytes of one
+ * rank's part of unit u on it (its slice's codes and scales). */
+static zt_wire weight_wire(const zt_engine *e) {
+    zt_wire w = {e->cfg.dtype, e->cfg.quant_weights_bits, e->cfg.quant_block};
+    return w;
+}
+static size_t wire_part_bytes(const zt_engine *e, int u) {
+    zt_wire w = weight_wire(e);
+    return zt_wire_bytes(&w, e->spec->units[u].shard_numel);
+}
+
+/* hpZ: the bytes of this rank's secondary part of unit u, and where it
+ * starts in the gathered buffer (codes: the wire of N / G' rank parts). */
+static size_t secondary_bytes(const zt_engine *e, int u) {
+    if (e->cfg.quant_weights_bits)
+        return wire_part_bytes(e, u) * (size_t)(e->comm->world_size / e->secondary->world_size);
+    return secondary_numel(e, u) * zt_dtype_size(e->cfg.dtype);
+}
+static char *secondary_home(const zt_engine *e, int u) {
+    const zt_unit_state *ust = &e->units[u];
+    char *base = e->cfg.quant_weights_bits ? ust->wire.data : ust->gathered.data;
+    return base + (size_t)e->secondary->rank * secondary_bytes(e, u);
+}
+
+/* Quantized weights: this rank's slice, loaded into the full buffer, as
+ * codes at its place in the wire buffer. */
+static void encode_own_slice(zt_engine *e, int u, const char *slice) {
+    zt_unit_state *ust = &e->units[u];
+    size_t S = e->spec->units[u].shard_numel;
+    uint8_t *codes = (uint8_t *)ust->wire.data + (size_t)e->comm->rank * wire_part_bytes(e, u);
+    float *scales = (float *)(codes + zt_wire_scales_at(S, e->cfg.quant_weights_bits));
+    e->ctx->be->ops->wire_quantize(&e->ctx->compute, codes, scales, slice, e->cfg.dtype, NULL, ZT_FP32, S,
+                                   e->cfg.quant_weights_bits, e->cfg.quant_block);
+}
+
+/* Quantized weights: every rank's codes decoded into the full buffer, so
+ * every rank (this one too) computes with the same values. */
+static void decode_gathered(zt_engine *e, int u) {
+    zt_unit_state *ust = &e->units[u];
+    size_t S = e->spec->units[u].shard_numel, wb = wire_part_bytes(e, u), d = zt_dtype_size(e->cfg.dtype);
+    int bits = e->cfg.quant_weights_bits;
+    for (int r = 0; r < e->comm->world_size; r++) {
+        const uint8_t *codes = (const uint8_t *)ust->wire.data + (size_t)r * wb;
+        e->ctx->be->ops->wire_dequantize(&e->ctx->compute, (char *)ust->gathered.data + (size_t)r * S * d,
+                                         e->cfg.dtype, codes, (const float *)(codes + zt_wire_scales_at(S, bits)), S,
+                                         bits, e->cfg.quant_block);
+    }
+    ust->wire_pending = 0;
+}
+
 /* Puts this rank's part of unit u where its all-gather expects it: the
- * shard (from wherever the tier keeps it), or, for a backward after hpZ
- * kept it, its secondary part, which then goes. Returns the communicator
- * and the bytes per rank of the gather. */
-static zt_status place_own_part(zt_engine *e, int u, zt_comm **comm, size_t *bytes_per_rank) {
+ * shard (from wherever the tier keeps it; quantized weights: as codes), or,
+ * for a backward after hpZ kept it, its secondary part, which then goes.
+ * Returns the communicator, the bytes per rank of the gather and what
+ * they stand for. */
+static zt_status place_own_part(zt_engine *e, int u, zt_comm **comm, size_t *bytes_per_rank, size_t *uncompressed) {
     zt_unit_state *ust = &e->units[u];
     zt_ctx *ctx = e->ctx;
     size_t d = zt_dtype_size(e->cfg.dtype);
     if (ust->secondary.data) {
-        size_t n = secondary_numel(e, u);
-        char *mine = (char *)ust->gathered.data + (size_t)e->secondary->rank * n * d;
-        ZT_TRY(ctx->be->memcpy_async(ctx->be, mine, ust->secondary.data, n * d, ZT_COPY_D2D, &ctx->compute, &ctx->err));
+        size_t n = secondary_bytes(e, u);
+        ZT_TRY(ctx->be->memcpy_async(ctx->be, secondary_home(e, u), ust->secondary.data, n, ZT_COPY_D2D,
+                                     &ctx->compute, &ctx->err));
         *comm = e->secondary; /* the part goes at the unit's backward release, where zt-plan counts it out */
-        *bytes_per_rank = n * d;
+        *bytes_per_rank = n;
+        *uncompressed = secondary_numel(e, u) * d;
         return ZT_OK;
     }
     *comm = e->comm;
-    *bytes_per_rank = e->spec->units[u].shard_numel * d;
-    return e->tier->load_shard(e, u, (char *)ust->gathered.data + shard_lo(e, u) * d);
+    *bytes_per_rank = *uncompressed = e->spec->units[u].shard_numel * d;
+    char *slice = (char *)ust->gathered.data + shard_lo(e, u) * d;
+    ZT_TRY(e->tier->load_shard(e, u, slice));
+    if (e->cfg.quant_weights_bits) {
+        encode_own_slice(e, u, slice);
+        *bytes_per_rank = wire_part_bytes(e, u);
+    }
+    return ZT_OK;
 }
 
-/* Stage 3: allocate u's full buffer, put our part in place, start the gather. */
+/* Stage 3: allocate u's full buffer (and its codes' when quantized), put
+ * our part in place, start the gather. */
 static zt_status start_gather(zt_engine *e, int u) {
     zt_unit_state *ust = &e->units[u];
     const zt_unit_spec *usp = &e->spec->units[u];
     ZT_TRY(zt_engine_alloc(e, &ust->gathered, e->cfg.dtype, usp->padded_numel, ZT_CAT_GATHERED_PARAMS, "gathered", u));
+    if (e->cfg.quant_weights_bits) {
+        ZT_TRY(zt_engine_alloc_bytes(e, &ust->wire, wire_part_bytes(e, u) * (size_t)e->comm->world_size,
+                                     ZT_CAT_COMM_BUFFERS, "gathered codes", u));
+        ust->wire_pending = 1;
+    }
     ZT_TRY(to_gathering(e, u));
-    size_t bytes_per_rank;
-    ZT_TRY(place_own_part(e, u, &ust->gather_comm, &bytes_per_rank));
+    size_t bytes_per_rank, uncompressed;
+    ZT_TRY(place_own_part(e, u, &ust->gather_comm, &bytes_per_rank, &uncompressed));
     char name[48];
     snprintf(name, sizeof name, "gather %s", usp->name);
     zt_trace_instant(e->ctx->trace, name, "unit", 1);
@@ -120,7 +187,8 @@ static zt_status start_gather(zt_engine *e, int u) {
      * copy, and every kernel that read a block freed before the buffer was
      * allocated, so reusing a cached block is safe on any stream. Without
      * overlap it has also completed on return. */
-    return zt_coll_unit_gather_start(e, ust->gather_comm, u, ust->gathered.data, bytes_per_rank, &e->ctx->compute,
+    void *buf = e->cfg.quant_weights_bits ? ust->wire.data : ust->gathered.data;
+    return zt_coll_unit_gather_start(e, ust->gather_comm, u, buf, bytes_per_rank, uncompressed, &e->ctx->compute,
                                      &ust->gather_handle);
 }
 
@@ -219,6 +287,7 @@ zt_status zt_engine_gather(zt_engine *e, int unit, const void **params) {
             /* Kernels queued from here on read the gathered values: the
              * compute stream waits for the collective, the host does not. */
             ZT_TRY(zt_coll_unit_gather_join(e, ust->gather_comm, &ust->gather_handle));
+        if (ust->wire_pending) decode_gathered(e, unit);
         full = ust->gathered.data;
     }
     ZT_TRY(to_in_use(e, unit));
@@ -246,17 +315,17 @@ static int backward_gathers(const zt_engine *e, int u) {
 }
 
 /* hpZ, after unit u's forward: this rank's part of it in the secondary
- * group is copied out of the full buffer before that goes (once: a unit
- * used twice in forward already has it). */
+ * group is copied out of the full buffer (quantized weights: out of the
+ * codes, so backward decodes the same values) before that goes (once: a
+ * unit used twice in forward already has it). */
 static zt_status keep_secondary(zt_engine *e, int u) {
     zt_unit_state *ust = &e->units[u];
     zt_ctx *ctx = e->ctx;
-    size_t n = secondary_numel(e, u), d = zt_dtype_size(e->cfg.dtype);
+    size_t n = secondary_bytes(e, u);
     if (ust->secondary.data) return ZT_OK;
-    ZT_TRY(zt_engine_alloc(e, &ust->secondary, e->cfg.dtype, n, ZT_CAT_GATHERED_PARAMS, "secondary shard", u));
-    return ctx->be->memcpy_async(ctx->be, ust->secondary.data,
-                                 (const char *)ust->gathered.data + (size_t)e->secondary->rank * n * d, n * d,
-                                 ZT_COPY_D2D, &ctx->compute, &ctx->err);
+    ZT_TRY(zt_engine_alloc_bytes(e, &ust->secondary, n, ZT_CAT_GATHERED_PARAMS, "secondary shard", u));
+    return ctx->be->memcpy_async(ctx->be, ust->secondary.data, secondary_home(e, u), n, ZT_COPY_D2D, &ctx->compute,
+                                 &ctx->err);
 }
 
 zt_status zt_engine_set_secondary(zt_engine *e, zt_comm *secondary) {

@@ -9,8 +9,15 @@
 #include "zt_optim_engine.h"
 #include "zt_quant.h"
 #include "zt_schedule.h"
+#include "zt_wire.h"
 
 static size_t padded(const zt_plan_sim *S, int u) { return S->in.spec->units[u].padded_numel; }
+
+/* Quantized weights: one rank's part of unit u as codes (shard/gather.c). */
+static size_t wire_part(const zt_plan_sim *S, int u) {
+    zt_wire w = {S->in.dtype, S->in.quant_weights_bits, S->in.quant_block};
+    return zt_wire_bytes(&w, S->in.spec->units[u].shard_numel);
+}
 
 /* The part of unit u whose optimizer state this rank keeps (none when frozen). */
 static size_t owned(const zt_plan_sim *S, int u) {
@@ -60,6 +67,9 @@ static zt_engine_config state_settings(const zt_plan_input *in) {
     c.adafactor_beta1 = in->adafactor_beta1;
     c.master_none = in->master_none;
     c.state_bf16 = in->state_bf16;
+    c.quant_grads_bits = in->quant_grads_bits;
+    c.quant_feedback = in->quant_feedback;
+    c.feedback_dtype = in->feedback_dtype;
     return c;
 }
 
@@ -79,7 +89,11 @@ zt_plan_moment zt_plan_base(const zt_plan_sim *S) {
     return m;
 }
 
-void zt_plan_consider(zt_plan_sim *S, const zt_plan_moment *m) {
+/* Every moment also holds the error feedback and the gathered units' codes
+ * (comm_buffers), which the walk does not name. */
+void zt_plan_consider(zt_plan_sim *S, const zt_plan_moment *given) {
+    zt_plan_moment with = *given, *m = &with;
+    m->c[ZT_CAT_COMM_BUFFERS] += state_bytes(S).feedback + S->wire_live;
     size_t t = total(m);
     if (!S->best || t > S->best_total) {
         memcpy(S->best_c, m->c, sizeof S->best_c);
@@ -101,9 +115,10 @@ void zt_plan_begin_pass(zt_plan_sim *S, const int *order, int n, const int *next
 static void gather(zt_plan_sim *S, int u) {
     S->phase[u] = ZT_UNIT_GATHERED;
     S->live += padded(S, u);
+    if (S->in.quant_weights_bits) S->wire_live += wire_part(S, u) * (size_t)S->in.world;
     size_t shard = S->in.spec->units[u].shard_numel * zt_dtype_size(S->in.dtype);
     if (S->in.offload_params) S->shard_copies_in += shard;
-    S->gathered_shards += shard;
+    S->gathered_shards += S->in.quant_weights_bits ? wire_part(S, u) : shard;
     if (S->in.nvme_params) S->shard_reads += zt_nvme_round(shard);
 }
 
@@ -133,7 +148,8 @@ void zt_plan_use(zt_plan_sim *S, int u) {
  * its forward release to its backward release. */
 static void track_secondary(zt_plan_sim *S, int u, int kept) {
     if (S->in.secondary <= 1) return;
-    size_t bytes = padded(S, u) / (size_t)S->in.secondary * zt_dtype_size(S->in.dtype);
+    size_t bytes = S->in.quant_weights_bits ? wire_part(S, u) * (size_t)(S->in.world / S->in.secondary)
+                                            : padded(S, u) / (size_t)S->in.secondary * zt_dtype_size(S->in.dtype);
     int forward = S->next != NULL, used_next = 0;
     for (int i = 0; forward && i < S->next_n; i++) used_next |= S->next[i] == u;
     if (forward && !kept && used_next && !S->has_secondary[u]) {
@@ -157,6 +173,7 @@ void zt_plan_release(zt_plan_sim *S, int u) {
     }
     S->phase[u] = ZT_UNIT_SHARDED;
     S->live -= padded(S, u);
+    if (S->in.quant_weights_bits) S->wire_live -= wire_part(S, u) * (size_t)S->in.world;
 }
 
 size_t zt_plan_gathered(const zt_plan_sim *S) { return S->live * zt_dtype_size(S->in.dtype) + S->secondary_live; }
@@ -181,12 +198,27 @@ size_t zt_plan_in_flight(const zt_plan_sim *S) { return S->in_flight; }
 zt_dtype zt_plan_compute_dtype(const zt_plan_sim *S) { return S->in.compute_dtype; }
 void zt_plan_set_kept(zt_plan_sim *S, size_t bytes) { S->activations_kept = bytes; }
 
+/* Fp32 words holding `bytes` (shard/unit_mem.c's raw buffers). */
+static size_t words(size_t bytes) { return (bytes + 3) / 4 * 4; }
+
+/* A bucket of n values' buffers (shard/reduce.c): send and receive (the
+ * reduce dtype, or N chunks of codes: by hops L chunks of K x n / N values
+ * then the node's fp32 sums and K chunks of codes twice), the fp32 sums. */
+static size_t bucket_buffers(const zt_plan_sim *S, size_t n) {
+    size_t N = (size_t)S->in.world, count = n / N;
+    zt_wire w = {S->in.reduce_dtype, S->in.quant_grads_bits, S->in.quant_block};
+    if (!w.bits) return 2 * n * zt_dtype_size(w.dtype) + count * 4;
+    size_t K = S->in.grad_nodes > 1 ? (size_t)S->in.grad_nodes : 1, L = N / K;
+    if (K == 1) return 2 * words(zt_wire_bytes(&w, count) * N) + count * 4;
+    return 2 * words(zt_wire_bytes(&w, K * count) * L) + K * count * 4 + 2 * words(zt_wire_bytes(&w, count) * K) +
+           count * 4;
+}
+
 /* The bucket in flight is freed first, then the new one's buffers are
  * allocated while its units' full gradients are still there. */
 void zt_plan_flush(zt_plan_sim *S, const zt_plan_moment *m, const char *name) {
     if (S->filling_units == 0) return;
-    size_t n = S->filling_numel, rd = zt_dtype_size(S->in.reduce_dtype);
-    size_t bufs = 2 * n * rd + n / (size_t)S->in.world * 4; /* send, receive (reduce dtype); fp32 sums */
+    size_t bufs = bucket_buffers(S, S->filling_numel);
     zt_plan_moment F = *m;
     F.name = name;
     F.c[ZT_CAT_COMM_BUFFERS] += bufs;
@@ -407,6 +439,7 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_a
     S.waits = in->stage >= 2 || in->dtype != ZT_FP32;
     S.wait_cat = in->stage >= 2 ? ZT_CAT_COMM_BUFFERS : ZT_CAT_WORKSPACE;
     walk(walk_arg, &S);
+    S.wire_live = 0; /* the step frees every gathered unit first (zt_engine_end_passes) */
     optimizer_moment(&S);
     zt_plan_moment base = zt_plan_base(&S);
     memcpy(out->by_category, S.best_c, sizeof out->by_category);

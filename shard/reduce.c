@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "collectives.h"
+#include "zt_wire.h"
 #include "placement.h"
 #include "tier.h"
 #include "unit_mem.h"
@@ -60,12 +61,71 @@ zt_status zt_engine_grad_buffer(zt_engine *e, int unit, float **grads32) {
     return ZT_OK;
 }
 
+/* Quantized gradients: where the values for rank r go in send. Flat: its
+ * own segment r of `count` values. By hops (K nodes of L ranks): segment
+ * j = r mod L, which goes to local rank j in hop 1, holds the values of
+ * every rank k x L + j, node k's at k x count, K x count in all. */
+static void coded_place(const zt_engine *e, int r, size_t count, int *seg, size_t *first, size_t *seg_numel) {
+    if (!e->hop_node) {
+        *seg = r, *first = 0, *seg_numel = count;
+        return;
+    }
+    int L = e->hop_node->world_size, K = e->hop_cross->world_size;
+    *seg = r % L, *first = (size_t)(r / L) * count, *seg_numel = (size_t)K * count;
+}
+
+/* Quantized gradients: slice r of every unit as codes and scales at its
+ * place (coded_place); the slices are whole blocks, so each is encoded on
+ * its own into the segment's codes and scales. With feedback, what a
+ * slice's codes lost last time is added first and what they lose now is
+ * kept. */
+static void pack_bucket_coded(zt_engine *e, zt_bucket *b) {
+    zt_ctx *ctx = e->ctx;
+    int N = e->comm->world_size;
+    zt_wire w = zt_engine_grad_wire(e);
+    size_t count = b->numel / (size_t)N, fd = zt_dtype_size(e->cfg.feedback_dtype);
+    for (int r = 0; r < N; r++) {
+        int seg;
+        size_t at, seg_numel; /* at: the slice's first value in the segment (a block multiple) */
+        coded_place(e, r, count, &seg, &at, &seg_numel);
+        uint8_t *codes = (uint8_t *)b->send.data + (size_t)seg * zt_wire_bytes(&w, seg_numel);
+        float *scales = (float *)(codes + zt_wire_scales_at(seg_numel, w.bits));
+        for (int i = 0; i < b->nunits; i++) {
+            zt_unit_state *ust = &e->units[b->units[i]];
+            size_t S = e->spec->units[b->units[i]].shard_numel, off = (size_t)r * S;
+            const float *src = (ust->grad32.data ? zt_f32(&ust->grad32) : zt_f32(&ust->grads)) + off; /* fp32 */
+            char *fb = ust->feedback.data ? (char *)ust->feedback.data + off * fd : NULL;
+            ctx->be->ops->wire_quantize(&ctx->compute, codes + (w.bits == 4 ? at / 2 : at), scales + at / w.block, src,
+                                        ZT_FP32, fb, e->cfg.feedback_dtype, S, w.bits, w.block);
+            at += S;
+        }
+    }
+}
+
+zt_status zt_engine_set_grad_hops(zt_engine *e, zt_comm *node, zt_comm *cross) {
+    if (!node || !cross || node->world_size <= 1 || cross->world_size <= 1) return ZT_OK;
+    if (!e->cfg.quant_grads_bits || e->replicas)
+        return ZT_FAIL(&e->ctx->err, ZT_ERR_INTERNAL, "the hierarchical reduce-scatter is quantized gradients' with "
+                       "world sharding");
+    if (node->world_size * cross->world_size != e->comm->world_size ||
+        e->comm->rank != cross->rank * node->world_size + node->rank)
+        return ZT_FAIL(&e->ctx->err, ZT_ERR_INTERNAL, "the hops' groups (%d x %d) are not the world's nodes in order",
+                       cross->world_size, node->world_size);
+    e->hop_node = node;
+    e->hop_cross = cross;
+    return ZT_OK;
+}
+
 /* Packs slice r of every unit of the bucket into send (rank-major, in the
- * reduce dtype), so that the all-to-all delivers to rank r exactly its
- * slices. */
+ * reduce dtype or its codes), so that the all-to-all delivers to rank r
+ * exactly its slices. */
 static zt_status pack_bucket(zt_engine *e, zt_bucket *b) {
     zt_ctx *ctx = e->ctx;
     int N = e->comm->world_size;
+    if (e->cfg.quant_grads_bits) {
+        pack_bucket_coded(e, b);
+        return ZT_OK;
+    }
     zt_dtype rd = e->cfg.reduce_dtype;
     char *dst = b->send.data;
     for (int r = 0; r < N; r++)
@@ -114,12 +174,28 @@ static zt_status unpack_bucket(zt_engine *e, zt_bucket *b) {
     return ZT_OK;
 }
 
+/* Quantized gradients' buffers: send and staging as N chunks of codes, or
+ * by hops L chunks of K x count values, then the node's sums and the K
+ * chunks of codes of hop 2. */
+static zt_status alloc_coded(zt_engine *e, zt_bucket *b) {
+    zt_wire w = zt_engine_grad_wire(e);
+    size_t count = b->numel / (size_t)e->comm->world_size, bytes = zt_wire_bytes(&w, count) * e->comm->world_size;
+    size_t K = e->hop_node ? (size_t)e->hop_cross->world_size : 1, L = (size_t)e->comm->world_size / K;
+    if (e->hop_node) bytes = zt_wire_bytes(&w, K * count) * L;
+    ZT_TRY(zt_engine_alloc_bytes(e, &b->send, bytes, ZT_CAT_COMM_BUFFERS, "bucket send", -1));
+    ZT_TRY(zt_engine_alloc_bytes(e, &b->staging, bytes, ZT_CAT_COMM_BUFFERS, "bucket recv", -1));
+    if (!e->hop_node) return ZT_OK;
+    ZT_TRY(zt_engine_alloc(e, &b->node_sums, ZT_FP32, K * count, ZT_CAT_COMM_BUFFERS, "bucket node sums", -1));
+    size_t cross = zt_wire_bytes(&w, count) * K;
+    ZT_TRY(zt_engine_alloc_bytes(e, &b->cross_send, cross, ZT_CAT_COMM_BUFFERS, "bucket cross send", -1));
+    return zt_engine_alloc_bytes(e, &b->cross_staging, cross, ZT_CAT_COMM_BUFFERS, "bucket cross recv", -1);
+}
+
 /* Frees a bucket's buffers and empties it. */
 static void free_bucket(zt_engine *e, zt_bucket *b) {
     zt_mem *mem = &e->ctx->device_mem;
-    zt_tensor_free(&b->send, mem);
-    zt_tensor_free(&b->staging, mem);
-    zt_tensor_free(&b->reduced, mem);
+    zt_tensor *all[] = {&b->send, &b->staging, &b->reduced, &b->node_sums, &b->cross_send, &b->cross_staging};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zt_tensor_free(all[i], mem);
     b->nunits = 0;
     b->numel = 0;
 }
@@ -143,9 +219,12 @@ static zt_status flush_bucket(zt_engine *e) {
     if (b->nunits == 0) return ZT_OK;
     ZT_TRY(complete_bucket(e));
     int N = e->comm->world_size;
-    zt_dtype rd = e->cfg.reduce_dtype;
-    ZT_TRY(zt_engine_alloc(e, &b->send, rd, b->numel, ZT_CAT_COMM_BUFFERS, "bucket send", -1));
-    ZT_TRY(zt_engine_alloc(e, &b->staging, rd, b->numel, ZT_CAT_COMM_BUFFERS, "bucket recv", -1));
+    zt_wire w = zt_engine_grad_wire(e);
+    if (w.bits) ZT_TRY(alloc_coded(e, b));
+    else {
+        ZT_TRY(zt_engine_alloc(e, &b->send, w.dtype, b->numel, ZT_CAT_COMM_BUFFERS, "bucket send", -1));
+        ZT_TRY(zt_engine_alloc(e, &b->staging, w.dtype, b->numel, ZT_CAT_COMM_BUFFERS, "bucket recv", -1));
+    }
     ZT_TRY(zt_engine_alloc(e, &b->reduced, ZT_FP32, b->numel / (size_t)N, ZT_CAT_COMM_BUFFERS, "bucket reduced", -1));
     ZT_TRY(pack_bucket(e, b));
     for (int i = 0; i < b->nunits; i++) zt_tensor_free(&e->units[b->units[i]].grad32, &e->ctx->device_mem);
@@ -185,7 +264,9 @@ zt_status zt_engine_sync_grads(zt_engine *e) {
 
 void zt_reduce_release(zt_engine *e) {
     zt_error ignore = {0};
-    if (e->in_flight.handle.active) zt_comm_wait(e->comm, &e->in_flight.handle, &ignore);
+    if (e->in_flight.handle.active)
+        zt_comm_wait(e->hop_node ? e->hop_node : e->comm, &e->in_flight.handle, &ignore);
+    if (e->in_flight.cross_handle.active) zt_comm_wait(e->hop_cross, &e->in_flight.cross_handle, &ignore);
     free_bucket(e, &e->filling);
     free_bucket(e, &e->in_flight);
 }

@@ -149,6 +149,30 @@ zt_status zt_engine_get_params_slice(zt_engine *e, int u, void *dst) {
     return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
 }
 
+size_t zt_engine_feedback_bytes(const zt_engine *e) {
+    size_t b = 0;
+    for (int u = 0; u < e->spec->nunits; u++) b += zt_tensor_bytes(&e->units[u].feedback);
+    return b;
+}
+
+/* Every unit's feedback to (to_host) or from host, in unit order. */
+static zt_status copy_feedback(zt_engine *e, void *host, int to_host) {
+    zt_ctx *ctx = e->ctx;
+    char *at = host;
+    for (int u = 0; u < e->spec->nunits; u++) {
+        zt_tensor *f = &e->units[u].feedback;
+        size_t n = zt_tensor_bytes(f);
+        if (!n) continue;
+        ZT_TRY(ctx->be->memcpy_async(ctx->be, to_host ? at : f->data, to_host ? f->data : at, n,
+                                     to_host ? ZT_COPY_D2H : ZT_COPY_H2D, &ctx->compute, &ctx->err));
+        at += n;
+    }
+    return ctx->be->stream_sync(ctx->be, &ctx->compute, &ctx->err);
+}
+
+zt_status zt_engine_get_feedback(zt_engine *e, void *host) { return copy_feedback(e, host, 1); }
+zt_status zt_engine_set_feedback(zt_engine *e, const void *host) { return copy_feedback(e, (void *)host, 0); }
+
 zt_status zt_engine_owned_range(const zt_engine *e, int u, size_t *lo, size_t *n) {
     if (u < 0 || u >= e->spec->nunits) return ZT_FAIL(&e->ctx->err, ZT_ERR_INVALID, "no unit %d", u);
     *lo = owned_lo(e, u);

@@ -39,6 +39,17 @@ zt_status zt_engine_alloc_host(const zt_engine *e, zt_tensor *t, zt_dtype dtype,
     return alloc_in(e, 1, t, dtype, numel, cat, what, unit);
 }
 
+zt_status zt_engine_alloc_bytes(const zt_engine *e, zt_tensor *t, size_t bytes, zt_category cat, const char *what,
+                                int unit) {
+    return alloc_in(e, 0, t, ZT_FP32, (bytes + 3) / 4, cat, what, unit);
+}
+
+/* Quantized gradients with feedback: what each contribution lost, for
+ * every element a rank sends (the whole unit). */
+static int keeps_feedback(const zt_engine_config *cfg, const zt_unit_spec *usp) {
+    return cfg->quant_grads_bits && cfg->quant_feedback && !usp->frozen;
+}
+
 /* One optimizer-state tensor of unit u (none when numel is 0), on the
  * device or, under offload, in the host pool. */
 static zt_status alloc_state(zt_engine *e, zt_tensor *dev, zt_tensor *host, size_t numel, const char *what, int u) {
@@ -89,6 +100,8 @@ static zt_status alloc_unit_state(zt_engine *e, int u) {
     }
     if (frozen(e, u)) return ZT_OK;
     ZT_TRY(zt_engine_alloc(e, &ust->grads, dt, full_grads(e) ? P : S, ZT_CAT_GRADS, "grads", u));
+    if (keeps_feedback(&e->cfg, usp))
+        ZT_TRY(zt_engine_alloc(e, &ust->feedback, e->cfg.feedback_dtype, P, ZT_CAT_COMM_BUFFERS, "error feedback", u));
     if (e->cfg.nvme_optimizer) return ZT_OK; /* master and optimizer state: the file */
     if (e->cfg.offload)
         ZT_TRY(zt_engine_alloc_host(e, &ust->host_master, ZT_FP32, owned, ZT_CAT_MASTER_PARAMS, "master", u));
@@ -118,6 +131,7 @@ zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_
         else b.params += (full ? P : S) * d;
         if (usp->frozen) continue; /* params only */
         b.grads += (stage < 2 ? P : S) * d;
+        if (keeps_feedback(cfg, usp)) b.feedback += P * zt_dtype_size(cfg->feedback_dtype);
         size_t opt = zt_optim_state_bytes(optim, cfg, usp, lo, lo + owned);
         /* Offload keeps an fp32 master of the owned part even in fp32, as the
          * host-side optimizer's copy of the parameters. */
@@ -139,7 +153,8 @@ void zt_unit_mem_free(zt_engine *e, int u) {
     zt_mem *mem = &e->ctx->device_mem, *host_mem = &e->ctx->host_mem;
     zt_unit_state *ust = &e->units[u];
     zt_tensor_free(&ust->params, params_on_host(e, u) ? host_mem : mem);
-    zt_tensor *all[] = {&ust->grads, &ust->master, &ust->gathered, &ust->view32, &ust->grad32, &ust->secondary};
+    zt_tensor *all[] = {&ust->grads,     &ust->master, &ust->gathered, &ust->view32,
+                        &ust->grad32,    &ust->secondary, &ust->wire, &ust->feedback};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) zt_tensor_free(all[i], mem);
     zt_tensor_free(&ust->host_master, host_mem);
     for (int i = 0; i < ZT_OPTIM_MAX_SLOTS; i++) {

@@ -14,6 +14,9 @@ zt_status zt_engine_alloc(const zt_engine *e, zt_tensor *t, zt_dtype dtype, size
                           const char *what, int unit);
 zt_status zt_engine_alloc_host(const zt_engine *e, zt_tensor *t, zt_dtype dtype, size_t numel, zt_category cat,
                                const char *what, int unit);
+/* A device buffer of `bytes` raw bytes (wire codes), as fp32 words. */
+zt_status zt_engine_alloc_bytes(const zt_engine *e, zt_tensor *t, size_t bytes, zt_category cat, const char *what,
+                                int unit);
 /* Unit u's persistent buffers, as the stage and offload place them, zeroed. */
 zt_status zt_unit_mem_alloc(zt_engine *e, int u);
 /* Frees every buffer unit u holds (teardown; collectives already waited). */

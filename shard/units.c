@@ -74,7 +74,10 @@ void zt_param_part(const zt_param_spec *ps, int k, size_t *offset, size_t *rows)
 }
 
 void zt_spec_layout(zt_model_spec *spec, int world_size) {
-    size_t align = world_size > 1 ? 16 : 1;
+    zt_spec_layout_aligned(spec, world_size, world_size > 1 ? 16 : 1);
+}
+
+void zt_spec_layout_aligned(zt_model_spec *spec, int world_size, size_t align) {
     size_t quantum = (size_t)world_size * align;
     spec->total_numel = spec->total_padded_numel = spec->largest_unit_numel = 0;
     for (int i = 0; i < spec->nunits; i++) {

@@ -134,6 +134,17 @@ typedef struct {
      * stochastically (zt_sround.h) with bits keyed by sr_seed. */
     int master_none, state_bf16;
     uint64_t sr_seed;
+    /* ZeRO++'s quantized communication (zt_wire.h): stage 3's parameter
+     * all-gathers travel as int8 codes (quant_weights_bits 8; 0: off), the
+     * gradients' reduce-scatters as int8 or int4 codes (quant_grads_bits),
+     * quant_block values per fp32 scale; the layout's slices are then whole
+     * blocks (zt_spec_layout_aligned). With quant_feedback each rank keeps
+     * what its gradient codes lost ([padded] per unit in feedback_dtype,
+     * comm_buffers) and adds it to its next contribution. */
+    int quant_weights_bits, quant_grads_bits;
+    unsigned quant_block;
+    int quant_feedback;
+    zt_dtype feedback_dtype;
 } zt_engine_config;
 
 /* A unit's parameters, as the model sees them (FSDP2's sharded/unsharded
@@ -194,6 +205,16 @@ typedef struct {
      * in the params dtype, kept from the end of its forward to its backward
      * gather, which then runs inside the secondary group (gathered_params). */
     zt_tensor secondary;
+    /* Quantized weights: the gathered codes, [N] rank parts of
+     * zt_wire_bytes(S) bytes (comm_buffers), held with the gathered copy
+     * (hpZ's secondary part is cut from them); wire_pending: not yet
+     * decoded into `gathered`. */
+    zt_tensor wire;
+    int wire_pending;
+    /* Quantized gradients with feedback: [padded] feedback_dtype, what this
+     * rank's codes lost, added to its next contribution (comm_buffers;
+     * shard/reduce.c owns its values). */
+    zt_tensor feedback;
     zt_unit_phase phase;
     zt_comm_handle gather_handle;
     zt_comm *gather_comm; /* the communicator gather_handle runs on */
@@ -206,10 +227,20 @@ typedef struct {
     int units[ZT_MAX_UNITS > 64 ? 64 : ZT_MAX_UNITS];
     int nunits;
     size_t numel;       /* sum of padded sizes */
-    zt_tensor send;     /* [numel] reduce dtype, packed rank-major: slice r of every unit, then r+1 */
-    zt_tensor staging;  /* [numel] reduce dtype, the chunks received from every rank */
+    zt_tensor send;     /* [numel] reduce dtype, packed rank-major: slice r of every unit, then r+1;
+                         * quantized: N chunks of zt_wire_bytes(numel / N) bytes */
+    zt_tensor staging;  /* the chunks received from every rank, as send */
     zt_tensor reduced;  /* [numel / N] fp32, this rank's summed slices */
     zt_comm_handle handle;
+    /* Quantized gradients across K nodes of L ranks (zt_engine_set_grad_hops):
+     * send's chunks go by local rank (chunk j: the slices of ranks k x L + j
+     * for every node k), hop 1 sums them within the node into node_sums; its
+     * K parts travel again as codes (cross_send -> cross_staging), summed
+     * over the nodes into reduced by hop 2. */
+    zt_tensor node_sums;     /* [K x numel / N] fp32 */
+    zt_tensor cross_send;    /* K chunks of zt_wire_bytes(numel / N) bytes */
+    zt_tensor cross_staging; /* as cross_send */
+    zt_comm_handle cross_handle;
 } zt_bucket;
 
 typedef struct {
@@ -225,6 +256,10 @@ typedef struct {
      * rank keeps a 1/G' part of it and its backward gathers inside this
      * group of G' ranks (a node); NULL: off. */
     zt_comm *secondary;
+    /* Quantized gradients over several nodes (zt_engine_set_grad_hops): the
+     * node's ranks in local-rank order, and the ranks of this local rank on
+     * every node in node order; NULL: one flat reduce-scatter. */
+    zt_comm *hop_node, *hop_cross;
     const zt_model_spec *spec;
     zt_engine_config cfg;
     const zt_ops *kernels;  /* the backend's kernels in compute_dtype, for the model */
@@ -306,6 +341,14 @@ zt_status zt_engine_check_nvme(const zt_engine_config *cfg, zt_error *err);
  * Call after init, before the first pass. */
 zt_status zt_engine_set_secondary(zt_engine *eng, zt_comm *secondary);
 
+/* Quantized gradients (quant_grads_bits) over K nodes of L ranks each,
+ * numbered node by node (rank = node x L + local rank): each bucket is
+ * reduce-scattered first within the node (`node`: its L ranks in local-rank
+ * order), then its K partial sums, coded again, across the nodes (`cross`:
+ * the ranks of this local rank, in node order), as ZeRO++'s hierarchical
+ * qgZ. Call after init, before the first pass. */
+zt_status zt_engine_set_grad_hops(zt_engine *eng, zt_comm *node, zt_comm *cross);
+
 /* *params: [padded] in eng->compute_dtype. */
 /* Starts a forward or backward pass; the model calls it before its first
  * gather of the pass. The previous pass's use order becomes the record the
@@ -386,6 +429,7 @@ typedef struct {
     size_t host_master_params, host_optimizer;      /* in the host pool (offload) */
     size_t host_params;                             /* the parameter shards in the host pool (offload_params) */
     size_t nvme;                                    /* the swap file (the NVMe tier) */
+    size_t feedback;                                /* quantized gradients' error feedback (comm_buffers) */
 } zt_state_bytes;
 zt_state_bytes zt_engine_state_bytes(const zt_model_spec *spec, const zt_engine_config *cfg, int rank);
 
@@ -401,6 +445,12 @@ typedef enum { ZT_STATE_MASTER = 0, ZT_STATE_OPT0, ZT_STATE_OPT1 } zt_state_kind
 zt_status zt_engine_get_slice(zt_engine *eng, int unit, zt_state_kind kind, float *dst);
 /* dst[shard_numel] in the compute dtype. */
 zt_status zt_engine_get_params_slice(zt_engine *eng, int unit, void *dst);
+/* Quantized gradients' error feedback (rank-local: a checkpoint keeps it
+ * per rank): its bytes, every unit's [padded] in unit order (0: none), and
+ * a copy of it out to or in from host[zt_engine_feedback_bytes]. */
+size_t zt_engine_feedback_bytes(const zt_engine *eng);
+zt_status zt_engine_get_feedback(zt_engine *eng, void *host);
+zt_status zt_engine_set_feedback(zt_engine *eng, const void *host);
 /* The part of unit u this rank keeps optimizer state for: elements
  * [*lo, *lo + *n) (everything at stage 0, its world slice otherwise). */
 zt_status zt_engine_owned_range(const zt_engine *eng, int unit, size_t *lo, size_t *n);

@@ -44,6 +44,13 @@ typedef struct {
      * reuse distance within which a released unit stays gathered. */
     size_t persist_threshold, max_live_params, max_reuse_distance;
     size_t sub_group_size; /* the optimizer's 16-bit widening chunk in elements (0: ZT_OPTIMIZER_CHUNK) */
+    /* Quantized communication (zt_engine_config's): weight and gradient
+     * code bits (0: off), values per scale, error feedback and its dtype. */
+    int quant_weights_bits, quant_grads_bits;
+    unsigned quant_block;
+    int quant_feedback;
+    zt_dtype feedback_dtype;
+    int grad_nodes; /* quantized gradients: the nodes of the hierarchical reduce-scatter (0 or 1: flat) */
     const zt_model_spec *spec; /* laid out for `world` (zt_spec_layout) */
 } zt_plan_input;
 
@@ -62,7 +69,8 @@ typedef struct {
     size_t transfer_bytes[2];
     size_t shard_bytes_per_micro;
     /* Stage 3: the per-rank bytes of every all-gather a micro-batch makes
-     * (a shard of each unit it gathers, in the params dtype), summed. */
+     * (a shard of each unit it gathers, in the params dtype or as its
+     * codes), summed. */
     size_t gathered_shard_bytes_per_micro;
     /* The NVMe tier: the swap file, the host buffers (part of host_bytes),
      * the optimizer's reads and writes per step (in aligned requests), and
@@ -101,6 +109,7 @@ typedef struct {
     size_t shard_reads;     /* nvme_params: bytes of those read from the file (aligned requests) */
     size_t gathered_shards; /* stage 3: each gather's per-rank bytes (shard x params dtype), summed */
     size_t secondary_live;  /* hpZ: bytes of the units' secondary parts kept from forward to backward */
+    size_t wire_live;       /* quantized weights: the gathered units' codes (comm_buffers, with their full copy) */
     unsigned char has_secondary[ZT_MAX_UNITS];
 } zt_plan_sim;
 

@@ -67,5 +67,9 @@ void zt_param_part(const zt_param_spec *ps, int k, size_t *offset, size_t *rows)
  * boundaries when the unit is split (world_size > 1); one rank needs none, so
  * at world size 1 padded == numel. */
 void zt_spec_layout(zt_model_spec *spec, int world_size);
+/* The same with every slice a multiple of `align` elements (a multiple of
+ * 16: quantized communication's blocks, which then never straddle two
+ * ranks, so a unit's codes do not depend on the world size). */
+void zt_spec_layout_aligned(zt_model_spec *spec, int world_size, size_t align);
 
 #endif

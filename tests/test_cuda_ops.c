@@ -56,6 +56,7 @@
 
 #include "test_util.h"
 #include "zt_newton_schulz.h"
+#include "zt_wire.h"
 #include "cuda_ops.h"
 #include "zt_quant.h"
 
@@ -850,6 +851,46 @@ static void test_cast_sr(void) {
     d2h(gh, d_h, n * 2);
     compare_bits("cast_sr fp32 -> bf16", gh, h, n * 2, 2);
     free(x), free(h), free(gh);
+    dfree_all();
+}
+
+/* ops->wire_quantize and wire_dequantize (quantized communication's
+ * codes, zt_wire.h) bit for bit against the CPU: int8 and int4 over an odd
+ * tail, from bf16, with fp32 feedback in and out, a block holding NaN and
+ * one of zeros; the device's decoding of the CPU's codes into bf16. */
+static void test_wire(int bits) {
+    size_t n = 5000, block = 256, nb = zt_wire_nblocks(n, block), cb = zt_wire_scales_at(n, bits);
+    uint16_t *x = xmalloc(n * 2); /* [n] bf16 */
+    float *fb = frand(n, -0.01f, 0.01f);
+    for (size_t i = 0; i < n; i++) zt_dtype_store(x, ZT_BF16, i, i < block ? 0.0f : rng_uniform(-3.0f, 3.0f));
+    zt_dtype_store(x, ZT_BF16, 3 * block + 7, NAN);
+    for (size_t i = 0; i < block; i++) fb[i] = 0.0f;
+    uint8_t *codes = xmalloc(cb), *gcodes = xmalloc(cb), *d_codes = dalloc(cb);
+    float *scales = falloc(nb), *d_scales = dalloc(nb * 4), *d_fb = dcopyf(fb, n);
+    uint16_t *d_x = dalloc(n * 2);
+    h2d(d_x, x, n * 2);
+    g_cpu->ops->wire_quantize(&g_cs, codes, scales, x, ZT_BF16, fb, ZT_FP32, n, bits, (unsigned)block);
+    g_gpu->ops->wire_quantize(&g_gs, d_codes, d_scales, d_x, ZT_BF16, d_fb, ZT_FP32, n, bits, (unsigned)block);
+    gsync("wire_quantize");
+    d2h(gcodes, d_codes, cb);
+    char what[64];
+    snprintf(what, sizeof what, "wire_quantize int%d codes", bits);
+    compare_bits(what, gcodes, codes, bits == 4 ? (n + 1) / 2 : n, 1);
+    float *gscales = fetch(d_scales, nb, "wire scales"), *gfb = fetch(d_fb, n, "wire feedback");
+    snprintf(what, sizeof what, "wire_quantize int%d scales", bits);
+    compare_bits(what, gscales, scales, nb * 4, 4);
+    snprintf(what, sizeof what, "wire_quantize int%d feedback", bits);
+    compare_bits(what, gfb, fb, n * 4, 4);
+    uint16_t *y = xmalloc(n * 2), *gy = xmalloc(n * 2), *d_y = dalloc(n * 2);
+    h2d(d_codes, codes, cb);
+    h2d(d_scales, scales, nb * 4);
+    g_cpu->ops->wire_dequantize(&g_cs, y, ZT_BF16, codes, scales, n, bits, (unsigned)block);
+    g_gpu->ops->wire_dequantize(&g_gs, d_y, ZT_BF16, d_codes, d_scales, n, bits, (unsigned)block);
+    gsync("wire_dequantize");
+    d2h(gy, d_y, n * 2);
+    snprintf(what, sizeof what, "wire_dequantize int%d -> bf16", bits);
+    compare_bits(what, gy, y, n * 2, 2);
+    free(x), free(fb), free(codes), free(gcodes), free(scales), free(gscales), free(gfb), free(y), free(gy);
     dfree_all();
 }
 
@@ -1686,6 +1727,8 @@ int main(int argc, char **argv) {
     RUN("casts", test_casts(ZT_BF16));
     RUN("casts", test_casts(ZT_FP16));
     RUN("cast_sr", test_cast_sr());
+    RUN("wire int8", test_wire(8));
+    RUN("wire int4", test_wire(4));
     RUN("newton_schulz", test_newton_schulz(48, 96));
     RUN("newton_schulz", test_newton_schulz(120, 40));
     RUN("sum_squares", test_sum_squares(0));

@@ -73,7 +73,7 @@ static void rs_start(zt_comm *c, rs_call *q, zt_error *err) {
     for (size_t i = 0; i < total; i++) send[i] = rs_value(c->rank, i);
     CHECK(cudaMemcpy(q->send, send, total * sizeof *send, cudaMemcpyHostToDevice) == cudaSuccess, "cudaMemcpy");
     free(send);
-    CHECK(zt_comm_reduce_scatter_start(c, q->send, q->staging, q->out, q->count, ZT_FP32, NULL, &q->h, err) == ZT_OK,
+    CHECK(zt_comm_reduce_scatter_start(c, q->send, q->staging, q->out, q->count, zt_wire_plain(ZT_FP32), NULL, &q->h, err) == ZT_OK,
           "reduce_scatter_start: %s", err->msg);
 }
 

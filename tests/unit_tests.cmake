@@ -2,11 +2,12 @@
 # checks; the bf16 and fp16 tables against the fp32 one), AdamW against a
 # closed form, 8-bit AdamW and Adafactor's kernels against double precision
 # (test_optim_kernels), the tracked allocator, the vector math against
-# libm, and stochastic rounding to bf16 (test_sround). Each is a standalone
+# libm, stochastic rounding to bf16 (test_sround) and the wire codes of
+# quantized communication (test_wire). Each is a standalone
 # executable that returns non-zero on failure; quick: seconds each, and the
 # sanitizers see every kernel's indexing.
 foreach(zt_unit_test test_ops_gradcheck test_ops_dtype test_adamw test_optim_kernels test_mem test_mem_caching test_streams test_vmath
-                     test_sround)
+                     test_sround test_wire)
   add_executable(${zt_unit_test} ${CMAKE_CURRENT_SOURCE_DIR}/${zt_unit_test}.c)
   target_link_libraries(${zt_unit_test} PRIVATE zt_runtime)
   add_test(NAME ${zt_unit_test} COMMAND ${zt_unit_test})

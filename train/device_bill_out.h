@@ -11,7 +11,7 @@
 #include "zt_ctx.h"
 #include "zt_device_bill.h"
 
-#define ZT_DEVICE_TRACK_COMMS 4
+#define ZT_DEVICE_TRACK_COMMS 6
 
 typedef struct {
     zt_device_sample latest, best;

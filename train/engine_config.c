@@ -53,6 +53,13 @@ zt_status zt_train_engine_config(const zt_train_config *c, const zt_train_hooks 
                           .max_live_params = (size_t)c->max_live_params,
                           .max_reuse_distance = (size_t)c->max_reuse_distance,
                           .sub_group_size = (size_t)c->sub_group_size,
+                          .quant_weights_bits = strcmp(c->quantize_weights, "int8") == 0 ? 8 : 0,
+                          .quant_grads_bits = strcmp(c->quantize_grads, "int8") == 0   ? 8
+                                              : strcmp(c->quantize_grads, "int4") == 0 ? 4
+                                                                                       : 0,
+                          .quant_block = (unsigned)c->quant_block,
+                          .quant_feedback = c->quantize_grads_feedback,
+                          .feedback_dtype = strcmp(c->quantize_grads_feedback_dtype, "bf16") == 0 ? ZT_BF16 : ZT_FP32,
                           .host_threads = host_threads,
                           .loss = {c->loss_scale, c->initial_scale_power, c->loss_scale_window, c->hysteresis,
                                    c->min_loss_scale}};
@@ -68,6 +75,11 @@ zt_status zt_train_engine_config(const zt_train_config *c, const zt_train_hooks 
     return ZT_OK;
 }
 
+
+void zt_train_layout(const zt_train_config *c, zt_model_spec *spec, int world) {
+    int coded = strcmp(c->quantize_weights, "none") != 0 || strcmp(c->quantize_grads, "none") != 0;
+    zt_spec_layout_aligned(spec, world, coded ? (size_t)c->quant_block : world > 1 ? 16 : 1);
+}
 
 zt_status zt_train_group_size(const char *flag, const char *value, int world, int ranks_per_node, int *G,
                               zt_error *err) {

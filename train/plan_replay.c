@@ -15,7 +15,7 @@ typedef struct {
     const zt_train_config *asked;  /* the options as given */
     const zt_train_model *family;
     zt_ctx ctx;
-    zt_comm world, shard, replicas, secondary;
+    zt_comm world, shard, replicas, secondary, hop_node, hop_cross;
     void *model;
     zt_engine eng;
     int engine_made;
@@ -26,8 +26,8 @@ static void replay_free(replay *r) {
     if (r->engine_made) r->family->free_activations(r->model, &r->eng);
     zt_engine_destroy(&r->eng); /* a failed init leaves what it made; nothing when it never ran */
     if (r->model) r->family->destroy(r->model);
-    zt_comm *comms[] = {&r->secondary, &r->replicas, &r->shard, &r->world};
-    for (int i = 0; i < 4; i++)
+    zt_comm *comms[] = {&r->hop_cross, &r->hop_node, &r->secondary, &r->replicas, &r->shard, &r->world};
+    for (int i = 0; i < 6; i++)
         if (comms[i]->ops) zt_comm_destroy(comms[i]);
     free(r->tokens);
     free(r->targets);
@@ -66,6 +66,16 @@ static void no_values(void *arg, int unit, int param, size_t first, size_t count
     (void)arg, (void)unit, (void)param, (void)first, (void)count, (void)dst;
 }
 
+/* Quantized gradients over several nodes: the hops' groups, as the
+ * trainer makes them (a node's ranks; one local rank's across nodes). */
+static zt_status make_grad_hops(replay *r, const zt_replay_setup *w, int rank, zt_error *err) {
+    int L = w->ranks_per_node, K = w->world / L;
+    if (strcmp(r->c->quantize_grads, "none") == 0 || K <= 1 || w->world % L) return ZT_OK;
+    ZT_TRY(zt_comm_create_dry(&r->hop_node, rank % L, L, L, err));
+    ZT_TRY(zt_comm_create_dry(&r->hop_cross, rank / L, K, 1, err));
+    return zt_engine_set_grad_hops(&r->eng, &r->hop_node, &r->hop_cross);
+}
+
 /* The model and the engine, as the trainer's create_model makes them. */
 static zt_status build(replay *r, const zt_replay_setup *w, int rank) {
     const zt_train_config *c = r->c;
@@ -80,7 +90,7 @@ static zt_status build(replay *r, const zt_replay_setup *w, int rank) {
     zt_comm *shard = &r->world;
     ZT_TRY(make_groups(r, w, rank, &shard, err));
     zt_model_spec *spec = r->family->spec(r->model);
-    zt_spec_layout(spec, shard->world_size);
+    zt_train_layout(c, spec, shard->world_size);
     zt_engine_config ec;
     zt_train_hooks none;
     memset(&none, 0, sizeof none);
@@ -93,7 +103,8 @@ static zt_status build(replay *r, const zt_replay_setup *w, int rank) {
     ZT_TRY(zt_engine_init_hybrid(&r->eng, &r->ctx, shard, shard != &r->world ? &r->replicas : NULL, &r->world, spec,
                                  &ec, no_values, r->model));
     r->engine_made = 1;
-    return make_secondary(r, w, rank, err);
+    ZT_TRY(make_secondary(r, w, rank, err));
+    return make_grad_hops(r, w, rank, err);
 }
 
 /* The model's half of a step (zt_step_model) on zero tokens. */

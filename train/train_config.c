@@ -9,6 +9,7 @@
 
 #include "zt_fs.h"
 #include "train_config_internal.h"
+#include "zt_wire.h"
 #include "zt_mem.h"
 #include "zt_optim.h"
 #include "zt_recompute.h"
@@ -156,6 +157,20 @@ static const opt_spec options[] = {
      "--master-dtype none, --optim-state-dtype bf16)"},
     {"reduce-dtype", OPT_CHOICE, S(reduce_dtype), 0, 0, "fp32|bf16|fp16",
      "dtype gradient buckets travel in (summed in fp32 either way)"},
+    {"quantize-weights", OPT_CHOICE, S(quantize_weights), 0, 0, "none|int8",
+     "stage 3 (ZeRO++ qwZ, DeepSpeed's zero_quantized_weights): each unit's all-gather carries block-wise int8 codes "
+     "of the slices, decoded into the params dtype on every rank; the shards and the master stay exact"},
+    {"quantize-grads", OPT_CHOICE, S(quantize_grads), 0, 0, "none|int8|int4",
+     "(ZeRO++ qgZ, DeepSpeed's zero_quantized_gradients = int4): gradient buckets travel as block-wise codes, decoded "
+     "inside the sum in rank order"},
+    {"quant-block", OPT_INT, F(quant_block), 0, ZT_WIRE_BLOCK_MIN, ZT_WIRE_BLOCK_MAX, NULL,
+     "values per fp32 scale of --quantize-weights/--quantize-grads (a multiple of 16); slices are padded to whole "
+     "blocks"},
+    {"quantize-grads-feedback", OPT_INT, F(quantize_grads_feedback), 0, 0, 1, NULL,
+     "1: each rank keeps what its gradient codes lost (a full gradient per rank, not sharded) and adds it to its "
+     "next contribution (error feedback)"},
+    {"quantize-grads-feedback-dtype", OPT_CHOICE, S(quantize_grads_feedback_dtype), 0, 0, "fp32|bf16",
+     "dtype of the error feedback"},
     {"loss-scale", OPT_FLOAT, F(loss_scale), 0, 0, 1e30, NULL, "fp16: a fixed loss scale (0: dynamic)"},
     {"initial-scale-power", OPT_INT, F(initial_scale_power), 0, 0, 64, NULL, "fp16 dynamic: the first scale is 2^this"},
     {"loss-scale-window", OPT_INT, F(loss_scale_window), 0, 1, INT_MAX, NULL,
@@ -292,6 +307,11 @@ void zt_train_config_defaults(zt_train_config *c) {
     snprintf(c->attention, sizeof c->attention, "materialized");
     snprintf(c->dtype, sizeof c->dtype, "fp32");
     snprintf(c->reduce_dtype, sizeof c->reduce_dtype, "fp32");
+    snprintf(c->quantize_weights, sizeof c->quantize_weights, "none");
+    snprintf(c->quantize_grads, sizeof c->quantize_grads, "none");
+    snprintf(c->quantize_grads_feedback_dtype, sizeof c->quantize_grads_feedback_dtype, "fp32");
+    c->quant_block = 256;
+    c->quantize_grads_feedback = 0;
     c->loss_scale = 0.0; /* DeepSpeed's defaults */
     c->initial_scale_power = 16;
     c->loss_scale_window = 1000;
@@ -573,6 +593,24 @@ int zt_train_config_given(const zt_train_config *c, const char *name) {
 }
 
 /* The NVMe tier's options: where they apply and what they need. */
+/* Quantized communication: weights at stage 3 (only its gathers carry
+ * them), gradients at any stage but without replicas (their sum reuses
+ * the bucket's buffers, which codes make too small). */
+static zt_status validate_quantize(const zt_train_config *c, zt_error *err) {
+    int weights = strcmp(c->quantize_weights, "none") != 0, grads = strcmp(c->quantize_grads, "none") != 0;
+    if (c->quant_block % 16)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--quant-block %d is not a multiple of 16", c->quant_block);
+    if (weights && c->stage != 3)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--quantize-weights %s needs --stage 3 (got --stage %d): only stage 3 "
+                       "all-gathers parameters each pass", c->quantize_weights, c->stage);
+    if (grads && strcmp(c->shard_group, "world") != 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--quantize-grads %s runs with world sharding (got --shard-group %s)",
+                       c->quantize_grads, c->shard_group);
+    if (c->quantize_grads_feedback && !grads)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--quantize-grads-feedback 1 needs --quantize-grads int8|int4");
+    return ZT_OK;
+}
+
 static zt_status validate_nvme(const zt_train_config *c, zt_error *err) {
     int nvme = strcmp(c->offload, "nvme") == 0;
     if (strcmp(c->offload_params, "nvme") == 0 && !nvme)
@@ -652,6 +690,7 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
                        "--offload-delay (got --stage %d --offload %s --offload-delay %d): the CPU optimizer updates "
                        "the offloaded shards in place", c->offload_params, c->stage, c->offload, c->offload_delay);
     ZT_TRY(validate_nvme(c, err));
+    ZT_TRY(validate_quantize(c, err));
     char *end = NULL;
     long g = strtol(c->shard_group, &end, 10);
     if (strcmp(c->shard_group, "world") != 0 && strcmp(c->shard_group, "node") != 0 && (end == c->shard_group || *end || g < 1))

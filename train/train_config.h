@@ -63,6 +63,11 @@ typedef struct {
     char nvme_io[12];
     char offload_activations[8]; /* none or cpu: with --recompute full, the blocks' kept inputs in the host pool */
     char offload[16], recompute[16], dtype[16], reduce_dtype[16], device[16], attention[16];
+    /* ZeRO++'s quantized communication: stage 3's weight all-gathers
+     * (none, int8), the gradients' reduce-scatters (none, int8, int4), the
+     * values per scale, and error feedback (0/1, its dtype fp32 or bf16). */
+    char quantize_weights[8], quantize_grads[8], quantize_grads_feedback_dtype[8];
+    int quant_block, quantize_grads_feedback;
     /* fp16 loss scaling (DeepSpeed's fp16 block) and the non-finite guard */
     double loss_scale, min_loss_scale;
     int initial_scale_power, loss_scale_window, hysteresis, max_skipped_steps;

@@ -178,6 +178,14 @@ static void group_key(reader *r, json_t *val, const char *path, const char *opti
     json_decref(v);
 }
 
+/* A ZeRO++ boolean: true sets `option` to `on`, false to none. */
+static void quantized_key(reader *r, json_t *val, const char *path, const char *option, const char *on) {
+    if (!json_is_boolean(val)) return refuse(r, path, "not a boolean");
+    json_t *v = json_string(json_is_true(val) ? on : "none");
+    set(r, option, v, path);
+    json_decref(v);
+}
+
 static void zero_key(reader *r, const char *key, json_t *val, const char *path) {
     if (strcmp(key, "stage") == 0) set(r, "stage", val, path);
     else if (strcmp(key, "reduce_bucket_size") == 0)
@@ -197,6 +205,14 @@ static void zero_key(reader *r, const char *key, json_t *val, const char *path) 
     else if (strcmp(key, "sub_group_size") == 0) set_count(r, "sub-group-size", val, path, 1.0, 0);
     else if (strcmp(key, "mics_shard_size") == 0) group_key(r, val, path, "shard-group", "world", -1);
     else if (strcmp(key, "zero_hpz_partition_size") == 0) group_key(r, val, path, "reshard-after-forward", "none", 1);
+    else if (strcmp(key, "zero_quantized_weights") == 0) quantized_key(r, val, path, "quantize-weights", "int8");
+    else if (strcmp(key, "zero_quantized_gradients") == 0) quantized_key(r, val, path, "quantize-grads", "int4");
+    else if (strcmp(key, "zero_quantized_nontrainable_weights") == 0 && json_is_true(val))
+        refuse(r, path, "frozen units keep their shards in the params dtype; their gathers are quantized with the "
+               "others' by zero_quantized_weights");
+    else if (strcmp(key, "zero_quantized_nontrainable_weights") == 0 && json_is_boolean(val))
+        note_without_effect(r, path);
+    else if (strcmp(key, "zero_quantized_nontrainable_weights") == 0) refuse(r, path, "not a boolean");
     else if (strcmp(key, "allgather_bucket_size") == 0 || strcmp(key, "allgather_partitions") == 0 ||
              strcmp(key, "round_robin_gradients") == 0 || strcmp(key, "stage3_gather_16bit_weights_on_model_save") == 0)
         note_without_effect(r, path); /* zerotrain gathers whole units; rank order is fixed */

@@ -50,6 +50,9 @@ typedef struct {
      * and the replica group across groups; unused (no ops) otherwise. */
     zt_comm shard, replicas;
     zt_comm secondary; /* hpZ's group (--reshard-after-forward); unused otherwise */
+    /* Quantized gradients over several nodes: the hops' groups (a node's
+     * ranks; one local rank's on every node); unused otherwise. */
+    zt_comm hop_node, hop_cross;
     int groups; /* world / G (1: no hybrid sharding) */
     int32_t *tokens, *targets; /* host [B,T] */
     double *losses, *step_times;
@@ -71,6 +74,8 @@ static void trainer_free(trainer *t) {
     if (t->shard.ops) zt_comm_destroy(&t->shard);
     if (t->replicas.ops) zt_comm_destroy(&t->replicas);
     if (t->secondary.ops) zt_comm_destroy(&t->secondary);
+    if (t->hop_node.ops) zt_comm_destroy(&t->hop_node);
+    if (t->hop_cross.ops) zt_comm_destroy(&t->hop_cross);
     if (t->model) t->family->destroy(t->model);
     zt_data_destroy(&t->data);
     free(t->tokens);
@@ -127,15 +132,20 @@ static json_t *comm_json(const zt_comm *comm, const zt_coll_stats *before) {
     json_t *o = json_object();
     for (int k = 0; k < ZT_COLL_KINDS; k++) {
         const zt_coll_stats *now = &comm->stats[k];
-        zt_coll_stats d = {now->calls - before[k].calls,        now->bytes - before[k].bytes,
-                           now->time_s - before[k].time_s,      now->wait_s - before[k].wait_s,
-                           now->inter_bytes - before[k].inter_bytes, now->intra_bytes - before[k].intra_bytes};
+        zt_coll_stats d = {.calls = now->calls - before[k].calls,
+                           .bytes = now->bytes - before[k].bytes,
+                           .uncompressed_bytes = now->uncompressed_bytes - before[k].uncompressed_bytes,
+                           .time_s = now->time_s - before[k].time_s,
+                           .wait_s = now->wait_s - before[k].wait_s,
+                           .inter_bytes = now->inter_bytes - before[k].inter_bytes,
+                           .intra_bytes = now->intra_bytes - before[k].intra_bytes};
         if (d.calls == 0) continue;
         double alg, bus;
         zt_coll_bandwidth(&d, (zt_coll_kind)k, comm->world_size, &alg, &bus);
         json_t *kj = json_object();
         json_object_set_new(kj, "calls", json_integer(d.calls));
         json_object_set_new(kj, "bytes", json_real(d.bytes));
+        json_object_set_new(kj, "uncompressed_bytes", json_real(d.uncompressed_bytes)); /* without wire codes */
         json_object_set_new(kj, "time_s", json_real(d.time_s));
         json_object_set_new(kj, "wait_s", json_real(d.wait_s));
         json_object_set_new(kj, "algbw_gbs", json_real(alg));
@@ -391,6 +401,31 @@ static zt_status make_secondary(run_state *r) {
     return zt_engine_set_secondary(&r->t->eng, &r->t->secondary);
 }
 
+/* Quantized gradients on several nodes of equal size, numbered node by
+ * node: the two hops' groups (ZeRO++'s hierarchical qgZ), counted as the
+ * world's collectives. Anything else reduces flat, said. */
+static zt_status make_grad_hops(run_state *r) {
+    zt_comm *w = r->comm;
+    if (strcmp(r->c->quantize_grads, "none") == 0 || w->nnodes <= 1) return ZT_OK;
+    int L = w->world_size / w->nnodes, in_order = w->world_size % w->nnodes == 0 && w->member_node;
+    for (int q = 0; in_order && q < w->world_size; q++) in_order = w->member_node[q] == q / L;
+    if (!in_order) {
+        zt_log_rank0(&r->ctx->log, "--quantize-grads: %d nodes not numbered node by node with equal ranks: one flat "
+                     "reduce-scatter", w->nnodes);
+        return ZT_OK;
+    }
+    trainer *t = r->t;
+    ZT_TRY(zt_comm_split(w, w->node, w->rank, &t->hop_node, &r->ctx->err));
+    ZT_TRY(zt_comm_split(w, w->local_rank, w->rank, &t->hop_cross, &r->ctx->err));
+    snprintf(t->hop_node.name, sizeof t->hop_node.name, "node %d's ranks", w->node);
+    snprintf(t->hop_cross.name, sizeof t->hop_cross.name, "local rank %d's across nodes", w->local_rank);
+    t->hop_node.count_into = t->hop_cross.count_into = w;
+    zt_log_rank0(&r->ctx->log, "--quantize-grads %s: hierarchical over %d nodes x %d ranks (within the node in "
+                 "local-rank order, then across nodes in node order, each hop coded)", r->c->quantize_grads,
+                 w->nnodes, L);
+    return zt_engine_set_grad_hops(&t->eng, &t->hop_node, &t->hop_cross);
+}
+
 /* The model's instance, its spec laid out over the shard group. */
 static zt_status build_model(run_state *r, zt_comm **shard) {
     const zt_train_config *c = r->c;
@@ -402,7 +437,7 @@ static zt_status build_model(run_state *r, zt_comm **shard) {
     ZT_TRY(t->family->freeze(t->model, c->freeze, err));
     ZT_TRY(make_groups(r));
     *shard = t->groups > 1 ? &t->shard : r->comm;
-    zt_spec_layout(t->family->spec(t->model), (*shard)->world_size);
+    zt_train_layout(c, t->family->spec(t->model), (*shard)->world_size);
     return ZT_OK;
 }
 
@@ -440,6 +475,7 @@ static zt_status create_model(run_state *r) {
     ZT_TRY(zt_engine_init_hybrid(&t->eng, ctx, shard, t->groups > 1 ? &t->replicas : NULL, r->comm, spec, &ec,
                                  t->family->init_param, t->model));
     ZT_TRY(make_secondary(r));
+    ZT_TRY(make_grad_hops(r));
     zt_matrix_owners_log(&t->eng, &ctx->log, shard->world_size);
     zt_log_rank0(&ctx->log, "model: %s, %zu parameters in %d units (largest %zu padded), dtype %s, ZeRO stage %d on "
                  "%d rank(s)", t->family->family, spec->total_numel, spec->nunits, spec->largest_unit_numel, c->dtype,
@@ -970,8 +1006,8 @@ static zt_status run(const zt_train_config *c, const zt_train_hooks *test, zt_st
     ZT_TRY(open_outputs(&r));
     ZT_TRY(zt_leak_watch_init(&t->leak, c->leak_window, (double)c->leak_min_rate, &ctx->err));
     zt_bill_start(&r.bill, ctx);
-    zt_comm *comms[] = {comm, &t->shard, &t->replicas, &t->secondary};
-    zt_device_track_start(&t->device, ctx, comms, 4);
+    zt_comm *comms[] = {comm, &t->shard, &t->replicas, &t->secondary, &t->hop_node, &t->hop_cross};
+    zt_device_track_start(&t->device, ctx, comms, 6);
     int hybrid = t->groups > 1;
     zt_checkpointer_init(&r.ckpt, c, ctx, comm, hybrid ? &t->shard : comm, !hybrid || comm->rank < t->shard.world_size,
                          &t->eng, t->run_info, &r.hooks);

@@ -25,6 +25,10 @@ zt_status zt_train_run(const zt_train_config *cfg, const zt_train_model *family,
 zt_status zt_train_engine_config(const zt_train_config *c, const zt_train_hooks *test, int host_threads, int rank,
                                  const zt_model_spec *spec, zt_engine_config *ec, zt_error *err);
 
+/* Lays spec out over `world` ranks: slices of whole --quant-block blocks
+ * when a quantized communication is on (zt_spec_layout_aligned). */
+void zt_train_layout(const zt_train_config *c, zt_model_spec *spec, int world);
+
 /* The size of the group --shard-group or --reshard-after-forward (`flag`)
  * names by `value`: "world" (world ranks), "node" (ranks_per_node, whose
  * sameness across nodes the caller checks) or a number, which must divide

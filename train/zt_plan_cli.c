@@ -214,7 +214,11 @@ static double inter_node_bytes(const plan_job *j, const zt_plan *p, const zt_tra
     }
     double reductions = c->stage >= 2 ? c->grad_accum : 1;
     double bytes = (double)c->grad_accum * other_g * (double)p->gathered_shard_bytes_per_micro;
-    bytes += reductions * (other_g * slices * rd + other_r * slices * 4 + (c->stage == 0 ? other_g * slices * d : 0));
+    /* quantized gradients: codes and a scale per block; by hops only the K - 1 other nodes' sums cross */
+    double per_value = j->in.quant_grads_bits ? j->in.quant_grads_bits / 8.0 + 4.0 / j->in.quant_block : rd;
+    double reduce_from = j->in.grad_nodes > 1 ? j->in.grad_nodes - 1 : other_g;
+    bytes += reductions * (reduce_from * slices * per_value + other_r * slices * 4 +
+                           (c->stage == 0 ? other_g * slices * d : 0));
     bytes += other_g * params * d;
     bytes += 8.0 * (world - L) + 8.0 * other_g; /* the loss over the world, the norm over the group */
     return bytes;
@@ -226,7 +230,8 @@ static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
      * (the replicas' sum reuses the bucket's buffers: shard/reduce.c). */
     if (j->shard_group > 0 && j->shard_group < world && world % j->shard_group == 0) world = j->shard_group;
     j->in.secondary = j->secondary > 1 && world % j->secondary == 0 ? j->secondary : 0;
-    zt_spec_layout(j->spec, world);
+    int coded = j->in.quant_weights_bits || j->in.quant_grads_bits;
+    zt_spec_layout_aligned(j->spec, world, coded ? j->in.quant_block : world > 1 ? 16 : 1);
     j->in.world = world;
     j->in.stage = stage;
     j->in.rank = j->rank >= 0 && j->rank < world ? j->rank : fullest_rank(j);
@@ -355,6 +360,11 @@ static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_
     in->max_live_params = (size_t)c->max_live_params;
     in->max_reuse_distance = (size_t)c->max_reuse_distance;
     in->sub_group_size = (size_t)c->sub_group_size;
+    in->quant_weights_bits = strcmp(c->quantize_weights, "int8") == 0 ? 8 : 0;
+    in->quant_grads_bits = strcmp(c->quantize_grads, "int8") == 0 ? 8 : strcmp(c->quantize_grads, "int4") == 0 ? 4 : 0;
+    in->quant_block = (unsigned)c->quant_block;
+    in->quant_feedback = c->quantize_grads_feedback;
+    (void)zt_dtype_parse(c->quantize_grads_feedback_dtype, &in->feedback_dtype);
     in->spec = spec;
 }
 
@@ -815,6 +825,8 @@ int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int
         j.secondary = atoi(c.reshard_after_forward);
     }
     j.async_save = c.async_save;
+    /* quantized gradients reduce by hops over the nodes, as zt-train does on equal nodes */
+    if (j.in.quant_grads_bits && pf.nodes > 1 && pf.world % pf.nodes == 0) j.in.grad_nodes = pf.nodes;
     zt_plan p;
     int minw[4] = {0, 0, 0, 0};
     for (int s = 0; s < 4 && pf.device_mem; s++) minw[s] = min_world(j, s, pf.device_mem);

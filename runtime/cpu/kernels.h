@@ -36,6 +36,7 @@
         .adafactor_precondition = zt_cpu_adafactor_precondition, .adafactor_apply = zt_cpu_adafactor_apply, \
         .scale = zt_cpu_scale, .scaled_store = zt_cpu_scaled_store, .sum_squares = zt_cpu_sum_squares, \
         .cast_sr = zt_cpu_cast_sr, .newton_schulz = zt_cpu_newton_schulz,                          \
+        .wire_quantize = zt_cpu_wire_quantize, .wire_dequantize = zt_cpu_wire_dequantize,          \
     }
 
 #endif

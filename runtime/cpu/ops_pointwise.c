@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "cpu_ops.h"
+#include "zt_wire.h"
 
 void zt_cpu_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype, size_t n) {
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
@@ -11,6 +12,16 @@ void zt_cpu_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, z
 void zt_cpu_cast_sr(zt_stream *s, uint16_t *dst, const float *src, size_t n, zt_sr_key key) {
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
     for (size_t i = 0; i < n; i++) dst[i] = zt_bf16_sround(src[i], zt_sr_bits(&key, key.first + i));
+}
+
+void zt_cpu_wire_quantize(zt_stream *s, uint8_t *codes, float *scales, const void *x, zt_dtype x_dtype, void *feedback,
+                          zt_dtype fb_dtype, size_t n, int bits, unsigned block) {
+    zt_wire_quantize(codes, scales, x, x_dtype, feedback, fb_dtype, n, bits, block, s->nthreads);
+}
+
+void zt_cpu_wire_dequantize(zt_stream *s, void *out, zt_dtype dtype, const uint8_t *codes, const float *scales, size_t n,
+                            int bits, unsigned block) {
+    zt_wire_dequantize(out, dtype, codes, scales, n, bits, block, s->nthreads);
 }
 
 void zt_cpu_scale(zt_stream *s, float *x, float alpha, size_t n) {

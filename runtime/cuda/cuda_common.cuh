@@ -62,6 +62,19 @@ __device__ __forceinline__ float fp16_to_f32(uint16_t h) {
 }
 
 __device__ __forceinline__ float zt_ld(float x) { return x; }
+/* Element i of a buffer whose dtype is known only at run time. */
+__device__ __forceinline__ float load_dt(const void *p, int dt, size_t i) {
+    if (dt == ZT_BF16) return bf16_to_f32(((const uint16_t *)p)[i]);
+    if (dt == ZT_FP16) return fp16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void store_dt(void *p, int dt, size_t i, float v) {
+    if (dt == ZT_BF16) ((uint16_t *)p)[i] = f32_to_bf16_rne(v);
+    else if (dt == ZT_FP16) ((uint16_t *)p)[i] = f32_to_fp16_rne(v);
+    else ((float *)p)[i] = v;
+}
+
 __device__ __forceinline__ float zt_ld(zt_dev_bf16 x) { return bf16_to_f32(x.bits); }
 __device__ __forceinline__ float zt_ld(zt_dev_fp16 x) { return fp16_to_f32(x.bits); }
 

@@ -194,6 +194,10 @@ void zt_cuda_adafactor_apply(zt_stream *s, float *p, const float *u, float *m, s
                              float decay);
 void zt_cuda_cast(zt_stream *s, void *dst, zt_dtype dst_dtype, const void *src, zt_dtype src_dtype, size_t n);
 void zt_cuda_cast_sr(zt_stream *s, uint16_t *dst, const float *src, size_t n, zt_sr_key key);
+void zt_cuda_wire_quantize(zt_stream *s, uint8_t *codes, float *scales, const void *x, zt_dtype x_dtype, void *feedback,
+                           zt_dtype fb_dtype, size_t n, int bits, unsigned block);
+void zt_cuda_wire_dequantize(zt_stream *s, void *out, zt_dtype dtype, const uint8_t *codes, const float *scales,
+                             size_t n, int bits, unsigned block);
 void zt_cuda_newton_schulz(zt_stream *s, float *x, size_t rows, size_t cols, int steps, const float *coef, float eps,
                            float *scratch);
 void zt_cuda_scale(zt_stream *s, float *x, float alpha, size_t n);

@@ -37,18 +37,6 @@ template <typename S> __global__ static void residual_bwd_kernel(S *da, S *db, c
     }
 }
 
-__device__ static float load_dt(const void *p, int dt, size_t i) {
-    if (dt == ZT_BF16) return bf16_to_f32(((const uint16_t *)p)[i]);
-    if (dt == ZT_FP16) return fp16_to_f32(((const uint16_t *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-__device__ static void store_dt(void *p, int dt, size_t i, float v) {
-    if (dt == ZT_BF16) ((uint16_t *)p)[i] = f32_to_bf16_rne(v);
-    else if (dt == ZT_FP16) ((uint16_t *)p)[i] = f32_to_fp16_rne(v);
-    else ((float *)p)[i] = v;
-}
-
 __global__ static void cast_kernel(void *dst, int dst_dt, const void *src, int src_dt, size_t n) {
     for (size_t i = zt_gtid(); i < n; i += zt_gstride()) store_dt(dst, dst_dt, i, load_dt(src, src_dt, i));
 }

@@ -136,6 +136,8 @@
         .sum_squares = zt_cuda_sum_squares,                                                                          \
         .cast_sr = zt_cuda_cast_sr,                                                                                  \
         .newton_schulz = zt_cuda_newton_schulz,                                                                      \
+        .wire_quantize = zt_cuda_wire_quantize,                                                                      \
+        .wire_dequantize = zt_cuda_wire_dequantize,                                                                  \
     };
 
 ZT_CUDA_ADAPTERS(fp32, ZT_FP32)

@@ -67,13 +67,17 @@ static void sum_squares(zt_stream *s, double *out, const float *x, size_t n) {}
 static void cast_sr(zt_stream *s, uint16_t *dst, const float *src, size_t n, zt_sr_key key) {}
 static void newton_schulz(zt_stream *s, float *x, size_t rows, size_t cols, int steps, const float *coef, float eps,
                           float *scratch) {}
+static void wire_quantize(zt_stream *s, uint8_t *codes, float *scales, const void *x, zt_dtype x_dtype, void *feedback,
+                          zt_dtype fb_dtype, size_t n, int bits, unsigned block) {}
+static void wire_dequantize(zt_stream *s, void *out, zt_dtype dtype, const uint8_t *codes, const float *scales,
+                            size_t n, int bits, unsigned block) {}
 
 #define NULL_TABLE(DT)                                                                                              \
     {DT, embedding_fwd, embedding_bwd, layernorm_fwd, layernorm_bwd, matmul_fwd, matmul_bwd, attention_fwd,        \
      attention_bwd, attention_fused_fwd, attention_fused_bwd, gelu_fwd, gelu_bwd, residual_fwd, residual_bwd,     \
      softmax_xent_fwd, softmax_xent_bwd, rmsnorm_fwd, rmsnorm_bwd, rope_fwd, rope_bwd, swiglu_fwd, swiglu_bwd,     \
      gqa_expand, gqa_reduce, adamw, sgd, adam8bit, factor_stats, adafactor_precondition, adafactor_apply, cast,    \
-     scale, scaled_store, sum_squares, cast_sr, newton_schulz}
+     scale, scaled_store, sum_squares, cast_sr, newton_schulz, wire_quantize, wire_dequantize}
 
 const zt_ops zt_dry_ops[ZT_NDTYPES] = {
     [ZT_FP32] = NULL_TABLE(ZT_FP32),
