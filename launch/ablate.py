@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Ablation sweep of a model family (the toy GPT by default): ZeRO stage x
-optimizer offload x recompute (x optimizer x frozen units x allocator x dtype).
+optimizer offload x recompute (x optimizer x frozen units x allocator x dtype
+x quantized communication).
 
     python3 launch/ablate.py [--model gpt|llama] [--preset zero] [--np 2] [--steps 30] [--out out/ablation]
                              [--offload none,cpu[,params,nvme,nvme-params,activations]]
                              [--recompute none,full[,selective,every-K]]
                              [--optimizer adamw[,sgd,...]] [--freeze LIST [--freeze LIST ...]]
                              [--allocator simple[,caching,expandable]]
-                             [--dtype fp32[,bf16,fp16]] [--dry-run]
-                             [--build build | --zt-train PATH] [--zt-run PATH]
+                             [--dtype fp32[,bf16,fp16]] [--quantize none[,w8,g4,w8g4,g8,w8g8]]
+                             [--dry-run] [--build build | --zt-train PATH] [--zt-run PATH]
                              [-- EXTRA ZT-TRAIN FLAGS ...]
 
 Runs the configurations stage {0,1,2,3} x each --offload (default none,cpu;
@@ -16,11 +17,12 @@ params and nvme-params, the parameter shards offloaded too, run at stage 3
 only; activations, the kept block inputs, with --recompute full only)
 x each policy of --recompute (default none,full: 16 configurations) for
 each frozen-unit list of --freeze, each optimizer of --optimizer, each
-device allocator of --allocator and each dtype of --dtype (defaults: none,
-adamw, simple, fp32), each as
+device allocator of --allocator, each dtype of --dtype and each setting of
+--quantize (defaults: none, adamw, simple, fp32, none; w8, the int8
+all-gather of stage 3's weights, runs at stage 3 only), each as
 
     launch/zt-run -np NP zt-train --model M --stage S --offload O --recompute R --dtype D
-                  --optimizer OPT --freeze F --allocator A --steps K EXTRA...
+                  --optimizer OPT --freeze F --allocator A [QUANTIZE FLAGS] --steps K EXTRA...
                   --log-dir OUT/runs/NAME --quiet
 
 (M: --model, one family for the whole sweep, recorded in the CSV's
@@ -53,7 +55,11 @@ peak) and the smallest largest_free_block_bytes (at the end of the step);
 the Markdown table shows the reserved peak and the fragmentation at peak.
 zt-train's --freeze value is itself a comma-separated list
 (`embedding,head`), so the freeze axis is a repeatable flag:
-`--freeze none --freeze embedding,head` sweeps two settings.
+`--freeze none --freeze embedding,head` sweeps two settings. The quantize
+axis compresses the collectives ZeRO++-style (model state is unchanged):
+w8 is --quantize-weights int8 (stage 3's all-gathers carry int8 codes), g4
+and g8 are --quantize-grads int4 and int8 (the gradient reduce-scatters),
+w8g4 and w8g8 both; none passes neither flag (zt-train's default).
 
 Presets. `--preset NAME` sets defaults for --np, --steps, --dtype and the
 axes, and puts model flags first among the extra zt-train flags; flags
@@ -125,11 +131,28 @@ RECOMPUTES = ["none", "full"]  # the default --recompute
 # Flags whose value the sweep decides; passing them after `--` would silently
 # turn the ablation into 16 runs of one configuration (or mix their logs).
 AXIS_FLAGS = ["--stage", "--offload", "--offload-params", "--offload-activations", "--nvme-path", "--recompute", "--dtype", "--optimizer", "--freeze", "--allocator",
-              "--steps"]
+              "--quantize-weights", "--quantize-grads", "--steps"]
+# zt-train's flags that ablate.py's --quantize sets, for the hint of the refusal.
+QUANTIZE_AXIS_FLAGS = {"--quantize-weights": "--quantize", "--quantize-grads": "--quantize"}
 # Flags of the sweep's own that hold for every run: one value, recorded in each row.
 SWEEP_FLAGS = ["--model"]
 OWNED_FLAGS = AXIS_FLAGS + SWEEP_FLAGS + ["--log-dir"]
 DTYPES = ["fp32", "bf16", "fp16"]
+# Settings of the --quantize axis and zt-train's flags for each: w = stage
+# 3's weight all-gathers (qwZ), g = the gradient reduce-scatters (qgZ), with
+# the code width in bits. none passes no flag: zt-train quantizes nothing
+# by default.
+QUANTIZE = {"none": [], "w8": ["--quantize-weights", "int8"], "g4": ["--quantize-grads", "int4"],
+            "w8g4": ["--quantize-weights", "int8", "--quantize-grads", "int4"],
+            "g8": ["--quantize-grads", "int8"], "w8g8": ["--quantize-weights", "int8", "--quantize-grads", "int8"]}
+
+
+def quantize_applies(quantize, stage):
+    """Weight quantization at stage 3 only: its codes travel in stage 3's
+    per-unit all-gathers, and zt-train refuses the flag at other stages."""
+    return "--quantize-weights" not in QUANTIZE[quantize] or stage == 3
+
+
 MIB = 1024.0 * 1024.0
 
 # Bytes of optimizer state per owned parameter, for the optimizers whose
@@ -148,7 +171,8 @@ PRESETS = {
     },
 }
 
-COLUMNS = (["name", "model", "stage", "offload", "recompute", "optimizer", "freeze", "allocator", "dtype", "status",
+COLUMNS = (["name", "model", "stage", "offload", "recompute", "optimizer", "freeze", "allocator", "dtype", "quantize",
+            "status",
             "peak_mean_bytes", "peak_max_bytes", "imbalance_max_over_mean"]
            + [f"peak_{c}_mean_bytes" for c in CATEGORIES]
            + ["host_peak_mean_bytes", "host_peak_max_bytes", "reserved_peak_max_bytes",
@@ -169,10 +193,11 @@ class ToolError(Exception):
     """A failure of the sweep itself (not of a configuration)."""
 
 
-def config_name(stage, offload, recompute, dtype="fp32", optimizer="adamw", freeze="none", allocator="simple"):
-    """sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-ALLOCATOR][-DTYPE]:
+def config_name(stage, offload, recompute, dtype="fp32", optimizer="adamw", freeze="none", allocator="simple",
+                quantize="none"):
+    """sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-ALLOCATOR][-QUANTIZE][-DTYPE]:
     the parts at zt-train's defaults (no offload, no recompute, adamw, nothing
-    frozen, the simple allocator, fp32) are left out."""
+    frozen, the simple allocator, no quantization, fp32) are left out."""
     name = f"s{stage}"
     if offload != "none":
         name += TIER_SUFFIX[offload]
@@ -186,6 +211,8 @@ def config_name(stage, offload, recompute, dtype="fp32", optimizer="adamw", free
         name += "-frz-" + re.sub(r"[^A-Za-z0-9-]+", "_", freeze)  # embedding,head: embedding_head
     if allocator != "simple":
         name += "-" + re.sub(r"[^A-Za-z0-9]+", "", allocator)
+    if quantize != "none":
+        name += "-" + quantize
     if dtype != "fp32":
         name += f"-{dtype}"
     return name
@@ -239,8 +266,8 @@ def build_parser(here):
     p = argparse.ArgumentParser(
         prog="ablate.py",
         description="Sweep ZeRO stage {0,1,2,3} x offload x recompute policies (x optimizers x frozen units "
-                    "x allocators x dtypes) on a model family (--model) and tabulate and plot memory and "
-                    "throughput.",
+                    "x allocators x dtypes x quantized communication) on a model family (--model) and "
+                    "tabulate and plot memory and throughput.",
         epilog="Flags after `--` are passed to every zt-train run, e.g. "
                "`-- --layers 4 --d-model 128 --mem-limit 8MiB`.")
     p.add_argument("--preset", choices=sorted(PRESETS),
@@ -280,6 +307,10 @@ def build_parser(here):
                         "zt-train's --allocator as they are [default: simple]")
     p.add_argument("--dtype", default="fp32",
                    help="comma-separated dtypes to sweep (fp32, bf16, fp16) [default: fp32]")
+    p.add_argument("--quantize", default="none",
+                   help="comma-separated quantized-communication settings to sweep: none, w8 (--quantize-weights "
+                        "int8: stage 3 only), g4 (--quantize-grads int4), w8g4 (both), g8 (--quantize-grads "
+                        "int8), w8g8 [default: none]")
     p.add_argument("--dry-run", action="store_true",
                    help="print each configuration's command and run nothing")
     p.add_argument("--gnuplot", default="gnuplot", help="gnuplot program [default: gnuplot]")
@@ -327,16 +358,19 @@ def parse_args(argv):
     args.freezes = distinct_list(p, "--freeze", [f.strip() for f in (args.freeze or preset.get("freeze", ["none"]))],
                                  "zt-train's --freeze lists", lambda f: f != "")
     args.dtypes = distinct_list(p, "--dtype", comma_list(args.dtype), ", ".join(DTYPES), lambda d: d in DTYPES)
+    args.quantizes = distinct_list(p, "--quantize", comma_list(args.quantize), ", ".join(QUANTIZE),
+                                   lambda q: q in QUANTIZE)
     for a in extra:
         for f in OWNED_FLAGS:
             if a == f or a.startswith(f + "="):
                 p.error(f"{f} is set by the sweep; it cannot be passed after `--`"
-                        + (f" (use ablate.py {f})" if f in AXIS_FLAGS + SWEEP_FLAGS and f != "--stage" else ""))
+                        + (f" (use ablate.py {QUANTIZE_AXIS_FLAGS.get(f, f)})"
+                           if f in AXIS_FLAGS + SWEEP_FLAGS and f != "--stage" else ""))
     args.user_extra = extra
     args.extra = preset.get("model", []) + extra
-    args.configs = [(s, o, r, d, opt, fr, al) for d in args.dtypes for al in args.allocators for opt in args.optimizers
-                    for fr in args.freezes for s in STAGES for o in args.offloads for r in args.recomputes
-                    if tier_applies(o, s, r)]
+    args.configs = [(s, o, r, d, opt, fr, al, q) for d in args.dtypes for al in args.allocators for q in args.quantizes
+                    for opt in args.optimizers for fr in args.freezes for s in STAGES for o in args.offloads
+                    for r in args.recomputes if tier_applies(o, s, r) and quantize_applies(q, s)]
     names = [config_name(*c) for c in args.configs]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:
@@ -450,24 +484,25 @@ def metrics(run_dir):
 
 
 def config_command(args, out, config):
-    stage, offload, recompute, dtype, optimizer, freeze, allocator = config
-    name = config_name(stage, offload, recompute, dtype, optimizer, freeze, allocator)
+    stage, offload, recompute, dtype, optimizer, freeze, allocator, quantize = config
+    name = config_name(stage, offload, recompute, dtype, optimizer, freeze, allocator, quantize)
     run_dir = os.path.join(out, "runs", name)
     cmd = ([args.zt_run, "-np", str(args.np), args.zt_train, "--model", args.model,
             "--stage", str(stage)] + tier_flags(offload, out)
            + ["--recompute", recompute, "--dtype", dtype,
-            "--optimizer", optimizer, "--freeze", freeze, "--allocator", allocator, "--steps", str(args.steps)]
+            "--optimizer", optimizer, "--freeze", freeze, "--allocator", allocator] + QUANTIZE[quantize]
+           + ["--steps", str(args.steps)]
            + args.extra + ["--log-dir", run_dir, "--quiet"])
     return name, run_dir, cmd
 
 
 def run_config(args, out, config, index, total):
-    stage, offload, recompute, dtype, optimizer, freeze, allocator = config
+    stage, offload, recompute, dtype, optimizer, freeze, allocator, quantize = config
     name, run_dir, cmd = config_command(args, out, config)
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)  # a stale summary.json must not pass for this run's
     row = {"name": name, "model": args.model, "stage": stage, "offload": offload, "recompute": recompute, "dtype": dtype,
-           "optimizer": optimizer, "freeze": freeze, "allocator": allocator, "run_dir": run_dir,
+           "optimizer": optimizer, "freeze": freeze, "allocator": allocator, "quantize": quantize, "run_dir": run_dir,
            "command": shlex.join(cmd), "mpirun": ""}
     # The closed form holds for the device's model state without offload and
     # with every unit trained (frozen units keep params only).
@@ -610,20 +645,27 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
         lines.append(f"`--mem-limit` = {cap} bytes ({cap / MIB:.3f} MiB); the cap applies to *reserved* "
                      "bytes (live + cached), so a run can fail with a peak below it.")
     lines.append("")
-    lines.append("Config `sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-ALLOCATOR][-DTYPE]`: "
+    # The quantize part of the legend only where the sweep has one, so that a
+    # sweep without --quantize writes the text it always wrote.
+    quantized = any(r["quantize"] != "none" for r in rows)
+    lines.append("Config `sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-ALLOCATOR]"
+                 + ("[-QUANTIZE]" if quantized else "") + "[-DTYPE]`: "
                  "ZeRO stage S, `--offload cpu`, `--recompute full|selective|every-K`, `--optimizer OPTIMIZER` "
                  "(adamw when absent), `--freeze UNITS` (nothing frozen when absent), `--allocator ALLOCATOR` "
-                 "(simple when absent), `--dtype DTYPE` (fp32 when absent).")
+                 "(simple when absent), "
+                 + ("QUANTIZE: w8 `--quantize-weights int8` (stage 3 only), g4 / g8 `--quantize-grads int4|int8`, "
+                    "w8g4 / w8g8 both (neither when absent), " if quantized else "")
+                 + "`--dtype DTYPE` (fp32 when absent).")
     lines.append("")
-    head = (["config", "status", "optimizer", "freeze", "allocator", "peak mean", "peak max", "max/mean"]
+    head = (["config", "status", "optimizer", "freeze", "allocator", "quantize", "peak mean", "peak max", "max/mean"]
             + CATEGORIES + ["host peak", "reserved peak", "frag at peak", "state B/param", "formula B/param",
                             "step ms", "tokens/s", "final loss", "comm MiB/step"])
-    text_cols = 5  # config .. allocator, left-aligned; the rest are numbers
+    text_cols = 6  # config .. quantize, left-aligned; the rest are numbers
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join(["---"] * text_cols + ["---:"] * (len(head) - text_cols)) + "|")
     for r in rows:
         good = r["status"] == "ok"
-        cells = [r["name"], r["status"], r["optimizer"], r["freeze"], r["allocator"]]
+        cells = [r["name"], r["status"], r["optimizer"], r["freeze"], r["allocator"], r["quantize"]]
         formula = r.get("formula_bytes_per_param")
         if good:
             cells += [mib(r["peak_mean_bytes"]), mib(r["peak_max_bytes"]),
@@ -860,8 +902,8 @@ def bytes_per_param_series(rows):
     """The measured series of the bytes-per-parameter plot: rows without
     offload (with it, master and optimizer state are on the host), grouped by
     (dtype, optimizer, freeze); per stage the first configuration that ran
-    (recompute and the allocator do not change model state). Returns
-    [(key, {stage: row})]."""
+    (recompute, the allocator and quantized communication do not change model
+    state). Returns [(key, {stage: row})]."""
     series = {}
     for r in rows:
         if r["offload"] == "none" and r["status"] == "ok":

@@ -447,6 +447,7 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_a
     out->peak_bytes = S.best_total;
     out->peak_moment = S.best;
     for (int c = ZT_CAT_PARAMS; c <= ZT_CAT_OPTIMIZER; c++) out->persistent_bytes += base.c[c];
+    out->feedback_bytes = state_bytes(&S).feedback;
     out->activations_kept_bytes = S.activations_kept;
     out->gathered_shard_bytes_per_micro = S.gathered_shards;
     if (!in->offload && in->gpu) out->host_bytes = matrix_staging_bytes(&S);

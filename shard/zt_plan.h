@@ -60,6 +60,7 @@ typedef struct {
     size_t peak_bytes;
     const char *peak_moment;
     size_t persistent_bytes; /* params + grads + master + optimizer on the device */
+    size_t feedback_bytes;   /* quantized gradients' error feedback (comm_buffers, not sharded) */
     size_t activations_kept_bytes; /* the model's, between its forward and backward */
     size_t host_bytes;       /* the host pool (offload; an asynchronous save's staging) */
     size_t checkpoint_staging_bytes; /* --async-save: the rank file staged in the host pool (part of host_bytes) */

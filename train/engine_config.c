@@ -53,10 +53,8 @@ zt_status zt_train_engine_config(const zt_train_config *c, const zt_train_hooks 
                           .max_live_params = (size_t)c->max_live_params,
                           .max_reuse_distance = (size_t)c->max_reuse_distance,
                           .sub_group_size = (size_t)c->sub_group_size,
-                          .quant_weights_bits = strcmp(c->quantize_weights, "int8") == 0 ? 8 : 0,
-                          .quant_grads_bits = strcmp(c->quantize_grads, "int8") == 0   ? 8
-                                              : strcmp(c->quantize_grads, "int4") == 0 ? 4
-                                                                                       : 0,
+                          .quant_weights_bits = zt_train_code_bits(c->quantize_weights),
+                          .quant_grads_bits = zt_train_code_bits(c->quantize_grads),
                           .quant_block = (unsigned)c->quant_block,
                           .quant_feedback = c->quantize_grads_feedback,
                           .feedback_dtype = strcmp(c->quantize_grads_feedback_dtype, "bf16") == 0 ? ZT_BF16 : ZT_FP32,
@@ -75,6 +73,10 @@ zt_status zt_train_engine_config(const zt_train_config *c, const zt_train_hooks 
     return ZT_OK;
 }
 
+
+int zt_train_code_bits(const char *value) {
+    return strcmp(value, "int8") == 0 ? 8 : strcmp(value, "int4") == 0 ? 4 : 0;
+}
 
 void zt_train_layout(const zt_train_config *c, zt_model_spec *spec, int world) {
     int coded = strcmp(c->quantize_weights, "none") != 0 || strcmp(c->quantize_grads, "none") != 0;

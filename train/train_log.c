@@ -139,6 +139,8 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     json_object_set_new(o, "attention", json_string(c->attention));
     json_object_set_new(o, "dtype", json_string(c->dtype));
     json_object_set_new(o, "reduce_dtype", json_string(c->reduce_dtype));
+    json_object_set_new(o, "quantize_weights", json_string(c->quantize_weights));
+    json_object_set_new(o, "quantize_grads", json_string(c->quantize_grads));
     json_object_set_new(o, "device", json_string(c->device));
     json_object_set_new(o, "params", json_integer((json_int_t)s->params));
     json_object_set_new(o, "steps", json_integer(s->steps));

@@ -25,6 +25,10 @@ zt_status zt_train_run(const zt_train_config *cfg, const zt_train_model *family,
 zt_status zt_train_engine_config(const zt_train_config *c, const zt_train_hooks *test, int host_threads, int rank,
                                  const zt_model_spec *spec, zt_engine_config *ec, zt_error *err);
 
+/* The code bits of --quantize-weights/--quantize-grads' value: int8 8,
+ * int4 4, none 0. */
+int zt_train_code_bits(const char *value);
+
 /* Lays spec out over `world` ranks: slices of whole --quant-block blocks
  * when a quantized communication is on (zt_spec_layout_aligned). */
 void zt_train_layout(const zt_train_config *c, zt_model_spec *spec, int world);

@@ -10,6 +10,7 @@
 
 #include "plan_fit.h"
 #include "plan_process.h"
+#include "trainer.h"
 #include "zt_checkpoint.h"
 #include "zt_train.h"
 #include "zt_train_model.h"
@@ -360,8 +361,8 @@ static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_
     in->max_live_params = (size_t)c->max_live_params;
     in->max_reuse_distance = (size_t)c->max_reuse_distance;
     in->sub_group_size = (size_t)c->sub_group_size;
-    in->quant_weights_bits = strcmp(c->quantize_weights, "int8") == 0 ? 8 : 0;
-    in->quant_grads_bits = strcmp(c->quantize_grads, "int8") == 0 ? 8 : strcmp(c->quantize_grads, "int4") == 0 ? 4 : 0;
+    in->quant_weights_bits = zt_train_code_bits(c->quantize_weights);
+    in->quant_grads_bits = zt_train_code_bits(c->quantize_grads);
     in->quant_block = (unsigned)c->quant_block;
     in->quant_feedback = c->quantize_grads_feedback;
     (void)zt_dtype_parse(c->quantize_grads_feedback_dtype, &in->feedback_dtype);
@@ -629,6 +630,7 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     json_object_set_new(o, "stage", json_integer(c->stage));
     json_object_set_new(o, "rank", json_integer(j->in.rank)); /* whose memory this is */
     json_object_set_new(o, "model_state_bytes_per_rank", json_integer((json_int_t)p->persistent_bytes));
+    json_object_set_new(o, "error_feedback_bytes", json_integer((json_int_t)p->feedback_bytes));
     json_object_set_new(o, "activations_kept_bytes", json_integer((json_int_t)p->activations_kept_bytes));
     json_object_set_new(o, "device_mem", pf->device_mem ? json_integer((json_int_t)pf->device_mem) : json_null());
     json_object_set_new(o, "min_world_by_stage", mw);
@@ -730,6 +732,11 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
     printf("  weights alone (%s): %s\n  model state (params %zu + grads %zu + fp32 master %d + %s%s %.4g bytes/param): "
            "%s in all\n  model state per rank at this stage: %s\n", zt_dtype_name(dt), a, d, d, master ? 4 : 0,
            c->optimizer, j->in.state_bf16 ? " in bf16" : "", per_param, b2, c2);
+    if (p->feedback_bytes) {
+        gb(a, sizeof a, (double)p->feedback_bytes);
+        printf("  error feedback per rank (--quantize-grads-feedback: the whole gradient, not sharded; in "
+               "comm_buffers): %s\n", a);
+    }
     printf("  per-rank device memory at the peak (%s):\n", p->peak_moment);
     for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
         gb(a, sizeof a, (double)p->by_category[cc]);

@@ -26,6 +26,13 @@ Runs the 16-configuration sweep at np 2 on a small model twice:
    line carries `--model llama` (and `--model gpt` without the flag, which
    run 1 records in the CSV's model column and the Markdown); `--model`
    after `--` is refused.
+7. with --quantize none,w8,g4,w8g4 (offload and recompute none, 2 steps):
+   the dry run names the configurations `...-w8`, `...-g4`, `...-w8g4`,
+   passes --quantize-weights / --quantize-grads for them and none without,
+   and leaves out w8 below stage 3 (10 configurations); the 10 runs are ok
+   with the setting in the CSV's and the Markdown's quantize column, and
+   each quantized one moves fewer collective bytes than its stage unquantized;
+   --quantize-grads after `--` is refused.
 Also checks that a missing zt-train is a tooling error (exit 2).
 """
 import csv
@@ -283,6 +290,49 @@ def case_allocator_axis(ctx):
           f"fragmentation at peak in the CSV and Markdown ({out})")
 
 
+def case_quantize_axis(ctx):
+    own = ["--quantize", "none,w8,g4,w8g4", "--offload", "none", "--recompute", "none"]
+    cmds = dry_run_commands(ctx, own)
+    # w8 (the int8 all-gather of weights) exists at stage 3 only.
+    want = {f"s{s}": [] for s in range(4)}
+    want.update({f"s{s}-g4": ["--quantize-grads", "int4"] for s in range(4)})
+    want.update({"s3-w8": ["--quantize-weights", "int8"],
+                 "s3-w8g4": ["--quantize-weights", "int8", "--quantize-grads", "int4"]})
+    if set(cmds) != set(want):
+        fail(f"--quantize none,w8,g4,w8g4 --dry-run: configurations {sorted(cmds)}, expected {sorted(want)}")
+    for name, c in cmds.items():
+        got = [a for i, a in enumerate(c) if a.startswith("--quantize") or c[i - 1].startswith("--quantize")]
+        if got != want[name]:
+            fail(f"{name}: the dry run passes {got}, expected {want[name]}: {' '.join(c)}")
+    out = os.path.join(ctx["work"], "quantize")
+    sweep(ctx, out, [], own=own, steps=2)
+    with open(os.path.join(out, "ablation.csv"), newline="") as f:
+        rows = {r["name"]: r for r in csv.DictReader(f)}
+    if set(rows) != set(want):
+        fail(f"quantize sweep rows: {sorted(rows)}")
+    md = check_files(out, rows)
+    if "| allocator | quantize |" not in md:
+        fail("ablation.md's table has no quantize column")
+    for name, r in rows.items():
+        quantize = name.partition("-")[2] or "none"
+        if r["status"] != "ok" or r["quantize"] != quantize:
+            fail(f"{name}: {r['status']}, quantize {r['quantize']!r}, expected ok with {quantize}")
+        check_ok_row(r)
+        if f"| {name} | ok | adamw | none | simple | {quantize} |" not in md:
+            fail(f"ablation.md has no row for {name} with its quantize setting")
+        # comm bytes are as they travelled, so codes must move fewer than fp32.
+        plain = rows[f"s{r['stage']}"]
+        if quantize != "none" and num(r, "comm_bytes_per_step") >= num(plain, "comm_bytes_per_step"):
+            fail(f"{name}: {r['comm_bytes_per_step']} collective bytes per step, not fewer than "
+                 f"{plain['name']}'s {plain['comm_bytes_per_step']}")
+    p = subprocess.run([sys.executable, ctx["ablate"], "--zt-train", ctx["zt"], "--zt-run", ctx["zt_run"],
+                        "--dry-run", "--", "--quantize-grads", "int4"], capture_output=True, text=True, timeout=60)
+    if p.returncode != 2 or "use ablate.py --quantize)" not in p.stderr:
+        fail(f"--quantize-grads after `--`: exit {p.returncode}, expected 2 with a hint\n{p.stderr}")
+    print(f"ok: --quantize none,w8,g4,w8g4 sweep: 10 configurations (w8 at stage 3 only) ok, quantize in the "
+          f"CSV and Markdown, fewer collective bytes when quantized ({out})")
+
+
 def dry_run_commands(ctx, own, extra=()):
     """{config name: its zt-train command as a list} from --dry-run."""
     cmd = ([sys.executable, ctx["ablate"], "--np", "2", "--steps", "2", "--out", os.path.join(ctx["work"], "dry"),
@@ -351,6 +401,7 @@ if __name__ == "__main__":
         case_dtype_axis(ctx, base)
         case_recompute_axis(ctx, base)
         case_allocator_axis(ctx)
+        case_quantize_axis(ctx)
         ok = True
     finally:
         if ok:

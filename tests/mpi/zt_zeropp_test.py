@@ -110,6 +110,56 @@ def case_resume(ctx):
     print("ok: quantized runs resume bitwise with and without feedback; a reshard drops it, said; loads unquantized")
 
 
+def case_hosts(ctx):
+    """2 simulated hosts x 2 ranks, stage 3, bf16: int4 qgZ reduces in two
+    hops (said at start-up); per step each rank receives over the
+    inter-host link at most 0.3x the reduce-scatter bytes and, with qwZ, at
+    most 0.55x the all-gather bytes of the bf16 baseline; with feedback it
+    repeats bitwise; zt-plan --nodes 2 --rank r equals every rank's
+    measured peaks; the losses stay within 0.01 of the baseline's."""
+    from zt_hosts_test import hosts_down, hosts_up
+    hostfile = hosts_up(ctx, 2)
+    runs = {}
+    args = MODEL + ["--steps", "3", "--stage", "3"]
+    try:
+        for name, q in (("base", []), ("coded", QW + QG4), ("fb", QG4 + ["--quantize-grads-feedback", "1"]),
+                        ("fb2", QG4 + ["--quantize-grads-feedback", "1"])):
+            d = os.path.join(ctx["work"], name)
+            cmd = [ctx["zt_run"], "-np", "4", "--hostfile", hostfile, ctx["zt"]] + args + q + ["--log-dir", d]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, p.stderr[-2000:]
+            if name == "coded":
+                assert "hierarchical over 2 nodes x 2 ranks" in p.stdout + p.stderr, (p.stdout + p.stderr)[-1500:]
+            with open(os.path.join(d, "summary.json")) as f:
+                s = json.load(f)
+            s["steps"] = []
+            for r in range(4):
+                with open(os.path.join(d, f"rank{r}.jsonl")) as f:
+                    s["steps"].append([json.loads(line) for line in f])
+            runs[name] = (s, args + q)
+    finally:
+        hosts_down(ctx)
+    base, coded = runs["base"][0], runs["coded"][0]
+    for r in range(4):
+        b, c = base["steps"][r][-1]["comm"], coded["steps"][r][-1]["comm"]
+        rs = c["reduce_scatter"]["inter_node_bytes"] / b["reduce_scatter"]["inter_node_bytes"]
+        ag = c["all_gather"]["inter_node_bytes"] / b["all_gather"]["inter_node_bytes"]
+        assert rs <= 0.3 and ag <= 0.55 * 1.1, (r, rs, ag)  # 1.1: the codes' layout pads slices to whole blocks
+    assert runs["fb"][0]["params_digest"] == runs["fb2"][0]["params_digest"]
+    for a, b in zip(losses(coded), losses(base)):
+        assert abs(a - b) <= 0.01, (losses(coded), losses(base))
+    exe = os.path.join(os.path.dirname(ctx["zt"]), "zt-plan")
+    for name in ("coded", "fb"):
+        s, flags = runs[name]
+        for r in s["ranks"]:
+            p = json.loads(subprocess.run([exe, "--world", "4", "--nodes", "2", "--rank", str(r["rank"]), "--json"] +
+                                          flags, capture_output=True, text=True, check=True).stdout)
+            assert p["peak_by_category"] == r["peak_by_category"], (name, r["rank"], p["peak_by_category"],
+                                                                    r["peak_by_category"])
+    print(f"ok: 2 hosts: int4 qgZ in two hops, inter-node reduce-scatter {rs:.3f}x, all-gather {ag:.3f}x of bf16's; "
+          "feedback repeats bitwise; zt-plan --nodes 2 exact")
+
+
 def case_bad(ctx):
     """Refused with exit 2 before step 1, naming the problem."""
     for args, needle in ((MODEL + QW + ["--stage", "2"], "--quantize-weights int8 needs --stage 3"),
@@ -161,7 +211,7 @@ def case_cuda_emu(ctx):
     print("ok: qwZ + int4 qgZ on the CUDA emulator over NCCL: within 1e-3 of the CPU, the same wire bytes")
 
 
-CASES = {"wire": case_wire, "stages": case_stages, "planner": case_planner, "resume": case_resume, "bad": case_bad,
+CASES = {"wire": case_wire, "stages": case_stages, "hosts": case_hosts, "planner": case_planner, "resume": case_resume, "bad": case_bad,
          "convergence": case_convergence, "cuda_emu": case_cuda_emu}
 
 if __name__ == "__main__":
