@@ -1,8 +1,8 @@
 /* The units' parameter side (shard/gather.c), which owns these fields of
  * zt_unit_state and is the only file that writes them: phase, gathered,
- * view32, secondary, gather_handle, gather_comm. Each change of phase is
- * one function there that checks where it comes from (zt_engine.h draws
- * the machine). */
+ * view32, secondary, wire, wire_pending, gather_handle, gather_comm. Each
+ * change of phase is one function there that checks where it comes from
+ * (zt_engine.h draws the machine). */
 #ifndef ZT_GATHER_H
 #define ZT_GATHER_H
 

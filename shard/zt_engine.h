@@ -176,7 +176,8 @@ typedef struct {
  * master, opt_state[], host_master, host_opt_state[]), whose values the
  * optimizer (optim/) and its tier step and
  * shard/state_io.c loads; shard/gather.c owns the parameter side (phase,
- * gathered, view32, secondary, gather_handle, gather_comm: shard/gather.h);
+ * gathered, view32, secondary, wire, wire_pending, gather_handle,
+ * gather_comm: shard/gather.h);
  * shard/reduce.c the gradient side (grad32, grad_open, queued, and grads'
  * values until the step: shard/reduce.h); the offload tiers their
  * transfers (host_grads, host_grads16, d2h_done: shard/offload_step.c). */
@@ -202,8 +203,9 @@ typedef struct {
     zt_tensor host_grads16; /* 16-bit runs: the same as sent (16-bit), widened into host_grads at the step */
     void *d2h_done;        /* backend event: the device->host gradient copy has landed */
     /* hpZ (zt_engine_set_secondary): this rank's part of the unit, [P / G']
-     * in the params dtype, kept from the end of its forward to its backward
-     * gather, which then runs inside the secondary group (gathered_params). */
+     * in the params dtype (quantized weights: its N / G' rank parts' codes),
+     * kept from the end of its forward to its backward gather, which then
+     * runs inside the secondary group (gathered_params). */
     zt_tensor secondary;
     /* Quantized weights: the gathered codes, [N] rank parts of
      * zt_wire_bytes(S) bytes (comm_buffers), held with the gathered copy
