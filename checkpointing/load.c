@@ -9,20 +9,43 @@
 
 #include "ckpt_internal.h"
 
+/* A copy of a checkpoint's run.model with what older zerotrains did not
+ * record (NULL when nothing is missing): checkpoints written before model
+ * families were recorded hold a GPT, and a GPT's ffn_dim and norm_eps, fixed
+ * in that family, were recorded later (examples/gpt/gpt_model.c), so this
+ * run's values stand for them. */
+static json_t *backfilled(const json_t *model, const json_t *expect_model) {
+    static const char *const later_gpt_keys[] = {"ffn_dim", "norm_eps"};
+    if (!json_is_object(model)) return NULL;
+    const char *family = json_string_value(json_object_get(model, "family"));
+    if (family && strcmp(family, "gpt") != 0) return NULL;
+    json_t *copy = json_deep_copy(model);
+    if (!copy) return NULL;
+    int changed = !family;
+    if (!family) json_object_set_new(copy, "family", json_string("gpt"));
+    for (size_t k = 0; k < sizeof later_gpt_keys / sizeof later_gpt_keys[0]; k++) {
+        json_t *mine = json_object_get(expect_model, later_gpt_keys[k]);
+        if (json_object_get(copy, later_gpt_keys[k]) || !mine) continue;
+        json_object_set(copy, later_gpt_keys[k], mine);
+        changed = 1;
+    }
+    if (changed) return copy;
+    json_decref(copy);
+    return NULL;
+}
+
 /* The manifest describes this model: run.model and every unit's size. */
 static zt_status check_model(const zt_ckpt_info *info, const zt_model_spec *spec, const json_t *expect_model,
                              zt_error *err) {
     json_t *model = json_object_get(json_object_get(info->manifest, "run"), "model");
-    /* Checkpoints written before model families were recorded hold a GPT. */
-    json_t *with_family = json_is_object(model) && !json_object_get(model, "family") ? json_copy(model) : NULL;
-    if (with_family) json_object_set_new(with_family, "family", json_string("gpt"));
-    int same = json_equal(with_family ? with_family : model, (json_t *)expect_model);
-    const char *theirs = json_string_value(json_object_get(with_family ? with_family : model, "family"));
+    json_t *filled = backfilled(model, expect_model);
+    int same = json_equal(filled ? filled : model, (json_t *)expect_model);
+    const char *theirs = json_string_value(json_object_get(filled ? filled : model, "family"));
     const char *ours = json_string_value(json_object_get(expect_model, "family"));
     if (!same && theirs && ours && strcmp(theirs, ours) != 0) {
         zt_status st = ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: the checkpoint holds a %s model; this run's "
                                "`model` is %s", info->dir, theirs, ours);
-        json_decref(with_family); /* after the message: theirs may point into it */
+        json_decref(filled); /* after the message: theirs may point into it */
         return st;
     }
     if (!same) {
@@ -32,10 +55,10 @@ static zt_status check_model(const zt_ckpt_info *info, const zt_model_spec *spec
                                info->dir, a ? a : "?", b ? b : "?");
         free(a);
         free(b);
-        json_decref(with_family);
+        json_decref(filled);
         return st;
     }
-    json_decref(with_family);
+    json_decref(filled);
     if (info->nunits != spec->nunits)
         return ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: %d units, this model has %d", info->dir, info->nunits,
                        spec->nunits);

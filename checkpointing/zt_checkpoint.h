@@ -35,6 +35,7 @@
 #define ZT_CHECKPOINT_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 #include "zt_comm.h"
 #include "zt_engine.h"
@@ -133,5 +134,26 @@ zt_status zt_ckpt_read_range(const zt_ckpt_info *info, int u, int kind, size_t l
  * one safetensors file, atomically: out.tmp, every write checked, fsync,
  * rename. Nothing is left at out on failure. */
 zt_status zt_export_safetensors(const char *dir, const char *out, zt_dtype dtype, zt_error *err);
+
+/* Writes the checkpoint as a Hugging Face model directory out_dir (created
+ * when missing; refused when it holds a checkpoint): the family's
+ * transformers names, shapes and layouts (GPT2LMHeadModel, LlamaForCausalLM;
+ * checkpointing/hf_layout.h), the fp32 master values (bf16, fp16: rounded),
+ * in model.safetensors or, when they pass max_shard_bytes, in
+ * model-0000K-of-0000N.safetensors with model.safetensors.index.json, and
+ * config.json last, from the manifest's run.model. Every file is written
+ * atomically (NAME.tmp, fsync, rename). *nshards (may be NULL) gets the
+ * number of safetensors files. docs/interop_export.md. */
+typedef struct {
+    zt_dtype dtype;           /* of the written tensors */
+    uint64_t max_shard_bytes; /* > 0; transformers' default is 5 GB (5e9 bytes) */
+} zt_export_hf_options;
+#define ZT_HF_DEFAULT_SHARD_BYTES 5000000000ull
+zt_status zt_export_hf(const char *dir, const char *out_dir, const zt_export_hf_options *o, int *nshards,
+                       zt_error *err);
+/* "5GB", "10MB", "1.5GiB", "4096": bytes (KB, MB, GB, TB decimal as
+ * transformers reads them; KiB, MiB, GiB, TiB binary; any case). 0 when
+ * the text is not a positive size. */
+int zt_parse_byte_size(const char *text, uint64_t *bytes);
 
 #endif

@@ -127,6 +127,7 @@ zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
     s->inter_bytes += h->inter_bytes;
     s->intra_bytes += h->intra_bytes;
     zt_trace_span(c->trace, zt_coll_name(h->kind), "comm", 1, h->t_start);
+    zt_trace_wait(c->trace, t0);
     return ZT_OK;
 }
 

@@ -142,6 +142,7 @@ void zt_mem_bump(zt_counter *c, size_t delta) {
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 static void destroy_block(zt_mem *m, zt_block *b) {
+    zt_mem_trace_note(m, ZT_MEM_EV_SEGMENT_FREE, b->ptr, b->block_bytes, 0, ZT_CAT_OTHER, NULL);
     m->raw.free(m->raw.ctx, b->ptr);
     m->reserved.current -= b->block_bytes;
     free(b);
@@ -163,6 +164,7 @@ void zt_mem_destroy(zt_mem *m) {
     free(m->labels);
     m->labels = NULL;
     m->nlabels = m->labels_cap = 0;
+    zt_mem_trace_free(m); /* teardown is no part of the run's history */
     if (m->mode != ZT_ALLOC_SIMPLE) {
         zt_mem_caching_destroy(m);
         return;
@@ -220,6 +222,7 @@ static zt_block *new_block(zt_mem *m, size_t block_bytes) {
     }
     b->ptr = p;
     b->block_bytes = block_bytes;
+    zt_mem_trace_note(m, ZT_MEM_EV_SEGMENT_ALLOC, p, block_bytes, 0, ZT_CAT_OTHER, NULL);
     zt_mem_bump(&m->reserved, block_bytes);
     m->system_allocs++;
     return b;
@@ -286,11 +289,14 @@ zt_status zt_mem_alloc(zt_mem *m, size_t bytes, zt_category cat, const char *lab
     }
     if (!b) {
         m->refusals++;
+        zt_mem_trace_note(m, ZT_MEM_EV_OOM, NULL, block_bytes, bytes, cat, label);
         return refusal(m, bytes, block_bytes, cat, label, injected, err);
     }
     b->requested_bytes = bytes;
     b->category = cat;
+    b->phase = m->phase;
     snprintf(b->label, sizeof b->label, "%s", label ? label : "");
+    zt_mem_trace_note(m, ZT_MEM_EV_ALLOC, b->ptr, b->block_bytes, bytes, cat, b->label);
     zt_mem_list_push(&m->live, b);
     b->label_id = label_entry(m, b->label, cat);
     if (b->label_id >= 0) zt_mem_bump(&m->labels[b->label_id].bytes, bytes);
@@ -316,6 +322,9 @@ void zt_mem_free(zt_mem *m, zt_block *b) {
         m->peak_watch_state = 2;
         if (m->on_peak) m->on_peak(m->moments_arg, m);
     }
+    /* The CPU frees at once: the request and its completion are one moment. */
+    zt_mem_trace_note(m, ZT_MEM_EV_FREE_REQUESTED, b->ptr, b->block_bytes, b->requested_bytes, b->category, b->label);
+    zt_mem_trace_note(m, ZT_MEM_EV_FREE_COMPLETED, b->ptr, b->block_bytes, b->requested_bytes, b->category, b->label);
     zt_mem_list_remove(&m->live, b);
     m->by_category[b->category].current -= b->requested_bytes;
     m->allocated.current -= b->requested_bytes;

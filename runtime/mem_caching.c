@@ -96,6 +96,7 @@ static zt_block *new_segment(zt_mem *m, size_t bytes) {
     b->seg = s;
     b->label_id = -1;
     zt_mem_list_push(&m->cached, b);
+    zt_mem_trace_note(m, ZT_MEM_EV_SEGMENT_ALLOC, p, sb, 0, ZT_CAT_OTHER, NULL);
     zt_mem_bump(&m->reserved, sb);
     m->system_allocs++;
     return b;
@@ -192,6 +193,8 @@ static int map_block(zt_mem *m, zt_block *b) {
         if (s->mapped[g]) continue;
         if (m->raw.commit(m->raw.ctx, (char *)s->base + g * ZT_MEM_GRANULE, ZT_MEM_GRANULE) != 0) return -1;
         s->mapped[g] = 1;
+        zt_mem_trace_note(m, ZT_MEM_EV_SEGMENT_MAP, (char *)s->base + g * ZT_MEM_GRANULE, ZT_MEM_GRANULE, 0,
+                          ZT_CAT_OTHER, NULL);
         zt_mem_bump(&m->reserved, ZT_MEM_GRANULE);
         m->system_allocs++;
     }
@@ -259,11 +262,14 @@ static void drop_segment(zt_mem *m, zt_mem_segment *s) {
         for (size_t g = 0; g < s->va_bytes / ZT_MEM_GRANULE; g++)
             if (s->mapped[g]) { /* the segment goes whatever a failed unmap left: its addresses are given up */
                 (void)m->raw.decommit(m->raw.ctx, (char *)s->base + g * ZT_MEM_GRANULE, ZT_MEM_GRANULE);
+                zt_mem_trace_note(m, ZT_MEM_EV_SEGMENT_UNMAP, (char *)s->base + g * ZT_MEM_GRANULE, ZT_MEM_GRANULE, 0,
+                                  ZT_CAT_OTHER, NULL);
                 m->reserved.current -= ZT_MEM_GRANULE;
             }
         m->raw.unreserve(m->raw.ctx, s->base, s->va_bytes);
         free(s->mapped);
     } else {
+        zt_mem_trace_note(m, ZT_MEM_EV_SEGMENT_FREE, s->base, s->bytes, 0, ZT_CAT_OTHER, NULL);
         m->raw.free(m->raw.ctx, s->base);
         m->reserved.current -= s->bytes;
     }
@@ -280,6 +286,8 @@ static void unmap_free(zt_mem *m, zt_block *b) {
     for (size_t g = g0; g < g1; g++)
         if (s->mapped[g] && m->raw.decommit(m->raw.ctx, (char *)s->base + g * ZT_MEM_GRANULE, ZT_MEM_GRANULE) == 0) {
             s->mapped[g] = 0; /* a granule that failed to unmap stays mapped and counted */
+            zt_mem_trace_note(m, ZT_MEM_EV_SEGMENT_UNMAP, (char *)s->base + g * ZT_MEM_GRANULE, ZT_MEM_GRANULE, 0,
+                              ZT_CAT_OTHER, NULL);
             m->reserved.current -= ZT_MEM_GRANULE;
         }
 }

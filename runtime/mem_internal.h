@@ -19,4 +19,10 @@ void zt_mem_caching_release(zt_mem *m);
 /* Returns every segment, live blocks included (teardown). */
 void zt_mem_caching_destroy(zt_mem *m);
 
+/* Records one event in m->trace (a no-op without one); label may be NULL. */
+void zt_mem_trace_note(zt_mem *m, zt_mem_action a, const void *addr, size_t size, size_t requested,
+                       zt_category cat, const char *label);
+/* Frees m->trace. */
+void zt_mem_trace_free(zt_mem *m);
+
 #endif

@@ -92,6 +92,7 @@ typedef struct zt_block {
     size_t requested_bytes; /* size the caller asked for; 0 while free */
     zt_category category;
     char label[40];
+    zt_phase phase;               /* the phase it was allocated in (the snapshot's frames) */
     int label_id;                 /* its entry in zt_mem.labels (-1: none) */
     struct zt_block *prev, *next; /* in the live list or the free (cache) list */
     /* CACHING: its segment and its neighbours there, in address order. */
@@ -133,6 +134,21 @@ typedef struct {
     zt_category category;
     zt_counter bytes;
 } zt_label_stat;
+
+/* The recent allocator events a memory snapshot shows (mem_snapshot.c):
+ * a ring of the last N, allocated only when --memory-snapshot asks. */
+typedef enum {
+    ZT_MEM_EV_ALLOC = 0,
+    ZT_MEM_EV_FREE_REQUESTED,
+    ZT_MEM_EV_FREE_COMPLETED,
+    ZT_MEM_EV_SEGMENT_ALLOC,
+    ZT_MEM_EV_SEGMENT_FREE,
+    ZT_MEM_EV_SEGMENT_MAP,   /* EXPANDABLE: a granule mapped */
+    ZT_MEM_EV_SEGMENT_UNMAP, /* EXPANDABLE: a granule unmapped */
+    ZT_MEM_EV_OOM,
+    ZT_MEM_NUM_EVENTS
+} zt_mem_action;
+struct zt_mem_trace;
 
 typedef struct zt_mem {
     char space_name[16]; /* "device" or "host" */
@@ -185,6 +201,8 @@ typedef struct zt_mem {
     void *moments_arg;
     size_t peak_watch_bytes;
     int peak_watch_state; /* 0: waiting, 1: reached, 2: sampled (this window) */
+
+    struct zt_mem_trace *trace; /* the snapshot's event ring (NULL: not recorded) */
 } zt_mem;
 
 void zt_mem_init(zt_mem *m, const char *space_name, zt_raw_allocator raw, size_t limit_bytes);
@@ -215,6 +233,14 @@ void zt_mem_window_reset(zt_mem *m);
 void zt_mem_format_breakdown(const zt_mem *m, char *buf, size_t cap);
 /* Prints phase, categories and the `top` largest live allocations. */
 void zt_mem_report(const zt_mem *m, FILE *f, int top);
+
+/* PyTorch memory_viz snapshots (mem_snapshot.c, docs/interop_memory_viz.md).
+ * Records the last `entries` (>= 1) events from now on; frees with zt_mem_destroy. */
+zt_status zt_mem_trace_enable(zt_mem *m, size_t entries, zt_error *err);
+/* Writes the blocks held now and the recorded events as a pickle in the
+ * format of torch.cuda.memory._snapshot() to path (through path.tmp and a
+ * rename, so a failed write leaves any earlier file as it was). */
+zt_status zt_mem_snapshot_write(const zt_mem *m, int device, const char *path, zt_error *err);
 
 /* The CPU raw allocator (aligned malloc). */
 zt_raw_allocator zt_raw_allocator_cpu(void);

@@ -110,6 +110,7 @@ zt_status zt_train_step(zt_engine *eng, const zt_step_model *m, const zt_step_op
     char step_name[32];
     snprintf(step_name, sizeof step_name, "step %d", step + 1);
     zt_trace_span(ctx->trace, step_name, "step", 0, t0);
+    zt_trace_profiler_step(ctx->trace, step + 1, t0);
     out->time_s = zt_now_s() - t0;
     out->grad_norm = eng->last_grad_norm;
     out->skipped = eng->last_step_skipped;

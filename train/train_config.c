@@ -220,6 +220,9 @@ static const opt_spec options[] = {
     {"resume", OPT_STRING, S(resume), 0, 0, NULL,
      "checkpoint directory (its 'latest', else its newest complete step) or one step-N directory; auto: the "
      "newest complete checkpoint in --save-dir when there is one, else a fresh start (a directory named auto: ./auto)"},
+    {"init-from", OPT_STRING, S(init_from), 0, 0, NULL,
+     "a Hugging Face model directory (GPT2LMHeadModel or LlamaForCausalLM: config.json and safetensors) to start "
+     "from; its config is checked against the model flags; each rank reads only the tensors its slices overlap"},
     {"save-every-minutes", OPT_FLOAT, F(save_every_minutes), 0, 0, 1e9, NULL,
      "also save when this many minutes of rank 0's clock have passed since the last save of either cadence (0: never)"},
     {"async-save", OPT_BOOL, F(async_save), 0, 0, 1, NULL,
@@ -236,6 +239,14 @@ static const opt_spec options[] = {
      "every K steps (and at exit) rank 0 prints every rank's peaks and the imbalance (0: at exit only)"},
     {"trace", OPT_BOOL, F(trace), 0, 0, 1, NULL, "with --log-dir, write DIR/trace.json (Chrome trace format)"},
     {"trace-max-events", OPT_INT64, F(trace_max_events), 0, 0, 9e18, NULL, "per rank; later events are dropped (0: no cap)"},
+    {"trace-per-rank", OPT_BOOL, F(trace_per_rank), 0, 0, 1, NULL,
+     "with --log-dir and --trace: also DIR/rank_traces/trace_rank<r>.json per rank, with the fields Holistic Trace "
+     "Analysis reads"},
+    {"memory-snapshot", OPT_STRING, S(memory_snapshot), 0, 0, NULL,
+     "a folder: each rank writes rank<r>.pickle there at exit and at an OOM, in the format of PyTorch's "
+     "torch.cuda.memory._snapshot() (memory_viz)"},
+    {"memory-snapshot-entries", OPT_INT64, F(memory_snapshot_entries), 0, 1, 9e18, NULL,
+     "--memory-snapshot: the allocator trace events kept per rank (the last ones)"},
     {"quiet", OPT_BOOL, F(quiet), 0, 0, 1, NULL, "print only warnings and errors"},
     {"print-config", OPT_BOOL, F(print_config), 0, 0, 1, NULL,
      "print the resolved configuration as a --config file (JSON) and exit"},
@@ -323,6 +334,7 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->overlap_comm = 1;
     c->trace = 1;
     c->trace_max_events = 200000;
+    c->memory_snapshot_entries = 100000;
     c->keep_checkpoints = 2;
     c->save_failures = 3;
     snprintf(c->on_signal, sizeof c->on_signal, "save-exit");
@@ -786,8 +798,10 @@ void zt_train_config_print_help(FILE *f, const char *prog) {
 /* Options each rank may set for itself: per-rank paths and logging choices,
  * which shape no collective and no arithmetic. Every other option is agreed
  * on before the first collective. */
-static const char *const per_rank_options[] = {"config", "log-dir", "quiet", "threads", "mem-limit", "trace",
-                                               "trace-max-events", "print-config", "metrics-file"};
+static const char *const per_rank_options[] = {
+    "config",       "log-dir",        "quiet",           "threads",        "mem-limit",
+    "trace",        "trace-max-events", "print-config",  "metrics-file",   "trace-per-rank",
+    "memory-snapshot", "memory-snapshot-entries"};
 /* Options naming files: compared by what they refer to, not by path. */
 static const char *const identity_options[] = {"data", "resume", "save-dir"};
 

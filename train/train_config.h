@@ -53,6 +53,12 @@ typedef struct {
     int stage, prefetch, threads, quiet, overlap_comm, trace, report_every, offload_delay, print_config;
     double seq_len_jitter; /* each rank's T per step drawn in [(1 - F) seq_len, seq_len] */
     int64_t trace_max_events;
+    /* Interop with users' tools: a folder for each rank's PyTorch
+     * memory_viz snapshot ("": none) and its trace events kept; per-rank
+     * traces with the fields Holistic Trace Analysis reads. */
+    char memory_snapshot[512];
+    int64_t memory_snapshot_entries;
+    int trace_per_rank;
     int64_t prefetch_bucket_size; /* DeepSpeed's stage3_prefetch_bucket_size (parameters); 0: use prefetch */
     char offload_params[8]; /* none, cpu or nvme: stage 3's parameter shards in the host pool or the swap file */
     /* The NVMe tier (--offload nvme): the swap files' folder, the buffers'
@@ -86,6 +92,7 @@ typedef struct {
     int save_failures;         /* failed saves in a row that stop the run */
     char on_signal[16];        /* save-exit, exit or ignore (stop_signals.h) */
     char save_dir[512], resume[1024];
+    char init_from[1024]; /* a Hugging Face model directory the run starts from ("": the family's init) */
     int resume_auto; /* --resume auto found a checkpoint (resume names it): a damaged one falls back to an older one */
     char config[512];
     int keep_checkpoints;

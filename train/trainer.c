@@ -11,6 +11,8 @@
 
 #include "checkpointer.h"
 #include "data.h"
+#include "init_source.h"
+#include "memory_snapshot.h"
 #include "metrics.h"
 #include "leak_watch.h"
 #include "device_bill_out.h"
@@ -472,8 +474,10 @@ static zt_status create_model(run_state *r) {
     zt_engine_config ec;
     ZT_TRY(zt_train_engine_config(c, r->test, ctx->be->nthreads, ctx->rank, spec, &ec, err));
     zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_INIT);
-    ZT_TRY(zt_engine_init_hybrid(&t->eng, ctx, shard, t->groups > 1 ? &t->replicas : NULL, r->comm, spec, &ec,
-                                 t->family->init_param, t->model));
+    zt_init_source init; /* the family's init, or --init-from's Hugging Face directory */
+    ZT_TRY(zt_init_source_open(c, t->family, &t->settings, t->model, spec, r->comm, &init, err));
+    ZT_TRY(zt_init_source_close(&init, zt_engine_init_hybrid(&t->eng, ctx, shard, t->groups > 1 ? &t->replicas : NULL,
+                                                             r->comm, spec, &ec, init.fn, init.arg), ctx, r->comm));
     ZT_TRY(make_secondary(r));
     ZT_TRY(make_grad_hops(r));
     zt_matrix_owners_log(&t->eng, &ctx->log, shard->world_size);
@@ -501,6 +505,21 @@ static zt_status create_model(run_state *r) {
     return ZT_OK;
 }
 
+/* --trace-per-rank: DIR/rank_traces/trace_rank<r>.json, a folder of its
+ * own because HTA reads every .json of the folder it is given as a rank's
+ * trace (docs/interop_traces.md). Kernels are on the rank's GPU (its local
+ * rank) or, on the CPU, on device 0. */
+static zt_status open_rank_trace(run_state *r) {
+    zt_ctx *ctx = r->ctx;
+    char dir[1100], path[1200];
+    snprintf(dir, sizeof dir, "%s/rank_traces", r->c->log_dir);
+    ZT_TRY(zt_mkdir_p(dir, &ctx->err));
+    snprintf(path, sizeof path, "%s/trace_rank%d.json", dir, ctx->rank);
+    const char *backend = strstr(r->comm->ops->name, "nccl") ? "nccl" : "mpi";
+    int device = ctx->be->device == ZT_DEVICE_CPU ? 0 : r->comm->local_rank;
+    return zt_trace_open_rank(&r->t->trace, path, r->comm->world_size, backend, device, &ctx->err);
+}
+
 /* Host buffers, DIR/rank<r>.jsonl and the timeline. */
 static zt_status open_outputs(run_state *r) {
     const zt_train_config *c = r->c;
@@ -521,6 +540,7 @@ static zt_status open_outputs(run_state *r) {
         ctx->trace = r->comm->trace = &t->trace;
         zt_trace_watch_mem(&t->trace, &ctx->device_mem);
         zt_trace_watch_mem(&t->trace, &ctx->host_mem);
+        if (c->trace_per_rank) ZT_TRY(open_rank_trace(r));
     }
     r->points = (save_points){r->test, -1, 0};
     r->hooks = (zt_ckpt_hooks){r->test->list_points || r->test->kill_step >= 0 ? at_save_point : NULL, &r->points};
@@ -1026,11 +1046,13 @@ zt_status zt_train_run(const zt_train_config *c, const zt_train_model *family, c
     memset(&t, 0, sizeof t);
     t.family = family;
     *stop_signo = 0;
-    zt_status st = run(c, test, signals, ctx, comm, &t, stop_signo);
+    zt_status st = zt_memory_snapshot_start(c, ctx);
+    if (st == ZT_OK) st = run(c, test, signals, ctx, comm, &t, stop_signo);
     /* A collective timed out: the caller aborts the job, and freeing device
      * memory now would wait for the collective that never ends. */
     if (st == ZT_ERR_TIMEOUT) return st;
     if (st == ZT_ERR_OOM) zt_ctx_capture_oom_report(ctx); /* before cleanup frees the evidence */
+    st = zt_memory_snapshot_finish(c, ctx, st); /* at exit and at an OOM, while the blocks are held */
     /* The timeline lives in t, the whole bill's sampler in run's frame:
      * unhook both before anything else is freed. */
     ctx->trace = comm->trace = NULL;

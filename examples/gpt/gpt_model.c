@@ -46,9 +46,15 @@ void zt_gpt_model_destroy(void *self) {
     free(self);
 }
 
+/* ffn_dim and norm_eps are fixed in this family (4 x d_model; the LayerNorm
+ * kernels' 1e-5, runtime/cpu/ops_layernorm.inc) but recorded all the same,
+ * so that an export (zt-export --format hf) reads every hyperparameter from
+ * the checkpoint. Checkpoints written before they were recorded still load
+ * (checkpointing/load.c fills them in). */
 json_t *zt_gpt_model_describe(const zt_model_settings *s) {
-    return json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:b}", "family", "gpt", "layers", s->layers, "d_model", s->d_model,
-                     "heads", s->heads, "seq_len", s->seq_len, "vocab", s->vocab, "tied", s->tied);
+    return json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:b,s:i,s:f}", "family", "gpt", "layers", s->layers, "d_model",
+                     s->d_model, "heads", s->heads, "seq_len", s->seq_len, "vocab", s->vocab, "tied", s->tied,
+                     "ffn_dim", 4 * s->d_model, "norm_eps", 1e-5);
 }
 
 void zt_gpt_model_plan_walk(void *arg, zt_plan_sim *S) {

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""transformers loads zt-export --format hf directories and computes
+zerotrain's loss (docs/interop_export.md). Needs a venv with torch and
+transformers (not CI: PyPI):
+
+    /work/venv-torch/bin/python bench/bench_hf_export.py [BUILD_DIR]
+
+For each model (GPT untied and tied, Llama with grouped-query attention and
+tied) it trains zerotrain for STEPS steps on a data file of exactly T + 1
+bytes (--vocab 256), so that every sequence of every batch is that file
+(the sampler's offset is drawn in [0, size - T), here always 0): the loss
+zerotrain logs at step STEPS + 1, resumed from the checkpoint of step
+STEPS, is the checkpoint's mean cross-entropy of bytes[1:T+1] given
+bytes[0:T]. transformers computes the same from the exported directory
+(fp32, eager attention); the relative difference must be <= 1e-5.
+
+Then the other way (zt-train --init-from): for GPT-2 (untied and tied) and
+Llama (grouped-query) configs, transformers creates a model (random init,
+every parameter then moved by N(0, 0.02) so the norms are not all ones),
+saves it with save_pretrained, and computes its loss on the same tokens;
+zerotrain imports the directory and logs its loss at step 1 with --lr 0
+(the loss of the imported parameters). Same bound."""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM
+
+STEPS, T = 20, 32
+SHAPE = ["--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", str(T), "--vocab", "256",
+         "--micro-batch", "2", "--warmup", "2"]
+MODELS = {"gpt": [], "gpt_tied": ["--tied", "1"], "llama_gqa": ["--model", "llama", "--kv-heads", "2"],
+          "llama_tied": ["--model", "llama", "--tied", "1"]}
+
+
+def zt_loss_after(zt, work, name, flags, data):
+    """Trains STEPS steps, saving the last; resumes for one more step and
+    returns its logged loss (the checkpoint's loss on the file's tokens)."""
+    save, log = os.path.join(work, name), os.path.join(work, name + "-log")
+    common = [zt] + SHAPE + flags + ["--data", data]
+    subprocess.run(common + ["--steps", str(STEPS), "--save-every", str(STEPS), "--save-dir", save], check=True,
+                   capture_output=True)
+    subprocess.run(common + ["--steps", str(STEPS + 1), "--resume", save, "--log-dir", log], check=True,
+                   capture_output=True)
+    with open(os.path.join(log, "rank0.jsonl")) as f:
+        rows = [json.loads(line) for line in f if line.startswith("{\"step\"")]
+    return save, [r for r in rows if r["step"] == STEPS + 1][0]["loss"]
+
+
+def hf_loss(out, tokens):
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    ids = torch.tensor([tokens[:T]])
+    with torch.no_grad():
+        logits = model(ids).logits[0].double()  # [T, V]
+    target = torch.tensor(tokens[1:T + 1])
+    return torch.nn.functional.cross_entropy(logits, target).item(), type(model).__name__
+
+
+# transformers' configs and the zerotrain flags that build the same model
+IMPORTS = {
+    "gpt2": (lambda: transformers.GPT2Config(vocab_size=256, n_positions=T, n_embd=64, n_layer=2, n_head=4,
+                                             bos_token_id=None, eos_token_id=None, tie_word_embeddings=False), []),
+    "gpt2_tied": (lambda: transformers.GPT2Config(vocab_size=256, n_positions=T, n_embd=64, n_layer=2, n_head=4,
+                                                  bos_token_id=None, eos_token_id=None, tie_word_embeddings=True), ["--tied", "1"]),
+    "llama_gqa": (lambda: transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=160,
+                                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                                   max_position_embeddings=T, rms_norm_eps=1e-6,
+                                                   tie_word_embeddings=False),
+                  ["--model", "llama", "--kv-heads", "2", "--ffn-dim", "160", "--norm-eps", "1e-6",
+                   "--rope-theta", "10000"]),
+}
+
+
+def hf_saved(config, out):
+    """A transformers model of config, randomly initialised and moved, saved to out (fp32)."""
+    torch.manual_seed(3)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    model.save_pretrained(out)
+
+
+def zt_first_loss(zt, work, name, flags, data, out):
+    log = os.path.join(work, name + "-import-log")
+    subprocess.run([zt] + SHAPE + flags + ["--data", data, "--steps", "1", "--lr", "0", "--init-from", out,
+                    "--log-dir", log], check=True, capture_output=True)
+    with open(os.path.join(log, "rank0.jsonl")) as f:
+        rows = [json.loads(line) for line in f if line.startswith("{\"step\"")]
+    return rows[0]["loss"]
+
+
+def import_rows(zt, work, data, tokens):
+    worst = 0.0
+    print(f"\n{'import':<12} {'class':<18} {'transformers loss':>18} {'zerotrain loss':>15} {'rel diff':>10}")
+    for name, (config, flags) in IMPORTS.items():
+        out = os.path.join(work, name + "-made-by-transformers")
+        hf_saved(config(), out)
+        theirs, cls = hf_loss(out, tokens)
+        ours = zt_first_loss(zt, work, name, flags, data, out)
+        rel = abs(theirs - ours) / abs(theirs)
+        worst = max(worst, rel)
+        print(f"{name:<12} {cls:<18} {theirs:>18.8f} {ours:>15.8f} {rel:>10.2e}")
+    return worst
+
+
+def main():
+    build = sys.argv[1] if len(sys.argv) > 1 else "build"
+    zt, exporter = os.path.join(build, "examples", "zt-train"), os.path.join(build, "checkpointing", "zt-export")
+    work = tempfile.mkdtemp(prefix="zt-bench-hf-")
+    tokens = [random.Random(7).randrange(256) for _ in range(T + 1)]
+    data = os.path.join(work, "tokens.bin")
+    with open(data, "wb") as f:
+        f.write(bytes(tokens))
+    worst = 0.0
+    print(f"{'model':<12} {'class':<18} {'zerotrain loss':>15} {'transformers loss':>18} {'rel diff':>10}")
+    for name, flags in MODELS.items():
+        ckpt, ours = zt_loss_after(zt, work, name, flags, data)
+        out = os.path.join(work, name + "-hf")
+        subprocess.run([exporter, ckpt, out, "--format", "hf"], check=True, capture_output=True)
+        theirs, cls = hf_loss(out, tokens)
+        rel = abs(theirs - ours) / abs(ours)
+        worst = max(worst, rel)
+        print(f"{name:<12} {cls:<18} {ours:>15.8f} {theirs:>18.8f} {rel:>10.2e}")
+    worst = max(worst, import_rows(zt, work, data, tokens))
+    print(f"worst relative difference {worst:.2e} ({'ok' if worst <= 1e-5 else 'FAIL'}: <= 1e-5)")
+    return 0 if worst <= 1e-5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
