@@ -48,6 +48,10 @@ zt_status ckpt_write_rank_file(const ckpt_saver *s, unsigned long long *hashes, 
  * manifest's entry for it (NULL: none); and, collective, the load: read
  * back at the same world size and dtype, else dropped with a warning. */
 zt_status ckpt_write_feedback(const ckpt_saver *s, zt_error *err);
+/* A safetensors file's start on fd: the 8-byte little-endian length of
+ * the JSON header (consumed), the header, spaces to an 8-byte boundary so
+ * the data after it is aligned (checkpointing/export.c). */
+zt_status ckpt_write_safetensors_header(int fd, const char *path, json_t *header, zt_error *err);
 json_t *ckpt_feedback_json(const zt_engine *eng, int world_size);
 zt_status ckpt_load_feedback(zt_engine *eng, zt_comm *comm, const zt_ckpt_info *info, zt_error *err);
 /* Collective: agrees on every rank's `written`, then rank 0 writes the

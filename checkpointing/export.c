@@ -73,6 +73,19 @@ static zt_status write_unit(int fd, const char *path, const json_t *uj, const fl
     return ZT_OK;
 }
 
+zt_status ckpt_write_safetensors_header(int fd, const char *path, json_t *header, zt_error *err) {
+    char *htext = header ? json_dumps(header, JSON_COMPACT) : NULL;
+    json_decref(header);
+    if (!htext) return ZT_FAIL(err, ZT_ERR_OOM, "export: cannot build the header of %s", path);
+    size_t hlen = strlen(htext), padded = (hlen + 7) / 8 * 8; /* data starts 8-byte aligned */
+    uint64_t le = (uint64_t)padded; /* x86-64 and aarch64 are little-endian */
+    zt_status st = zt_write_all(fd, &le, 8, path, err);
+    if (st == ZT_OK) st = zt_write_all(fd, htext, hlen, path, err);
+    if (st == ZT_OK) st = zt_write_all(fd, "        ", padded - hlen, path, err);
+    free(htext);
+    return st;
+}
+
 static zt_status write_contents(int fd, const char *path, const zt_ckpt_info *info, zt_dtype dtype, zt_error *err) {
     size_t data_bytes;
     char dup[96] = "";
@@ -80,15 +93,7 @@ static zt_status write_contents(int fd, const char *path, const zt_ckpt_info *in
     if (dup[0])
         return ZT_FAIL(err, ZT_ERR_INVALID, "%s/manifest.json: two parameters are both named %s (inconsistent)",
                        info->dir, dup);
-    char *htext = header ? json_dumps(header, JSON_COMPACT) : NULL;
-    json_decref(header);
-    if (!htext) return ZT_FAIL(err, ZT_ERR_OOM, "export: cannot build the header");
-    size_t hlen = strlen(htext), padded = (hlen + 7) / 8 * 8; /* data starts 8-byte aligned */
-    uint64_t le = (uint64_t)padded; /* x86-64 and aarch64 are little-endian */
-    zt_status st = zt_write_all(fd, &le, 8, path, err);
-    if (st == ZT_OK) st = zt_write_all(fd, htext, hlen, path, err);
-    if (st == ZT_OK) st = zt_write_all(fd, "        ", padded - hlen, path, err);
-    free(htext);
+    zt_status st = ckpt_write_safetensors_header(fd, path, header, err);
     size_t largest = 0;
     for (int u = 0; u < info->nunits; u++)
         if (zt_ckpt_unit_numel(info, u) > largest) largest = zt_ckpt_unit_numel(info, u);

@@ -114,16 +114,7 @@ static zt_status write_tensor(hf_export *x, const hf_tensor *t, int fd, const ch
 
 static zt_status write_shard_contents(hf_export *x, int s, int fd, const char *path, zt_error *err) {
     size_t data_bytes;
-    json_t *header = shard_header(x, s, &data_bytes);
-    char *htext = header ? json_dumps(header, JSON_COMPACT) : NULL;
-    json_decref(header);
-    if (!htext) return ZT_FAIL(err, ZT_ERR_OOM, "export: cannot build the header of %s", path);
-    size_t hlen = strlen(htext), padded = (hlen + 7) / 8 * 8; /* data starts 8-byte aligned */
-    uint64_t le = (uint64_t)padded;                            /* x86-64 and aarch64 are little-endian */
-    zt_status st = zt_write_all(fd, &le, 8, path, err);
-    if (st == ZT_OK) st = zt_write_all(fd, htext, hlen, path, err);
-    if (st == ZT_OK) st = zt_write_all(fd, "        ", padded - hlen, path, err);
-    free(htext);
+    zt_status st = ckpt_write_safetensors_header(fd, path, shard_header(x, s, &data_bytes), err);
     for (int i = 0; st == ZT_OK && i < x->n; i++)
         if (x->shard_of[i] == s) st = write_tensor(x, &x->tensors[i], fd, path, err);
     return st;
@@ -135,13 +126,12 @@ static zt_status write_shard(hf_export *x, int s, const char *out_dir, zt_error 
     shard_name(x, s, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", out_dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return ZT_FAIL(err, ZT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    int fd;
+    ZT_TRY(zt_fs_create(tmp, &fd, err));
     zt_status st = write_shard_contents(x, s, fd, tmp, err);
-    if (st == ZT_OK && fsync(fd) != 0) st = ZT_FAIL(err, ZT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && st == ZT_OK) st = ZT_FAIL(err, ZT_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
-    if (st == ZT_OK && rename(tmp, path) != 0)
-        st = ZT_FAIL(err, ZT_ERR_IO, "rename %s -> %s: %s", tmp, path, strerror(errno));
+    if (st != ZT_OK) close(fd);
+    else st = zt_fs_sync_close(fd, tmp, err);
+    if (st == ZT_OK) st = zt_fs_rename(tmp, path, err);
     if (st != ZT_OK) unlink(tmp);
     return st;
 }

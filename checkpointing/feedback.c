@@ -6,7 +6,6 @@
  * back; any other run starts from zero feedback and says so. The file is
  * written beside the rank file, before the commit, on the caller's thread
  * (an asynchronous save stages only its rank file). */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,15 +72,19 @@ static void mismatch(const zt_engine *eng, const zt_comm *comm, const json_t *sa
         snprintf(why, cap, "its layout differs (another --quant-block?)");
 }
 
-static zt_status read_feedback(const zt_ckpt_info *info, int rank, void *buf, size_t n, zt_error *err) {
+/* Rank `rank`'s file, checked against its own header: *payload points
+ * into *file (malloc'd), n bytes. */
+static zt_status read_feedback(const zt_ckpt_info *info, int rank, size_t n, char **file, const char **payload,
+                               zt_error *err) {
     char path[1200];
     feedback_path(info->dir, rank, path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return ZT_FAIL(err, ZT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    size_t got;
+    ZT_TRY(zt_read_file(path, n + sizeof(feedback_header), file, &got, err));
     feedback_header h;
-    int ok = fread(&h, sizeof h, 1, f) == 1 && fread(buf, 1, n, f) == n;
-    fclose(f);
-    if (!ok || memcmp(h.magic, FEEDBACK_MAGIC, 8) != 0 || h.bytes != n || h.hash != XXH64(buf, n, 0))
+    if (got == sizeof h + n) memcpy(&h, *file, sizeof h);
+    *payload = *file + sizeof h;
+    if (got != sizeof h + n || memcmp(h.magic, FEEDBACK_MAGIC, 8) != 0 || h.bytes != n ||
+        h.hash != XXH64(*payload, n, 0))
         return ZT_FAIL(err, ZT_ERR_INVALID, "%s: truncated or damaged (checksum)", path);
     return ZT_OK;
 }
@@ -96,12 +99,12 @@ zt_status ckpt_load_feedback(zt_engine *eng, zt_comm *comm, const zt_ckpt_info *
         return ZT_OK;
     }
     mismatch(eng, comm, saved, why, sizeof why);
-    void *buf = why[0] ? NULL : malloc(n);
-    zt_status st = why[0] ? ZT_OK : buf ? read_feedback(info, comm->rank, buf, n, err)
-                                        : ZT_FAIL(err, ZT_ERR_OOM, "checkpoint: cannot allocate the error feedback");
+    char *file = NULL;
+    const char *payload = NULL;
+    zt_status st = why[0] ? ZT_OK : read_feedback(info, comm->rank, n, &file, &payload, err);
     st = zt_comm_agree(comm, st, err);
-    if (st == ZT_OK && !why[0]) st = zt_engine_set_feedback(eng, buf);
-    free(buf);
+    if (st == ZT_OK && !why[0]) st = zt_engine_set_feedback(eng, payload);
+    free(file);
     if (st != ZT_OK) return st;
     if (why[0] && comm->rank == 0)
         zt_log_warn(&zt_engine_context(eng)->log, "checkpoint: error feedback dropped, starting from zero: %s", why);

@@ -112,9 +112,12 @@ static void ordered_sum(const zt_comm *c, zt_comm_handle *h) {
     size_t n = h->count, chunk = zt_wire_bytes(&h->wire, n);
     for (int r = 0; r < c->world_size; r++) {
         const uint8_t *at = (const uint8_t *)h->staging + (size_t)r * chunk;
+        if (h->wire.bits) {
+            zt_wire_accumulate(h->out, at, n, h->wire.bits, h->wire.block, r == 0);
+            continue;
+        }
         for (size_t i = 0; i < n; i++) {
-            float v = h->wire.bits ? zt_wire_load(at, n, i, h->wire.bits, h->wire.block)
-                                   : zt_dtype_load(at, h->wire.dtype, i);
+            float v = zt_dtype_load(at, h->wire.dtype, i);
             h->out[i] = r == 0 ? v : h->out[i] + v;
         }
     }

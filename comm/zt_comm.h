@@ -228,11 +228,6 @@ zt_status zt_comm_all_gather_coded_start(zt_comm *c, const void *send, void *rec
  * neither. */
 zt_status zt_comm_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out, size_t count,
                                        zt_wire wire, void *ready, zt_comm_handle *h, zt_error *err);
-/* The plain wire of a dtype. */
-static inline zt_wire zt_wire_plain(zt_dtype dtype) {
-    zt_wire w = {dtype, 0, 0};
-    return w;
-}
 /* Blocks the host until h completes; its outputs are then valid everywhere. */
 zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err);
 /* Completes h for the work queued on `stream` (zt_stream.handle: a

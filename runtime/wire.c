@@ -36,9 +36,27 @@ void zt_wire_quantize(uint8_t *codes, float *scales, const void *x, zt_dtype x_d
     }
 }
 
+/* Block by block, one scale load each: the host's decode runs inside the
+ * reduce-scatter's sum, on the step's path. */
 void zt_wire_dequantize(void *out, zt_dtype dtype, const uint8_t *codes, const float *scales, size_t n, int bits,
                         unsigned block, int nthreads) {
+    size_t nb = zt_wire_nblocks(n, block);
 #pragma omp parallel for num_threads(nthreads > 0 ? nthreads : 1) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        zt_dtype_store(out, dtype, i, zt_wire_value(zt_wire_get(codes, i, bits), scales[i / block]));
+    for (size_t b = 0; b < nb; b++) {
+        size_t lo = b * block, hi = lo + block < n ? lo + block : n;
+        for (size_t i = lo; i < hi; i++)
+            zt_dtype_store(out, dtype, i, zt_wire_value(zt_wire_get(codes, i, bits), scales[b]));
+    }
+}
+
+void zt_wire_accumulate(float *out, const uint8_t *seg, size_t n, int bits, unsigned block, int first) {
+    const float *scales = (const float *)(seg + zt_wire_scales_at(n, bits));
+    for (size_t b = 0, nb = zt_wire_nblocks(n, block); b < nb; b++) {
+        size_t lo = b * block, hi = lo + block < n ? lo + block : n;
+        float scale = scales[b];
+        for (size_t i = lo; i < hi; i++) {
+            float v = zt_wire_value(zt_wire_get(seg, i, bits), scale);
+            out[i] = first ? v : out[i] + v;
+        }
+    }
 }

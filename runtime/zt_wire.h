@@ -37,6 +37,12 @@ typedef struct {
     unsigned block; /* values per scale, even (int4 packs a block's codes in whole bytes) */
 } zt_wire;
 
+/* The plain wire of a dtype. */
+static inline zt_wire zt_wire_plain(zt_dtype dtype) {
+    zt_wire w = {dtype, 0, 0};
+    return w;
+}
+
 #define ZT_WIRE_BLOCK_MIN 16
 #define ZT_WIRE_BLOCK_MAX 65536
 
@@ -105,5 +111,8 @@ void zt_wire_quantize(uint8_t *codes, float *scales, const void *x, zt_dtype x_d
 /* Host: out[n] (dtype) = the values of codes and scales. */
 void zt_wire_dequantize(void *out, zt_dtype dtype, const uint8_t *codes, const float *scales, size_t n, int bits,
                         unsigned block, int nthreads);
+/* Host: out[n] = (first ? 0 : out) + the values of segment seg (codes,
+ * then scales), added in fp32; first stores them as they are. */
+void zt_wire_accumulate(float *out, const uint8_t *seg, size_t n, int bits, unsigned block, int first);
 
 #endif

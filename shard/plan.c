@@ -93,7 +93,7 @@ zt_plan_moment zt_plan_base(const zt_plan_sim *S) {
  * (comm_buffers), which the walk does not name. */
 void zt_plan_consider(zt_plan_sim *S, const zt_plan_moment *given) {
     zt_plan_moment with = *given, *m = &with;
-    m->c[ZT_CAT_COMM_BUFFERS] += state_bytes(S).feedback + S->wire_live;
+    m->c[ZT_CAT_COMM_BUFFERS] += S->feedback + S->wire_live;
     size_t t = total(m);
     if (!S->best || t > S->best_total) {
         memcpy(S->best_c, m->c, sizeof S->best_c);
@@ -436,6 +436,7 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_a
      * its bucket is packed: comm buffers at stages 2-3, a workspace at stages
      * 0-1 in a 16-bit dtype; at stages 0-1 in fp32 they are the persistent
      * grads themselves. */
+    S.feedback = state_bytes(&S).feedback;
     S.waits = in->stage >= 2 || in->dtype != ZT_FP32;
     S.wait_cat = in->stage >= 2 ? ZT_CAT_COMM_BUFFERS : ZT_CAT_WORKSPACE;
     walk(walk_arg, &S);
@@ -447,7 +448,7 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_a
     out->peak_bytes = S.best_total;
     out->peak_moment = S.best;
     for (int c = ZT_CAT_PARAMS; c <= ZT_CAT_OPTIMIZER; c++) out->persistent_bytes += base.c[c];
-    out->feedback_bytes = state_bytes(&S).feedback;
+    out->feedback_bytes = S.feedback;
     out->activations_kept_bytes = S.activations_kept;
     out->gathered_shard_bytes_per_micro = S.gathered_shards;
     if (!in->offload && in->gpu) out->host_bytes = matrix_staging_bytes(&S);

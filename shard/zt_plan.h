@@ -111,6 +111,7 @@ typedef struct {
     size_t gathered_shards; /* stage 3: each gather's per-rank bytes (shard x params dtype), summed */
     size_t secondary_live;  /* hpZ: bytes of the units' secondary parts kept from forward to backward */
     size_t wire_live;       /* quantized weights: the gathered units' codes (comm_buffers, with their full copy) */
+    size_t feedback;        /* quantized gradients' error feedback (comm_buffers, every moment) */
     unsigned char has_secondary[ZT_MAX_UNITS];
 } zt_plan_sim;
 

@@ -290,12 +290,12 @@ zt_label(full preempt_signals preempt_storage preempt_enospc preempt_second_sign
 # hosts, in two hops, needing root: skipped otherwise), stages bitwise with
 # feedback, zt-plan --rank exact, resume bitwise, refusals, convergence
 # within 0.05 nats. Quick: the stages (the codes' C paths under the
-# sanitizers) and the wire bytes; the refusals (full, and asan) start no
-# training.
+# sanitizers: every one the wire bytes' runs take too); the refusals (full,
+# and asan) start no training.
 zt_script_cases(zt_zeropp_test.py zeropp "mpi" 900 wire stages hosts planner resume bad convergence)
 set_tests_properties(zeropp_hosts PROPERTIES SKIP_RETURN_CODE 77)
-zt_label(quick zeropp_stages zeropp_wire)
-zt_label(full zeropp_bad zeropp_hosts zeropp_planner zeropp_resume zeropp_convergence)
+zt_label(quick zeropp_stages)
+zt_label(full zeropp_wire zeropp_bad zeropp_hosts zeropp_planner zeropp_resume zeropp_convergence)
 zt_label(asan zeropp_bad)
 if(ZT_CUDA_EMU)
   zt_script_cases(zt_zeropp_test.py zeropp "mpi;cuda;quick" 900 cuda_emu)
