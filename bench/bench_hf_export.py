@@ -6,13 +6,13 @@ transformers (not CI: PyPI):
     /work/venv-torch/bin/python bench/bench_hf_export.py [BUILD_DIR]
 
 For each model (GPT untied and tied, Llama with grouped-query attention and
-tied) it trains zerotrain for STEPS steps on a data file of exactly T + 1
-bytes (--vocab 256), so that every sequence of every batch is that file
-(the sampler's offset is drawn in [0, size - T), here always 0): the loss
-zerotrain logs at step STEPS + 1, resumed from the checkpoint of step
-STEPS, is the checkpoint's mean cross-entropy of bytes[1:T+1] given
-bytes[0:T]. transformers computes the same from the exported directory
-(fp32, eager attention); the relative difference must be <= 1e-5.
+tied) it trains zerotrain for STEPS steps on a data file of T + 1 bytes
+(--vocab 256), saving the last step, and evaluates it on the same file
+(--val-data, one micro-batch of B rows after step STEPS: zerotrain's eval
+loss, docs/data.md). Row b of that batch is the stream's tokens from b x T
+(the file repeats), so the script builds the same B rows and transformers
+computes their mean cross-entropy from the exported directory (fp32, eager
+attention); the relative difference must be <= 1e-5.
 
 Then the other way (zt-train --init-from): for GPT-2 (untied and tied) and
 Llama (grouped-query) configs, transformers creates a model (random init,
@@ -38,28 +38,36 @@ MODELS = {"gpt": [], "gpt_tied": ["--tied", "1"], "llama_gqa": ["--model", "llam
           "llama_tied": ["--model", "llama", "--tied", "1"]}
 
 
-def zt_loss_after(zt, work, name, flags, data):
-    """Trains STEPS steps, saving the last; resumes for one more step and
-    returns its logged loss (the checkpoint's loss on the file's tokens)."""
+def zt_eval_after(zt, work, name, flags, data):
+    """Trains STEPS steps, saving the last, and returns the evaluation loss
+    on data after step STEPS (the checkpoint's parameters)."""
     save, log = os.path.join(work, name), os.path.join(work, name + "-log")
-    common = [zt] + SHAPE + flags + ["--data", data]
-    subprocess.run(common + ["--steps", str(STEPS), "--save-every", str(STEPS), "--save-dir", save], check=True,
-                   capture_output=True)
-    subprocess.run(common + ["--steps", str(STEPS + 1), "--resume", save, "--log-dir", log], check=True,
-                   capture_output=True)
+    subprocess.run([zt] + SHAPE + flags + ["--data", data, "--steps", str(STEPS), "--save-every", str(STEPS),
+                    "--save-dir", save, "--val-data", data, "--eval-every", str(STEPS), "--eval-batches", "1",
+                    "--log-dir", log], check=True, capture_output=True)
     with open(os.path.join(log, "rank0.jsonl")) as f:
         rows = [json.loads(line) for line in f if line.startswith("{\"step\"")]
-    return save, [r for r in rows if r["step"] == STEPS + 1][0]["loss"]
+    return save, [r for r in rows if r["step"] == STEPS][0]["val_loss"]
 
 
-def hf_loss(out, tokens):
+def eval_rows(tokens, rows):
+    """zerotrain's evaluation batch on a stream of these tokens: row b's T
+    inputs from b x T, its targets one later ([rows, T] each)."""
+    n = len(tokens)
+    ids = [[tokens[(b * T + t) % n] for t in range(T)] for b in range(rows)]
+    targets = [[tokens[(b * T + t + 1) % n] for t in range(T)] for b in range(rows)]
+    return ids, targets
+
+
+def hf_loss(out, tokens, rows=1):
+    """transformers' mean cross-entropy over the rows of eval_rows."""
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager")
     model.eval()
-    ids = torch.tensor([tokens[:T]])
+    ids, targets = eval_rows(tokens, rows)
     with torch.no_grad():
-        logits = model(ids).logits[0].double()  # [T, V]
-    target = torch.tensor(tokens[1:T + 1])
-    return torch.nn.functional.cross_entropy(logits, target).item(), type(model).__name__
+        logits = model(torch.tensor(ids)).logits.double()  # [rows, T, V]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(rows * T, -1), torch.tensor(targets).reshape(-1))
+    return loss.item(), type(model).__name__
 
 
 # transformers' configs and the zerotrain flags that build the same model
@@ -114,17 +122,18 @@ def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     zt, exporter = os.path.join(build, "examples", "zt-train"), os.path.join(build, "checkpointing", "zt-export")
     work = tempfile.mkdtemp(prefix="zt-bench-hf-")
-    tokens = [random.Random(7).randrange(256) for _ in range(T + 1)]
+    rng = random.Random(7)
+    tokens = [rng.randrange(256) for _ in range(T + 1)]
     data = os.path.join(work, "tokens.bin")
     with open(data, "wb") as f:
         f.write(bytes(tokens))
     worst = 0.0
     print(f"{'model':<12} {'class':<18} {'zerotrain loss':>15} {'transformers loss':>18} {'rel diff':>10}")
     for name, flags in MODELS.items():
-        ckpt, ours = zt_loss_after(zt, work, name, flags, data)
+        ckpt, ours = zt_eval_after(zt, work, name, flags, data)
         out = os.path.join(work, name + "-hf")
         subprocess.run([exporter, ckpt, out, "--format", "hf"], check=True, capture_output=True)
-        theirs, cls = hf_loss(out, tokens)
+        theirs, cls = hf_loss(out, tokens, rows=int(SHAPE[SHAPE.index("--micro-batch") + 1]))
         rel = abs(theirs - ours) / abs(ours)
         worst = max(worst, rel)
         print(f"{name:<12} {cls:<18} {ours:>15.8f} {theirs:>18.8f} {rel:>10.2e}")

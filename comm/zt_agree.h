@@ -26,7 +26,7 @@
 
 #define ZT_SETTING_NAME 48
 #define ZT_SETTING_VALUE 208
-#define ZT_MAX_SETTINGS 128
+#define ZT_MAX_SETTINGS 160
 
 /* One setting as every rank must see it: a name ("lr", "build") and its
  * resolved value as text (what a flag, a config file or a default gave). */

@@ -385,6 +385,8 @@ zt_status zt_engine_end_passes(zt_engine *e) {
     return ZT_OK;
 }
 
+zt_status zt_engine_end_forward_only(zt_engine *e) { return zt_engine_end_passes(e); }
+
 void zt_gather_quiesce(zt_engine *e) {
     zt_error ignore = {0};
     for (int u = 0; u < e->spec->nunits; u++) {

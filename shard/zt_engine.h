@@ -358,6 +358,10 @@ zt_status zt_engine_set_grad_hops(zt_engine *eng, zt_comm *node, zt_comm *cross)
 zt_status zt_engine_begin_pass(zt_engine *eng, zt_pass pass);
 zt_status zt_engine_gather(zt_engine *eng, int unit, const void **params);
 zt_status zt_engine_release(zt_engine *eng, int unit);
+/* After forward passes with no backward (an evaluation): frees every unit
+ * they left gathered, kept or prefetched, as the optimizer step does, so
+ * the next step starts from the state it would have had without them. */
+zt_status zt_engine_end_forward_only(zt_engine *eng);
 /* The use order recorded for passes of this kind (n = 0 before one ran). */
 const zt_use_order *zt_engine_use_order(const zt_engine *eng, zt_pass pass);
 zt_status zt_engine_grad_buffer(zt_engine *eng, int unit, float **grads32);

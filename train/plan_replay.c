@@ -82,7 +82,7 @@ static zt_status build(replay *r, const zt_replay_setup *w, int rank) {
     zt_error *err = &r->ctx.err;
     zt_model_settings settings;
     /* A byte-level file has 256 symbols, as the data source gives the trainer. */
-    ZT_TRY(zt_train_config_model(c, strcmp(c->data, "markov") == 0 ? c->vocab : 256, &settings, err));
+    ZT_TRY(zt_train_config_model(c, zt_train_data_vocab(c), &settings, err));
     ZT_TRY(r->family->resolve(&settings, err));
     ZT_TRY(r->family->create(&r->model, &settings, err));
     ZT_TRY(r->family->freeze(r->model, c->freeze, err));

@@ -13,6 +13,7 @@
 #include "zt_mem.h"
 #include "zt_optim.h"
 #include "zt_recompute.h"
+#include "token_files.h"
 
 #define CONFIG_FILE_MAX ((size_t)16 << 20) /* a --config file larger than this is refused */
 
@@ -49,7 +50,17 @@ static const opt_spec options[] = {
      "llama: the SwiGLU MLP's hidden width (0: the multiple of 64 nearest 8/3 d-model)"},
     {"norm-eps", OPT_FLOAT, F(norm_eps), 0, 1e-12, 1, NULL, "llama: RMSNorm's epsilon"},
     {"rope-theta", OPT_FLOAT, F(rope_theta), 0, 1, 1e12, NULL, "llama: the rotary position embedding's base"},
-    {"data", OPT_STRING, S(data), 0, 0, NULL, "'markov' (seeded Markov source) or a file read as bytes"},
+    {"data", OPT_STRING, S(data), 0, 0, NULL,
+     "'markov' (seeded Markov source), a file read as bytes, or token files (a path or a glob, read in sorted order "
+     "as one stream: llm.c .bin shards, flat uint16/uint32 arrays)"},
+    {"data-dtype", OPT_CHOICE, S(data_dtype), 0, 0, "auto|bytes|uint16|uint32|llmc",
+     "what --data and --val-data hold: llmc (llm.c's header, then uint16 or uint32 tokens), flat uint16 or uint32 "
+     "tokens (nanoGPT's train.bin), bytes; auto: llmc when the first file has its header, else bytes"},
+    {"val-data", OPT_STRING, S(val_data), 0, 0, NULL,
+     "token files (or bytes) for an evaluation loss every --eval-every steps, read from their start each time"},
+    {"eval-every", OPT_INT, F(eval_every), 0, 0, INT_MAX, NULL, "with --val-data: evaluate every K steps (0: after the last)"},
+    {"eval-batches", OPT_INT, F(eval_batches), 0, 1, 1 << 20, NULL,
+     "with --val-data: micro-batches per rank per evaluation"},
     {"markov-order", OPT_INT, F(markov_order), 0, 1, 8, NULL, "tokens of context of the Markov source"},
     {"markov-branch", OPT_INT, F(markov_branch), 0, 1, 1 << 20, NULL, "successors per context of the Markov source"},
     {"steps", OPT_INT, F(steps), 0, 0, INT_MAX, NULL, "optimizer steps to run"},
@@ -267,6 +278,8 @@ void zt_train_config_defaults(zt_train_config *c) {
     c->micro_batch = 8;
     c->tied = 0;
     snprintf(c->data, sizeof c->data, "markov");
+    snprintf(c->data_dtype, sizeof c->data_dtype, "auto");
+    c->eval_batches = 8;
     c->markov_order = 1;
     c->markov_branch = 4;
     c->steps = 400;
@@ -730,9 +743,22 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
     if (c->layers < 0) return ZT_FAIL(err, ZT_ERR_INVALID, "--layers must be >= 0");
     if (strcmp(c->data, "markov") == 0 && c->markov_branch > c->vocab)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--markov-branch %d exceeds --vocab %d", c->markov_branch, c->vocab);
-    if (strcmp(c->data, "markov") != 0 && zt_train_config_given(c, "vocab") && c->vocab != 256)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--data FILE reads bytes, so --vocab must be 256 (got %d)", c->vocab);
+    if (strcmp(c->data, "markov") != 0 && zt_train_config_given(c, "vocab") && zt_token_pattern_matches(c->data) &&
+        zt_train_data_vocab(c) != c->vocab)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--data FILE reads bytes, so --vocab must be 256 (got %d; token files: "
+                       "--data-dtype llmc, uint16 or uint32)", c->vocab);
+    if (strcmp(c->val_data, "markov") == 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--val-data takes files (token files or bytes), not the Markov source");
+    if (c->eval_every > 0 && !c->val_data[0])
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--eval-every %d needs --val-data", c->eval_every);
     return ZT_OK;
+}
+
+int zt_train_data_vocab(const zt_train_config *c) {
+    if (strcmp(c->data, "markov") == 0) return c->vocab;
+    zt_token_format f = ZT_TOKENS_AUTO;
+    zt_token_format_parse(c->data_dtype, &f);
+    return zt_token_format_resolve(c->data, f) == ZT_TOKENS_BYTES ? 256 : c->vocab;
 }
 
 /* PCIe 4.0 x16 moves 24-28 GB/s in practice (32 in theory): the middle; 5.0 doubles it. */
@@ -803,7 +829,7 @@ static const char *const per_rank_options[] = {
     "trace",        "trace-max-events", "print-config",  "metrics-file",   "trace-per-rank",
     "memory-snapshot", "memory-snapshot-entries"};
 /* Options naming files: compared by what they refer to, not by path. */
-static const char *const identity_options[] = {"data", "resume", "save-dir"};
+static const char *const identity_options[] = {"data", "val-data", "resume", "save-dir"};
 
 static int listed(const char *name, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)

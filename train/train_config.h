@@ -21,6 +21,11 @@ typedef struct {
     /* data */
     char data[512];
     int markov_order, markov_branch;
+    /* token files: their format (token_files.h's names); validation data,
+     * evaluated every eval_every steps (0: after the last) over
+     * eval_batches micro-batches per rank */
+    char data_dtype[8], val_data[512];
+    int eval_every, eval_batches;
     /* optimisation */
     int steps, warmup, grad_accum;
     int64_t seed;
@@ -139,10 +144,13 @@ void zt_settings_as_flags(const char *msg, char *out, size_t cap);
 /* The model's settings (the family resolves its own defaults) with the
  * data's vocabulary; refuses a recompute policy it cannot read. */
 zt_status zt_train_config_model(const zt_train_config *cfg, int vocab, zt_model_settings *s, zt_error *err);
+/* The vocabulary the data implies: 256 for a file read as bytes, else
+ * --vocab (it may sniff --data's first file for an llm.c header). */
+int zt_train_data_vocab(const zt_train_config *cfg);
 /* The settings every rank must share (zt_agree_settings), resolved: every
  * option except the per-rank ones named in train_config.c. Options that name
  * files are compared by what they refer to, which identity(arg, option)
- * returns ("data", "resume", "save-dir"). Returns the number of rows. */
+ * returns ("data", "val-data", "resume", "save-dir"). Returns the number of rows. */
 int zt_train_config_settings(const zt_train_config *cfg, const char *(*identity)(void *arg, const char *option),
                              void *arg, zt_setting *rows, int cap);
 /* The resolved configuration as a --config file: every option under its

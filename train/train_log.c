@@ -157,6 +157,8 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     json_object_set_new(o, "step_time_s", real_or_null(s->step_time_median_s));
     json_object_set_new(o, "params_digest", json_string(s->params_digest));
     if (s->muon_owners) json_object_set(o, "muon_owners", s->muon_owners);
+    if (!isnan(s->val_loss))
+        json_object_set_new(o, "val", json_pack("{s:f,s:i}", "loss", s->val_loss, "step", s->val_step));
     json_t *ranks = json_array();
     for (int r = 0; r < s->world_size; r++) {
         json_t *rj = json_object(), *cats = json_object();

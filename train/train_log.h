@@ -51,6 +51,8 @@ typedef struct {
     double process_sampling_overhead; /* this rank's sampling time over its run's */
     json_t *rank_device_process; /* [world_size]: each rank's GPU bill (device_bill_out.h), or null */
     json_t *muon_owners; /* each whole matrix's owner rank (matrix_owners.h), or NULL: none */
+    double val_loss; /* the last evaluation's (--val-data), NaN: none */
+    int val_step;    /* the step it followed */
 } zt_summary;
 
 /* Writes DIR/summary.json (via a temporary file and a rename). */

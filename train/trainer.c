@@ -11,6 +11,8 @@
 
 #include "checkpointer.h"
 #include "data.h"
+#include "data_cursor.h"
+#include "evaluate.h"
 #include "init_source.h"
 #include "memory_snapshot.h"
 #include "metrics.h"
@@ -44,6 +46,7 @@ static float lr_at(const zt_train_config *c, int step) {
 
 typedef struct {
     zt_data data;
+    zt_data val; /* --val-data's (kind 0 and empty: none) */
     const zt_train_model *family; /* the model's hooks */
     void *model;                  /* its instance (family->create) */
     zt_model_settings settings;   /* what it was created from */
@@ -80,6 +83,7 @@ static void trainer_free(trainer *t) {
     if (t->hop_cross.ops) zt_comm_destroy(&t->hop_cross);
     if (t->model) t->family->destroy(t->model);
     zt_data_destroy(&t->data);
+    zt_data_destroy(&t->val);
     free(t->tokens);
     free(t->targets);
     free(t->losses);
@@ -306,6 +310,9 @@ typedef struct {
     zt_checkpointer ckpt;           /* the saves */
     int stop_signo;                 /* the signal the ranks stopped on (0: none) */
     int end;                        /* the step the run stops at: --steps, or earlier on a signal */
+    zt_data_cursor cursor;          /* token files: each step's stream position */
+    double val_loss;                /* the last evaluation's (NaN: none yet) */
+    int val_step;
 } run_state;
 
 /* One step: what was counted before it, and what it measured. */
@@ -324,6 +331,11 @@ typedef struct {
     size_t driver_used, driver_total;
     zt_leak_warning leaks[ZT_LEAK_SERIES]; /* [nleaks] named at this step */
     int nleaks;
+    /* token files: the stream position the step started at and its
+     * inputs' digest over every rank (zt_data_token_hash, mod 2^32) */
+    uint64_t data_position;
+    uint32_t data_digest;
+    double val_loss, val_s; /* an evaluation after this step and its time (NaN: none) */
 } step_record;
 
 /* The data source; sets r->floor. */
@@ -332,7 +344,12 @@ static zt_status open_data(run_state *r) {
     zt_error *err = &r->ctx->err;
     trainer *t = r->t;
     int file_data = strcmp(c->data, "markov") != 0;
-    if (file_data) {
+    zt_token_format format = ZT_TOKENS_AUTO;
+    zt_token_format_parse(c->data_dtype, &format); /* the options table allows no other */
+    if (c->val_data[0]) ZT_TRY(zt_data_tokens_create(&t->val, "--val-data", c->val_data, format, zt_train_data_vocab(c), err));
+    if (file_data && zt_token_format_resolve(c->data, format) != ZT_TOKENS_BYTES) {
+        ZT_TRY(zt_data_tokens_create(&t->data, "--data", c->data, format, c->vocab, err));
+    } else if (file_data) {
         ZT_TRY(zt_data_file_create(&t->data, c->data, err));
         if (t->data.nbytes < (size_t)c->seq_len + 1)
             return ZT_FAIL(err, ZT_ERR_INVALID, "--data %s has %zu bytes; need at least seq-len + 1 = %d", c->data,
@@ -462,6 +479,17 @@ static zt_status load_checkpoint(run_state *r, zt_comm *shard, char *step_dir, s
     }
 }
 
+/* Token files: the stream position the checkpoint at step_dir left. */
+static zt_status resume_stream(run_state *r, const char *step_dir) {
+    zt_ckpt_info info;
+    char warning[1024];
+    ZT_TRY(zt_ckpt_open(step_dir, &info, warning, sizeof warning, &r->ctx->err));
+    zt_status st = zt_data_cursor_resume(&r->cursor, json_object_get(info.manifest, "run"), r->start, &r->ctx->log,
+                                         &r->ctx->err);
+    zt_ckpt_close(&info);
+    return st;
+}
+
 /* The model and the engine, resumed from a checkpoint when asked; sets r->start. */
 static zt_status create_model(run_state *r) {
     const zt_train_config *c = r->c;
@@ -494,14 +522,23 @@ static zt_status create_model(run_state *r) {
                             (json_int_t)c->seed, "data", c->data, "micro_batch", c->micro_batch);
     if (!t->run_info) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot describe the run");
     r->start = 0;
-    if (!c->resume[0]) return ZT_OK;
-    /* Every group loads the same slices: the checkpoint's layout is a group's. */
-    char from[1024];
-    snprintf(from, sizeof from, "%s", c->resume);
-    ZT_TRY(load_checkpoint(r, shard, from, sizeof from));
-    zt_log_rank0(&ctx->log, "resumed from %s at step %d", from, r->start);
-    if (r->start > c->steps)
-        return ZT_FAIL(err, ZT_ERR_INVALID, "--resume %s is at step %d, past --steps %d", c->resume, r->start, c->steps);
+    zt_data_cursor_init(&r->cursor, &t->data, c, r->comm->world_size);
+    if (c->resume[0]) {
+        /* Every group loads the same slices: the checkpoint's layout is a group's. */
+        char from[1024];
+        snprintf(from, sizeof from, "%s", c->resume);
+        ZT_TRY(load_checkpoint(r, shard, from, sizeof from));
+        zt_log_rank0(&ctx->log, "resumed from %s at step %d", from, r->start);
+        if (r->start > c->steps)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "--resume %s is at step %d, past --steps %d", c->resume, r->start,
+                           c->steps);
+        if (r->cursor.active) ZT_TRY(resume_stream(r, from));
+    }
+    if (!r->cursor.active) return ZT_OK;
+    zt_data_cursor_log_start(&r->cursor, &t->data, &ctx->log);
+    json_t *stream = zt_data_cursor_json(&r->cursor);
+    if (!stream || json_object_set_new(t->run_info, "data_stream", stream) != 0)
+        return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot record the data stream");
     return ZT_OK;
 }
 
@@ -563,12 +600,20 @@ static int seq_len_at(const zt_train_config *c, int rank, int step) {
 typedef struct {
     run_state *r;
     int T; /* this rank's sequence length in this step */
+    uint32_t digest; /* token files: this rank's inputs' zt_data_token_hash, summed */
 } model_step;
 
 static zt_status model_forward(void *arg, int step, int micro) {
     model_step *g = arg;
     const zt_train_config *c = g->r->c;
     trainer *t = g->r->t;
+    if (t->data.kind == ZT_DATA_TOKENS) {
+        run_state *r = g->r;
+        ZT_TRY(zt_data_stream_batch(&t->data, zt_data_cursor_at(&r->cursor, step), r->comm->world_size, r->ctx->rank,
+                                    micro, c->micro_batch, c->seq_len, g->T, t->tokens, t->targets, &g->digest,
+                                    &r->ctx->err));
+        return t->family->forward(t->model, &t->eng, t->tokens, t->targets, c->micro_batch, g->T);
+    }
     zt_data_batch(&t->data, (uint64_t)c->seed, g->r->ctx->rank, step, micro, c->micro_batch, g->T, t->tokens,
                   t->targets);
     return t->family->forward(t->model, &t->eng, t->tokens, t->targets, c->micro_batch, g->T);
@@ -654,6 +699,34 @@ static void watch_leaks(run_state *r, step_record *s) {
     }
 }
 
+/* Token files: the step's position and its inputs' digest summed over the
+ * ranks (each term below 2^32, so the sum is exact in a double). */
+static zt_status step_digest(run_state *r, step_record *s, uint32_t mine) {
+    double local = (double)mine, total = 0.0;
+    ZT_TRY(zt_comm_sum_f64v(r->comm, &local, 1, &total, &r->ctx->err));
+    s->data_position = zt_data_cursor_at(&r->cursor, s->step);
+    s->data_digest = (uint32_t)(uint64_t)fmod(total, 4294967296.0);
+    return ZT_OK;
+}
+
+/* --val-data after step `done` when due: every --eval-every steps, and after the last. */
+static zt_status maybe_evaluate(run_state *r, step_record *s, int done) {
+    const zt_train_config *c = r->c;
+    trainer *t = r->t;
+    s->val_loss = NAN;
+    if (!c->val_data[0]) return ZT_OK;
+    int due = (c->eval_every > 0 && done % c->eval_every == 0) || done == c->steps || r->stop_signo;
+    if (!due) return ZT_OK;
+    zt_eval_job job = {t->family, t->model, &t->eng, &t->val, c->micro_batch, c->seq_len, c->eval_batches,
+                       t->tokens, t->targets};
+    double t0 = zt_now_s();
+    ZT_TRY(zt_evaluate(&job, r->comm, &s->val_loss, &r->ctx->err));
+    s->val_s = zt_now_s() - t0;
+    r->val_loss = s->val_loss;
+    r->val_step = done;
+    return ZT_OK;
+}
+
 /* One training step (zt_train_step), with what it is measured against. */
 static zt_status train_step(run_state *r, step_record *s) {
     const zt_train_config *c = r->c;
@@ -674,11 +747,13 @@ static zt_status train_step(run_state *r, step_record *s) {
     if (r->ctx->be->link) s->link_before = *r->ctx->be->link;
     s->T = seq_len_at(c, r->ctx->rank, s->step);
     s->lr = lr_at(c, s->step);
-    model_step g = {r, s->T};
+    model_step g = {r, s->T, 0};
     zt_step_model model = {&g, model_forward, model_backward, model_take_losses};
     zt_step_options opt = {c->grad_accum, s->lr, c->max_skipped_steps, exit_hook, vote, r};
     zt_bill_step_begin(&r->bill, s->step);
+    if (r->cursor.active) zt_data_cursor_log_step(&r->cursor, s->step, &r->ctx->log);
     ZT_TRY(zt_train_step(&t->eng, &model, &opt, s->step, &s->r));
+    if (r->cursor.active) ZT_TRY(step_digest(r, s, g.digest));
     ZT_TRY(test_leak(r));
     zt_bill_step_end(&r->bill);
     zt_device_track_step(&r->t->device, r->ctx);
@@ -771,6 +846,17 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
                                                          s->model_before.recompute_time_s));
     json_object_set_new(o, "tokens_per_s", json_real(tps));
     json_object_set_new(o, "seq_len", json_integer(s->T));
+    if (r->cursor.active) {
+        char hex[16];
+        snprintf(hex, sizeof hex, "%08x", (unsigned)s->data_digest);
+        json_object_set_new(o, "data", json_pack("{s:I,s:I,s:s}", "position", (json_int_t)s->data_position, "epoch",
+                                                 (json_int_t)(s->data_position / r->cursor.epoch_tokens),
+                                                 "tokens_digest", hex));
+    }
+    if (!isnan(s->val_loss)) {
+        json_object_set_new(o, "val_loss", json_real(s->val_loss));
+        json_object_set_new(o, "val_s", json_real(s->val_s));
+    }
     json_object_set_new(o, "memory",
                         zt_mem_step_json(&ctx->device_mem, &ctx->host_mem, s->driver_used, s->driver_total));
     json_object_set_new(o, "comm", comm_json(r->comm, s->comm_before));
@@ -830,7 +916,7 @@ static void warn_if_crowded(run_state *r) {
 }
 
 /* After a step: the JSONL line, the periodic rank table, a checkpoint, the log line. */
-static zt_status after_step(run_state *r, const step_record *s) {
+static zt_status after_step(run_state *r, step_record *s) {
     const zt_train_config *c = r->c;
     zt_ctx *ctx = r->ctx;
     zt_comm *comm = r->comm;
@@ -839,6 +925,7 @@ static zt_status after_step(run_state *r, const step_record *s) {
     for (int i = 0; i < ZT_STOP_SIGNALS && !r->stop_signo; i++) /* the lowest-numbered slot every rank sees */
         if (s->r.votes[VOTE_SIGNAL + i] > 0) r->stop_signo = zt_stop_signal_number(i);
     if (r->stop_signo && r->signals) zt_stop_signals_stopping(r->signals, r->stop_signo);
+    ZT_TRY(maybe_evaluate(r, s, done));
     ZT_TRY(zt_checkpointer_after_step(&r->ckpt, done, s->r.votes, r->stop_signo != 0));
     if (r->t->jsonl) write_step_json(r, s, tps);
     if (c->metrics_file[0]) ZT_TRY(write_metrics(r, s, tps));
@@ -862,13 +949,15 @@ static zt_status after_step(run_state *r, const step_record *s) {
         ZT_TRY(rs);
     }
     /* DeepSpeed's steps_per_print; the last step and a stop's always */
-    if (done % c->print_every != 0 && done != c->steps && !r->stop_signo) return ZT_OK;
+    if (done % c->print_every != 0 && done != c->steps && !r->stop_signo && isnan(s->val_loss)) return ZT_OK;
     char phases[96] = "";
     if (c->wall_clock_breakdown)
         snprintf(phases, sizeof phases, " (forward %.1f, backward %.1f, optimizer %.1f)", s->r.forward_s * 1e3,
                  s->r.backward_s * 1e3, s->r.optimizer_s * 1e3);
-    zt_log_rank0(&ctx->log, "step %5d/%d | loss %.6f | lr %.2e | grad norm %.3f | %.1f ms%s | %.0f tok/s | peak %s",
-                 done, c->steps, s->r.loss, s->lr, s->r.grad_norm, s->r.time_s * 1e3, phases, tps, peak);
+    char val[64] = ""; /* llm.c's val loss beside the step's */
+    if (!isnan(s->val_loss)) snprintf(val, sizeof val, " | val loss %.6f (%.1f ms)", s->val_loss, s->val_s * 1e3);
+    zt_log_rank0(&ctx->log, "step %5d/%d | loss %.6f%s | lr %.2e | grad norm %.3f | %.1f ms%s | %.0f tok/s | peak %s",
+                 done, c->steps, s->r.loss, val, s->lr, s->r.grad_norm, s->r.time_s * 1e3, phases, tps, peak);
     return ZT_OK;
 }
 
@@ -930,7 +1019,7 @@ static zt_status write_summary(const run_state *r, const size_t *table, const ch
     zt_summary s = {c,      N,    r->t->family->spec(r->t->model)->total_numel, c->steps, r->start, r->end,
                     r->stop_signo ? zt_signal_name(r->stop_signo) : "completed", r->t->losses, r->floor, tps, median, digest, peak, cat, host, osp, hcat, node, local, hosts, r->comm->nnodes,
                     json_object_get(r->t->run_info, "model"), process, limits, zt_bill_overhead(&r->bill), device,
-                    zt_matrix_owners_json(&r->t->eng)};
+                    zt_matrix_owners_json(&r->t->eng), r->val_loss, r->val_step};
     zt_status st = zt_summary_write(&s, c->log_dir, &r->ctx->err);
     json_decref(s.muon_owners);
     json_decref(process);
@@ -1021,6 +1110,7 @@ static zt_status run(const zt_train_config *c, const zt_train_hooks *test, zt_st
     run_state r;
     memset(&r, 0, sizeof r);
     r.c = c, r.test = test, r.ctx = ctx, r.comm = comm, r.t = t, r.signals = signals;
+    r.val_loss = NAN;
     ZT_TRY(open_data(&r));
     ZT_TRY(create_model(&r));
     ZT_TRY(open_outputs(&r));

@@ -317,7 +317,7 @@ static int read_options(int argc, char **argv, plan_flags *pf, zt_train_config *
 static zt_status model_units(plan_job *j, zt_train_config *c, const plan_flags *pf, zt_error *err) {
     if (c->heads <= 0 || c->d_model % c->heads) c->heads = c->d_model >= 64 ? c->d_model / 64 : 1;
     zt_model_settings *s = &j->model.s;
-    ZT_TRY(zt_train_config_model(c, strcmp(c->data, "markov") == 0 ? c->vocab : 256, s, err));
+    ZT_TRY(zt_train_config_model(c, zt_train_data_vocab(c), s, err));
     ZT_TRY(j->family->resolve(s, err));
     j->spec = calloc(1, sizeof *j->spec);
     if (!j->spec) return ZT_FAIL(err, ZT_ERR_OOM, "no memory");

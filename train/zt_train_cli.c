@@ -256,13 +256,14 @@ static zt_status find_family(zt_train_config *cfg, const zt_train_model *const *
 
 /* The values of the settings that name files: what they refer to. */
 typedef struct {
-    char data[ZT_SETTING_VALUE], resume[ZT_SETTING_VALUE], save_dir[ZT_SETTING_VALUE];
+    char data[ZT_SETTING_VALUE], val_data[ZT_SETTING_VALUE], resume[ZT_SETTING_VALUE], save_dir[ZT_SETTING_VALUE];
     char probe[1200]; /* rank 0's marker file in its --save-dir, removed after the agreement */
 } identities;
 
 static const char *identity_of(void *arg, const char *option) {
     const identities *id = arg;
     if (strcmp(option, "data") == 0) return id->data;
+    if (strcmp(option, "val-data") == 0) return id->val_data;
     if (strcmp(option, "resume") == 0) return id->resume;
     return id->save_dir;
 }
@@ -352,8 +353,12 @@ static zt_status save_dir_identity(const job *j, const zt_train_config *cfg, ide
 
 static zt_status collect_identities(const job *j, zt_train_config *cfg, identities *id, zt_error *err) {
     zt_status st = ZT_OK;
-    if (strcmp(cfg->data, "markov") == 0) snprintf(id->data, sizeof id->data, "markov (the seeded source)");
-    else st = zt_data_file_identity(cfg->data, id->data, sizeof id->data, err);
+    zt_token_format f = ZT_TOKENS_AUTO;
+    zt_token_format_parse(cfg->data_dtype, &f); /* the options table allows no other */
+    st = zt_data_identity("--data", cfg->data, f, id->data, sizeof id->data, err);
+    snprintf(id->val_data, sizeof id->val_data, "none");
+    if (st == ZT_OK && cfg->val_data[0])
+        st = zt_data_identity("--val-data", cfg->val_data, f, id->val_data, sizeof id->val_data, err);
     if (st == ZT_OK) st = resume_identity(j, cfg, id, err);
     zt_status sst = save_dir_identity(j, cfg, id, err); /* collective: always */
     return st != ZT_OK ? st : sst;

@@ -210,5 +210,6 @@ void zt_data_destroy(zt_data *d) {
     free(d->stationary);
     free(d->stat_cdf);
     free(d->bytes);
+    zt_token_files_close(&d->files);
     memset(d, 0, sizeof *d);
 }
