@@ -9,7 +9,7 @@
 
 const char *zt_coll_name(zt_coll_kind k) {
     static const char *const names[ZT_COLL_KINDS] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
-                                                      "barrier",    "gather",         "scatter"};
+                                                      "barrier",    "gather",         "scatter",    "all_to_all"};
     return (k >= 0 && k < ZT_COLL_KINDS) ? names[k] : "?";
 }
 
@@ -35,6 +35,12 @@ static void from_everyone(const zt_comm *c, size_t each, double *inter, double *
     int same = same_node(c);
     *inter = (double)each * (double)(c->world_size - same);
     *intra = (double)each * (double)(same - 1);
+}
+
+static size_t counts_total(const zt_comm *c, const size_t *counts) {
+    size_t t = 0;
+    for (int r = 0; r < c->world_size; r++) t += counts[r];
+    return t;
 }
 
 static zt_status begin(zt_comm_handle *h, zt_coll_kind kind, size_t bytes, zt_error *err) {
@@ -74,6 +80,41 @@ zt_status zt_comm_reduce_scatter_start(zt_comm *c, const void *send, void *stagi
     h->wire = wire;
     from_everyone(c, chunk, &h->inter_bytes, &h->intra_bytes);
     ZT_TRY(c->ops->reduce_scatter_start(c, send, staging, out, count, wire, ready, h, err));
+    h->active = 1;
+    return ZT_OK;
+}
+
+/* What the all-to-all's arguments must satisfy before any rank's work is
+ * queued: this rank's chunk to itself the same size on both sides, and no
+ * chunk reaching past the end of the address space. */
+static zt_status check_all_to_all(const zt_comm *c, const size_t *send_counts, const size_t *send_offsets,
+                                  const size_t *recv_counts, const size_t *recv_offsets, zt_error *err) {
+    if (!send_counts || !send_offsets || !recv_counts || !recv_offsets)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "all_to_all: a NULL count or offset array");
+    if (send_counts[c->rank] != recv_counts[c->rank])
+        return ZT_FAIL(err, ZT_ERR_INVALID, "all_to_all: rank %d sends %zu bytes to itself but receives %zu", c->rank,
+                       send_counts[c->rank], recv_counts[c->rank]);
+    for (int j = 0; j < c->world_size; j++)
+        if (send_offsets[j] + send_counts[j] < send_offsets[j] || recv_offsets[j] + recv_counts[j] < recv_offsets[j])
+            return ZT_FAIL(err, ZT_ERR_INVALID, "all_to_all: peer %d's offset plus count overflows", j);
+    return ZT_OK;
+}
+
+zt_status zt_comm_all_to_all_start(zt_comm *c, const void *send, const size_t *send_counts, const size_t *send_offsets,
+                                   void *recv, const size_t *recv_counts, const size_t *recv_offsets, void *ready,
+                                   zt_comm_handle *h, zt_error *err) {
+    if (!c->ops->all_to_all_start)
+        return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "comm: the %s communicator has no all_to_all", c->ops->name);
+    ZT_TRY(check_all_to_all(c, send_counts, send_offsets, recv_counts, recv_offsets, err));
+    /* nccl-tests' size for alltoall: what this rank sends */
+    ZT_TRY(begin(h, ZT_COLL_ALL_TO_ALL, counts_total(c, send_counts), err));
+    for (int i = 0; i < c->world_size; i++) { /* received from others, by the sender's node */
+        if (i == c->rank) continue;
+        int remote = c->member_node && c->member_node[i] != c->member_node[c->rank];
+        *(remote ? &h->inter_bytes : &h->intra_bytes) += (double)recv_counts[i];
+    }
+    ZT_TRY(c->ops->all_to_all_start(c, send, send_counts, send_offsets, recv, recv_counts, recv_offsets, ready, h,
+                                    err));
     h->active = 1;
     return ZT_OK;
 }
@@ -221,12 +262,6 @@ static void rooted_traffic(const zt_comm *c, const size_t *counts, int root, int
     }
 }
 
-static size_t counts_total(const zt_comm *c, const size_t *counts) {
-    size_t t = 0;
-    for (int r = 0; r < c->world_size; r++) t += counts[r];
-    return t;
-}
-
 /* A gather (gather = 1) or scatter and its statistics. */
 static zt_status rooted(zt_comm *c, int gather, const void *send, void *recv, const size_t *counts, int root,
                         zt_error *err) {
@@ -294,7 +329,7 @@ void zt_coll_bandwidth(const zt_coll_stats *s, zt_coll_kind k, int world_size, d
     double n = world_size;
     double alg = s->time_s > 0 ? s->bytes / s->time_s / 1e9 : 0.0;
     double factor = k == ZT_COLL_ALL_REDUCE ? 2.0 * (n - 1) / n
-                    : (k == ZT_COLL_ALL_GATHER || k == ZT_COLL_REDUCE_SCATTER) ? (n - 1) / n
+                    : (k == ZT_COLL_ALL_GATHER || k == ZT_COLL_REDUCE_SCATTER || k == ZT_COLL_ALL_TO_ALL) ? (n - 1) / n
                     : 1.0;
     *algbw_gbs = alg;
     *busbw_gbs = alg * factor;

@@ -1,5 +1,6 @@
 /* The MPI communicator: host buffers, MPI-3 nonblocking collectives. Its
  * reduce-scatter is an all-to-all followed by a sum in rank order. */
+#include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <sched.h>
@@ -65,17 +66,19 @@ static zt_status new_request(zt_comm_handle *h, zt_error *err) {
 }
 
 /* MPI reads host buffers, which are final when the CPU backend returns: an
- * event means a caller handed it device memory behind a stream. */
-static zt_status check_host_ready(void *ready, const char *what, zt_error *err) {
+ * event (or the all-to-all's stream) means a caller handed it device memory
+ * behind a stream. */
+static zt_status check_host_ready(void *ready, const char *what, const char *handle, zt_error *err) {
     if (ready)
         return ZT_FAIL(err, ZT_ERR_INTERNAL,
-                       "comm: %s over MPI was given a device event; device buffers need NCCL or host staging", what);
+                       "comm: %s over MPI was given a device %s; device buffers need NCCL or host staging", what,
+                       handle);
     return ZT_OK;
 }
 
 static zt_status mpi_all_gather_start(zt_comm *c, const void *send, void *recv, size_t bytes_per_rank, void *ready,
                                       zt_comm_handle *h, zt_error *err) {
-    ZT_TRY(check_host_ready(ready, "all_gather", err));
+    ZT_TRY(check_host_ready(ready, "all_gather", "event", err));
     ZT_TRY(check_int(bytes_per_rank, "all_gather", err));
     ZT_TRY(new_request(h, err));
     int rc = MPI_Iallgather(send ? send : MPI_IN_PLACE, (int)bytes_per_rank, MPI_BYTE, recv, (int)bytes_per_rank,
@@ -91,7 +94,7 @@ static zt_status mpi_all_gather_start(zt_comm *c, const void *send, void *recv, 
 static zt_status mpi_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out, size_t count,
                                           zt_wire wire, void *ready, zt_comm_handle *h, zt_error *err) {
     (void)out;
-    ZT_TRY(check_host_ready(ready, "reduce_scatter", err));
+    ZT_TRY(check_host_ready(ready, "reduce_scatter", "event", err));
     /* 16-bit values and codes travel as their bits; only the sum interprets them. */
     MPI_Datatype t = wire.bits ? MPI_BYTE : wire.dtype == ZT_FP32 ? MPI_FLOAT : MPI_UINT16_T;
     size_t n = wire.bits ? zt_wire_bytes(&wire, count) : count;
@@ -103,6 +106,96 @@ static zt_status mpi_reduce_scatter_start(zt_comm *c, const void *send, void *st
         h->impl_req = NULL;
         return mpi_fail(err, rc, "MPI_Ialltoall (reduce-scatter)", __FILE__, __LINE__);
     }
+    return ZT_OK;
+}
+
+/* An all-to-all in flight: its request first (what wait and test read
+ * through h->impl_req), then the int counts and displacements MPI reads
+ * until it completes: [4][N] send counts, send displacements, receive
+ * counts, receive displacements. */
+typedef struct {
+    MPI_Request req;
+    int v[];
+} a2a_req;
+
+static size_t gcd_size(size_t a, size_t b) {
+    while (b) {
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* The largest unit (up to MPI's int) that divides every nonzero count and
+ * its offset: MPI counts in ints, so chunks travel as whole units (a
+ * contiguous datatype of that many bytes) and reach 2^31 - 1 units, not
+ * bytes. A receiver's unit may differ from its sender's: MPI matches the
+ * bytes underneath. */
+static size_t a2a_unit(int N, const size_t *counts, const size_t *offsets) {
+    size_t g = 0;
+    for (int j = 0; j < N; j++)
+        if (counts[j]) g = gcd_size(gcd_size(g, counts[j]), offsets[j]);
+    while (g > INT_MAX && g % 2 == 0) g /= 2;
+    return g && g <= INT_MAX ? g : 1; /* 1: the count check below refuses such a chunk */
+}
+
+/* counts[j] and offsets[j] in units into n[N] and at[N] (0 for empty chunks). */
+static zt_status a2a_ints(int N, const size_t *counts, const size_t *offsets, size_t unit, int *n, int *at,
+                          const char *side, zt_error *err) {
+    for (int j = 0; j < N; j++) {
+        size_t cj = counts[j] / unit, oj = counts[j] ? offsets[j] / unit : 0;
+        if (cj > INT_MAX || oj > INT_MAX)
+            return ZT_FAIL(err, ZT_ERR_INVALID,
+                           "all_to_all over MPI: peer %d's %s chunk (%zu bytes at offset %zu) is past MPI's int "
+                           "counts: %zu units at unit %zu, in units of %zu bytes (the most that divides every count "
+                           "and offset), over 2^31 - 1",
+                           j, side, counts[j], offsets[j], cj, oj, unit);
+        n[j] = (int)cj;
+        at[j] = (int)oj;
+    }
+    return ZT_OK;
+}
+
+/* MPI_BYTE, or a committed contiguous type of `unit` (<= INT_MAX) bytes
+ * (*made: free it). */
+static zt_status unit_type(size_t unit, MPI_Datatype *t, int *made, zt_error *err) {
+    *t = MPI_BYTE;
+    *made = 0;
+    if (unit == 1) return ZT_OK;
+    MPI_TRY(MPI_Type_contiguous((int)unit, MPI_BYTE, t), "MPI_Type_contiguous");
+    *made = 1;
+    MPI_TRY(MPI_Type_commit(t), "MPI_Type_commit");
+    return ZT_OK;
+}
+
+static zt_status mpi_all_to_all_start(zt_comm *c, const void *send, const size_t *send_counts,
+                                      const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                                      const size_t *recv_offsets, void *ready, zt_comm_handle *h, zt_error *err) {
+    ZT_TRY(check_host_ready(ready, "all_to_all", "stream", err));
+    int N = c->world_size;
+    a2a_req *r = malloc(sizeof *r + 4 * (size_t)N * sizeof r->v[0]);
+    if (!r) return ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate an all_to_all request");
+    int *scount = r->v, *sdispl = scount + N, *rcount = sdispl + N, *rdispl = rcount + N;
+    size_t sunit = a2a_unit(N, send_counts, send_offsets), runit = a2a_unit(N, recv_counts, recv_offsets);
+    MPI_Datatype stype = MPI_BYTE, rtype = MPI_BYTE;
+    int smade = 0, rmade = 0;
+    zt_status st = a2a_ints(N, send_counts, send_offsets, sunit, scount, sdispl, "send", err);
+    if (st == ZT_OK) st = a2a_ints(N, recv_counts, recv_offsets, runit, rcount, rdispl, "receive", err);
+    if (st == ZT_OK) st = unit_type(sunit, &stype, &smade, err);
+    if (st == ZT_OK) st = unit_type(runit, &rtype, &rmade, err);
+    if (st == ZT_OK) {
+        int rc = MPI_Ialltoallv(send, scount, sdispl, stype, recv, rcount, rdispl, rtype, world_of(c), &r->req);
+        if (rc != MPI_SUCCESS) st = mpi_fail(err, rc, "MPI_Ialltoallv", __FILE__, __LINE__);
+    }
+    /* A type freed while in use stays alive until its communication ends. */
+    if (smade) MPI_Type_free(&stype);
+    if (rmade) MPI_Type_free(&rtype);
+    if (st != ZT_OK) {
+        free(r);
+        return st;
+    }
+    h->impl_req = r; /* &r->req: wait and test see an MPI_Request, and free the whole */
     return ZT_OK;
 }
 
@@ -270,6 +363,7 @@ static const zt_comm_ops mpi_ops = {
     .name = "mpi",
     .all_gather_start = mpi_all_gather_start,
     .reduce_scatter_start = mpi_reduce_scatter_start,
+    .all_to_all_start = mpi_all_to_all_start,
     .wait = mpi_wait,
     .test = mpi_test,
     .sum_f64 = mpi_sum_f64,

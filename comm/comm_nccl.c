@@ -1,11 +1,13 @@
 /* The NCCL communicator: one GPU per rank (by local rank), all-gathers on
- * one stream and reduce-scatters on another, ordered against the compute
- * stream with CUDA events only (the caller's `ready` event before, a stream
- * wait after), so the host never blocks inside a step. Both streams drive
- * one communicator: NCCL runs a communicator's operations in the order they
- * were issued, which is the same on every rank, so the two streams cannot
- * deadlock each other; what they buy is that compute waits only for the
- * collective it needs. The unique id is created by rank 0 and broadcast
+ * one stream, reduce-scatters on another and all-to-alls on a third,
+ * ordered against the compute stream with CUDA events only (the caller's
+ * `ready` event before, a stream wait after), so the host never blocks
+ * inside a step. The streams drive one communicator: NCCL runs a
+ * communicator's operations in the order they were issued, which is the
+ * same on every rank, so the streams cannot deadlock each other; what they
+ * buy is that compute waits only for the collective it needs (an
+ * activation's all-to-all never queues behind a prefetched all-gather or a
+ * gradient bucket). The unique id is created by rank 0 and broadcast
  * over MPI; scalar helpers (sums of norms, fingerprints) go over the
  * embedded MPI communicator. The reduce-scatter is the same deterministic
  * algorithm as MPI's: grouped send/recv (an all-to-all) and a sum in rank
@@ -38,6 +40,7 @@ typedef struct {
     ncclComm_t nccl;
     cudaStream_t ag_stream; /* all-gathers */
     cudaStream_t rs_stream; /* reduce-scatters and their ordered sums */
+    cudaStream_t a2a_stream; /* all-to-alls */
     int device;
     nccl_req untimed[NCCL_MAX_UNTIMED];
     int nuntimed;
@@ -198,6 +201,45 @@ static zt_status nccl_reduce_scatter_start(zt_comm *c, const void *send, void *s
     return end_req(h, m->rs_stream, err);
 }
 
+/* The all-to-all's producer is a stream, not an event: an event recorded
+ * on it now marks the work that fills send. The comm stream's wait captures
+ * it, so the event can go at once. */
+static zt_status after_stream(cudaStream_t comm_stream, void *ready, zt_comm_handle *h, zt_error *err) {
+    if (!ready) return begin_req(comm_stream, NULL, h, err);
+    cudaEvent_t produced = NULL;
+    cudaError_t rc = cudaEventCreateWithFlags(&produced, cudaEventDisableTiming);
+    if (rc == cudaSuccess) rc = cudaEventRecord(produced, (cudaStream_t)ready);
+    zt_status st = rc == cudaSuccess ? begin_req(comm_stream, produced, h, err)
+                                     : ZT_FAIL(err, ZT_ERR_COMM, "comm: marking the all_to_all's producer failed: %s",
+                                               cudaGetErrorString(rc));
+    if (produced) cudaEventDestroy(produced);
+    return st;
+}
+
+/* Grouped ncclSend/ncclRecv of the chunks that are not empty, the rank's own
+ * included (NCCL copies a send to itself). */
+static zt_status nccl_all_to_all_start(zt_comm *c, const void *send, const size_t *send_counts,
+                                       const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                                       const size_t *recv_offsets, void *ready, zt_comm_handle *h, zt_error *err) {
+    nccl_impl *m = impl_of(c);
+    harvest(c, 0);
+    ZT_TRY(after_stream(m->a2a_stream, ready, h, err));
+    size_t before = 0;
+    int first = first_of_kind(m, ZT_COLL_ALL_TO_ALL, &before);
+    ncclResult_t rc = ncclGroupStart();
+    for (int j = 0; j < c->world_size && rc == ncclSuccess; j++) {
+        if (send_counts[j])
+            rc = ncclSend((const char *)send + send_offsets[j], send_counts[j], ncclUint8, j, m->nccl, m->a2a_stream);
+        if (rc == ncclSuccess && recv_counts[j])
+            rc = ncclRecv((char *)recv + recv_offsets[j], recv_counts[j], ncclUint8, j, m->nccl, m->a2a_stream);
+    }
+    ncclResult_t end_rc = ncclGroupEnd(); /* always closes the group */
+    if (rc == ncclSuccess) rc = end_rc;
+    if (rc != ncclSuccess) return fail_req(h, rc, "all_to_all (grouped ncclSend/ncclRecv)", err);
+    if (first) count_device(c, 1, before);
+    return end_req(h, m->a2a_stream, err);
+}
+
 /* A host wait under the watchdog: queries until done or the timeout. */
 static cudaError_t wait_end(const zt_comm *c, nccl_req *r, int *late) {
     *late = 0;
@@ -306,10 +348,12 @@ static void nccl_destroy(zt_comm *c) {
      * communicator and their streams go. */
     if (m->ag_stream) (void)cudaStreamSynchronize(m->ag_stream);
     if (m->rs_stream) (void)cudaStreamSynchronize(m->rs_stream);
+    if (m->a2a_stream) (void)cudaStreamSynchronize(m->a2a_stream);
     (void)cudaGetLastError();
     if (m->nccl) ncclCommDestroy(m->nccl);
     if (m->ag_stream) cudaStreamDestroy(m->ag_stream);
     if (m->rs_stream) cudaStreamDestroy(m->rs_stream);
+    if (m->a2a_stream) cudaStreamDestroy(m->a2a_stream);
     zt_comm_destroy(&m->host);
     free(m);
     c->impl = NULL;
@@ -347,6 +391,7 @@ static const zt_comm_ops nccl_ops = {
     .takes_events = 1,
     .all_gather_start = nccl_all_gather_start,
     .reduce_scatter_start = nccl_reduce_scatter_start,
+    .all_to_all_start = nccl_all_to_all_start,
     .wait = nccl_wait,
     .wait_stream = nccl_wait_stream,
     .test = nccl_test,
@@ -364,7 +409,16 @@ static const zt_comm_ops nccl_ops = {
     .split = nccl_split,
 };
 
-/* This rank's own part of the start-up: a GPU of its own, and the two
+/* The collective streams on m's device (the current device from then on). */
+static zt_status create_streams(nccl_impl *m, zt_error *err) {
+    CUDA_TRY(cudaSetDevice(m->device));
+    CUDA_TRY(cudaStreamCreateWithFlags(&m->ag_stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaStreamCreateWithFlags(&m->rs_stream, cudaStreamNonBlocking));
+    CUDA_TRY(cudaStreamCreateWithFlags(&m->a2a_stream, cudaStreamNonBlocking));
+    return ZT_OK;
+}
+
+/* This rank's own part of the start-up: a GPU of its own, and the
  * collective streams. */
 static zt_status local_setup(zt_comm *c, nccl_impl *m, zt_error *err) {
     int ndev = 0;
@@ -373,10 +427,7 @@ static zt_status local_setup(zt_comm *c, nccl_impl *m, zt_error *err) {
         return ZT_FAIL(err, ZT_ERR_UNSUPPORTED,
                        "NCCL needs one GPU per rank: %d rank(s) on this node, %d GPU(s) visible", c->local_size, ndev);
     m->device = c->local_rank;
-    CUDA_TRY(cudaSetDevice(m->device));
-    CUDA_TRY(cudaStreamCreateWithFlags(&m->ag_stream, cudaStreamNonBlocking));
-    CUDA_TRY(cudaStreamCreateWithFlags(&m->rs_stream, cudaStreamNonBlocking));
-    return ZT_OK;
+    return create_streams(m, err);
 }
 
 /* NCCL's start-up can fail where CUDA itself works: its bootstrap
@@ -423,9 +474,7 @@ static zt_status nccl_split(zt_comm *c, int color, int key, zt_comm *out, zt_err
     ZT_TRY(zt_comm_split(&parent->host, color, key, &m->host, err));
     zt_comm_copy_topology(out, &m->host);
     m->device = parent->device;
-    CUDA_TRY(cudaSetDevice(m->device));
-    CUDA_TRY(cudaStreamCreateWithFlags(&m->ag_stream, cudaStreamNonBlocking));
-    CUDA_TRY(cudaStreamCreateWithFlags(&m->rs_stream, cudaStreamNonBlocking));
+    ZT_TRY(create_streams(m, err));
     return init_nccl(out, m, err);
 }
 

@@ -4,6 +4,7 @@
  * collective there, and copies the result back when waited for. Slower than
  * NCCL, but it lets several ranks share one GPU for memory experiments. */
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,12 +35,23 @@ typedef struct {
     size_t peak_inflight_bytes; /* the most inflight_bytes has been */
 } staged_impl;
 
+/* One copy between a device buffer and its host staging. */
+typedef struct {
+    size_t device_at, host_at, bytes;
+} staged_seg;
+
 /* What a handle needs at completion: the MPI handle and where results go. */
 typedef struct {
     zt_comm_handle mpi;
     void *device_out;
     size_t out_bytes;
     void *host_out;
+    /* An all-to-all's received chunks, packed in host_out, each back to its
+     * own offset of device_out: a copy per run of adjacent chunks, so that
+     * bytes between chunks stay as they were (NULL: host_out[out_bytes]
+     * to device_out in one copy). */
+    staged_seg *back;
+    int nback;
     char *owned; /* pinned staging of this call (from the pool or new) */
     size_t owned_bytes;
 } staged_req;
@@ -134,6 +146,7 @@ static void free_req(zt_comm *c, staged_req *r) {
         m->npool++;
     }
     publish(c);
+    free(r->back);
     free(r);
 }
 
@@ -203,13 +216,95 @@ static zt_status staged_reduce_scatter_start(zt_comm *c, const void *send, void 
     return ZT_OK;
 }
 
+/* counts[N] bytes at offsets[N] of a device buffer, packed in peer order on
+ * the host: packed[j] is chunk j's place there, and segs[] (at most N) the
+ * copies that move the chunks, chunks adjacent on the device in one.
+ * Returns how many segs. */
+static int pack_chunks(int N, const size_t *counts, const size_t *offsets, size_t *packed, staged_seg *segs) {
+    int n = 0;
+    size_t at = 0;
+    for (int j = 0; j < N; j++) {
+        packed[j] = at;
+        if (!counts[j]) continue;
+        if (n && segs[n - 1].device_at + segs[n - 1].bytes == offsets[j]) segs[n - 1].bytes += counts[j];
+        else segs[n++] = (staged_seg){offsets[j], at, counts[j]};
+        at += counts[j];
+    }
+    return n;
+}
+
+/* segs from a device buffer to its host staging (to_host), or back. */
+static cudaError_t copy_segs(void *dst, const void *src, const staged_seg *segs, int n, int to_host) {
+    cudaError_t rc = cudaSuccess;
+    for (int i = 0; i < n && rc == cudaSuccess; i++) {
+        size_t dst_at = to_host ? segs[i].host_at : segs[i].device_at;
+        size_t src_at = to_host ? segs[i].device_at : segs[i].host_at;
+        rc = cudaMemcpy((char *)dst + dst_at, (const char *)src + src_at, segs[i].bytes, cudaMemcpyDefault);
+    }
+    return rc;
+}
+
+/* The chunks packed into pinned staging [sent | received], MPI's
+ * all-to-all between the packed layouts, and the received chunks copied
+ * back to their offsets at wait. */
+static zt_status staged_all_to_all_start(zt_comm *c, const void *send, const size_t *send_counts,
+                                         const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                                         const size_t *recv_offsets, void *ready, zt_comm_handle *h, zt_error *err) {
+    staged_impl *m = impl_of(c);
+    /* The producer's stream: the copies below run on the legacy stream. */
+    if (ready) CUDA_TRY(cudaStreamSynchronize((cudaStream_t)ready));
+    int N = c->world_size;
+    size_t *packed = malloc(2 * (size_t)N * sizeof *packed); /* [2][N]: sent, received */
+    staged_seg *out = malloc((size_t)N * sizeof *out), *back = malloc((size_t)N * sizeof *back);
+    staged_req *r = NULL;
+    zt_status st = packed && out && back ? ZT_OK : ZT_FAIL(err, ZT_ERR_OOM, "comm: cannot allocate %d chunks", N);
+    int nout = 0, nback = 0;
+    size_t sent = 0, received = 0;
+    if (st == ZT_OK) {
+        nout = pack_chunks(N, send_counts, send_offsets, packed, out);
+        nback = pack_chunks(N, recv_counts, recv_offsets, packed + N, back);
+        for (int j = 0; j < N; j++) sent += send_counts[j], received += recv_counts[j];
+        st = new_req(c, sent + received, &r, err);
+    }
+    if (st == ZT_OK) {
+        cudaError_t rc = copy_segs(r->owned, send, out, nout, 1);
+        if (rc != cudaSuccess) st = ZT_FAIL(err, ZT_ERR_COMM, "staging copy failed: %s", cudaGetErrorString(rc));
+    }
+    if (st == ZT_OK) {
+        r->mpi.kind = ZT_COLL_ALL_TO_ALL;
+        st = m->host.ops->all_to_all_start(&m->host, r->owned, send_counts, packed, r->owned + sent, recv_counts,
+                                           packed + N, NULL, &r->mpi, err);
+    }
+    free(packed);
+    free(out);
+    if (st != ZT_OK) {
+        free(back);
+        if (r) free_req(c, r);
+        return st;
+    }
+    r->device_out = recv;
+    r->host_out = r->owned + sent;
+    r->out_bytes = received;
+    r->back = back;
+    r->nback = nback;
+    h->impl_req = r;
+    return ZT_OK;
+}
+
 static zt_status staged_wait(zt_comm *c, zt_comm_handle *h, zt_error *err) {
     staged_impl *m = impl_of(c);
     staged_req *r = h->impl_req;
     h->impl_req = NULL;
+    snprintf(r->mpi.what, sizeof r->mpi.what, "%s", h->what); /* the caller labels h after the start */
     zt_status st = m->host.ops->wait(&m->host, &r->mpi, err);
+    if (st == ZT_ERR_TIMEOUT) { /* MPI may still write the staging: the request stays, as MPI's does */
+        h->impl_req = r;
+        return st;
+    }
     if (st == ZT_OK) {
-        cudaError_t rc = cudaMemcpy(r->device_out, r->host_out, r->out_bytes, cudaMemcpyDefault);
+        staged_seg whole = {0, 0, r->out_bytes};
+        cudaError_t rc = r->back ? copy_segs(r->device_out, r->host_out, r->back, r->nback, 0)
+                                 : copy_segs(r->device_out, r->host_out, &whole, 1, 0);
         if (rc != cudaSuccess) st = ZT_FAIL(err, ZT_ERR_COMM, "staging copy back failed: %s", cudaGetErrorString(rc));
     }
     free_req(c, r);
@@ -268,6 +363,7 @@ static const zt_comm_ops staged_ops = {
     .takes_events = 1,
     .all_gather_start = staged_all_gather_start,
     .reduce_scatter_start = staged_reduce_scatter_start,
+    .all_to_all_start = staged_all_to_all_start,
     .wait = staged_wait,
     .test = staged_test,
     .sum_f64 = staged_sum_f64,

@@ -26,6 +26,7 @@ typedef enum {
     ZT_COLL_BARRIER,
     ZT_COLL_GATHER,  /* to one root (a matrix to its owner: Muon) */
     ZT_COLL_SCATTER, /* from one root */
+    ZT_COLL_ALL_TO_ALL, /* per-peer byte counts (Ulysses' sequence <-> head split) */
     ZT_COLL_KINDS
 } zt_coll_kind;
 
@@ -33,7 +34,8 @@ const char *zt_coll_name(zt_coll_kind k);
 
 typedef struct {
     long calls;
-    double bytes;  /* nccl-tests "size": the full buffer (N x per-rank count), as it travels */
+    double bytes;  /* nccl-tests "size": the full buffer (N x per-rank count), as it travels; for
+                    * all_to_all, what this rank sent (the sum of its send counts, itself included) */
     double uncompressed_bytes; /* what `bytes` would be without the wire codes (zt_wire.h) */
     double time_s; /* start to completion, summed */
     double wait_s; /* time the caller was blocked in wait, summed */
@@ -75,6 +77,11 @@ typedef struct {
                                   void *ready, zt_comm_handle *h, zt_error *err);
     zt_status (*reduce_scatter_start)(struct zt_comm *c, const void *send, void *staging, float *out,
                                       size_t count, zt_wire wire, void *ready, zt_comm_handle *h, zt_error *err);
+    /* As zt_comm_all_to_all_start, after its checks; `ready` is the
+     * producer's stream (NULL: none), not an event as above. */
+    zt_status (*all_to_all_start)(struct zt_comm *c, const void *send, const size_t *send_counts,
+                                  const size_t *send_offsets, void *recv, const size_t *recv_counts,
+                                  const size_t *recv_offsets, void *ready, zt_comm_handle *h, zt_error *err);
     /* Blocks until h completes (and, for reduce-scatter, out holds the sum). */
     zt_status (*wait)(struct zt_comm *c, zt_comm_handle *h, zt_error *err);
     /* Orders work queued later on `stream` (a cudaStream_t) after h without
@@ -228,6 +235,29 @@ zt_status zt_comm_all_gather_coded_start(zt_comm *c, const void *send, void *rec
  * neither. */
 zt_status zt_comm_reduce_scatter_start(zt_comm *c, const void *send, void *staging, float *out, size_t count,
                                        zt_wire wire, void *ready, zt_comm_handle *h, zt_error *err);
+/* Every rank sends send_counts[j] bytes at send + send_offsets[j] to rank j
+ * and receives recv_counts[i] bytes from rank i at recv + recv_offsets[i]
+ * (device buffers on a GPU backend, host on MPI). Queued after `ready` (the
+ * stream whose work produced send: the compute stream on a GPU; NULL on the
+ * CPU), like zt_comm_all_gather_start; complete it with zt_comm_wait or
+ * zt_comm_wait_stream. Counted as ZT_COLL_ALL_TO_ALL.
+ * MPI_Alltoallv's contract: recv_counts[i] on rank j equals send_counts[j]
+ * on rank i (only the rank's own pair, send_counts[rank] ==
+ * recv_counts[rank], is checked here: the rest would cost a collective; a
+ * mismatch may hang NCCL or corrupt its data, or fail MPI); send and recv
+ * do not overlap; a zero count moves nothing and its offset is not read;
+ * the chunk to itself is copied like any other. send_counts[N],
+ * send_offsets[N], recv_counts[N] and recv_offsets[N] may be reused once
+ * this returns. Statistics as nccl-tests' alltoall: `bytes` is what this
+ * rank sends, busbw is algbw x (N-1)/N; inter/intra are the bytes received
+ * from other ranks, split by the sender's node. Over MPI every count and
+ * offset, in units of the largest byte count dividing all of this rank's
+ * send (or receive) counts and offsets, must fit an int (2^31 - 1):
+ * otherwise ZT_ERR_INVALID, on this rank alone (the others then wait for it
+ * until the watchdog's timeout). */
+zt_status zt_comm_all_to_all_start(zt_comm *c, const void *send, const size_t *send_counts, const size_t *send_offsets,
+                                   void *recv, const size_t *recv_counts, const size_t *recv_offsets, void *ready,
+                                   zt_comm_handle *h, zt_error *err);
 /* Blocks the host until h completes; its outputs are then valid everywhere. */
 zt_status zt_comm_wait(zt_comm *c, zt_comm_handle *h, zt_error *err);
 /* Completes h for the work queued on `stream` (zt_stream.handle: a
@@ -268,8 +298,8 @@ zt_status zt_comm_scatter_host(zt_comm *c, const void *send, void *recv, const s
  * errors are replaced), so the job fails with one message. */
 zt_status zt_comm_agree(zt_comm *c, zt_status st, zt_error *err);
 
-/* nccl-tests' algbw (bytes / time) and busbw (algbw x (n-1)/n for all-gather
- * and reduce-scatter, 2(n-1)/n for all-reduce) in GB/s, for statistics s of
+/* nccl-tests' algbw (bytes / time) and busbw (algbw x (n-1)/n for all-gather,
+ * reduce-scatter and all-to-all, 2(n-1)/n for all-reduce) in GB/s, for statistics s of
  * collective kind k over world_size ranks (a run's or one step's). */
 void zt_coll_bandwidth(const zt_coll_stats *s, zt_coll_kind k, int world_size, double *algbw_gbs, double *busbw_gbs);
 

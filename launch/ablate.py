@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Ablation sweep of a model family (the toy GPT by default): ZeRO stage x
 optimizer offload x recompute (x optimizer x frozen units x allocator x dtype
-x quantized communication).
+x quantized communication x sequence parallelism).
 
     python3 launch/ablate.py [--model gpt|llama] [--preset zero] [--np 2] [--steps 30] [--out out/ablation]
                              [--offload none,cpu[,params,nvme,nvme-params,activations]]
                              [--recompute none,full[,selective,every-K]]
                              [--optimizer adamw[,sgd,...]] [--freeze LIST [--freeze LIST ...]]
                              [--allocator simple[,caching,expandable]]
-                             [--dtype fp32[,bf16,fp16]] [--quantize none[,w8,g4,w8g4,g8,w8g8]]
+                             [--dtype fp32[,bf16,fp16]] [--quantize none[,w8,g4,w8g4,g8,w8g8]] [--stages 0,1,2,3]
+                             [--seq-parallel 1[,2,4,...]]
                              [--dry-run] [--build build | --zt-train PATH] [--zt-run PATH]
                              [-- EXTRA ZT-TRAIN FLAGS ...]
 
@@ -17,13 +18,14 @@ params and nvme-params, the parameter shards offloaded too, run at stage 3
 only; activations, the kept block inputs, with --recompute full only)
 x each policy of --recompute (default none,full: 16 configurations) for
 each frozen-unit list of --freeze, each optimizer of --optimizer, each
-device allocator of --allocator, each dtype of --dtype and each setting of
---quantize (defaults: none, adamw, simple, fp32, none; w8, the int8
-all-gather of stage 3's weights, runs at stage 3 only), each as
+device allocator of --allocator, each dtype of --dtype, each setting of
+--quantize and each group size of --seq-parallel (defaults: none, adamw,
+simple, fp32, none, 1; w8, the int8 all-gather of stage 3's weights, runs
+at stage 3 only), each as
 
     launch/zt-run -np NP zt-train --model M --stage S --offload O --recompute R --dtype D
-                  --optimizer OPT --freeze F --allocator A [QUANTIZE FLAGS] --steps K EXTRA...
-                  --log-dir OUT/runs/NAME --quiet
+                  --optimizer OPT --freeze F --allocator A [QUANTIZE FLAGS] [--seq-parallel P]
+                  --steps K EXTRA... --log-dir OUT/runs/NAME --quiet
 
 (M: --model, one family for the whole sweep, recorded in the CSV's
 `model` column and the Markdown's opening line) and reads OUT/runs/NAME/summary.json, labels_rank0.json and every rank's
@@ -59,7 +61,18 @@ zt-train's --freeze value is itself a comma-separated list
 axis compresses the collectives ZeRO++-style (model state is unchanged):
 w8 is --quantize-weights int8 (stage 3's all-gathers carry int8 codes), g4
 and g8 are --quantize-grads int4 and int8 (the gradient reduce-scatters),
-w8g4 and w8g8 both; none passes neither flag (zt-train's default).
+w8g4 and w8g8 both; none passes neither flag (zt-train's default). The
+seq-parallel axis is zt-train's --seq-parallel P (DeepSpeed-Ulysses, see
+docs/sequence_parallel.md; 1, the default, passes no flag): groups of P
+ranks share each sequence, so activations per rank fall about as 1/P and
+each block adds all-to-all exchanges (the CSV's all_to_all_bytes_per_step).
+The ranks then form NP/P data-parallel replicas, so a row at P trains on
+1/P of the tokens per step of P = 1; its tokens/s is zt-train's, which
+counts them so. Model state is sharded over all NP ranks whatever P is,
+so the bytes-per-parameter formula keeps N = NP. A P that does not divide
+NP or the model's --heads (Llama: --kv-heads too; zt-train's default of 4
+when not given after `--`) is left out of the sweep, with a note on
+stderr and in the Markdown; the sweep is refused when none is left.
 
 Presets. `--preset NAME` sets defaults for --np, --steps, --dtype and the
 axes, and puts model flags first among the extra zt-train flags; flags
@@ -131,7 +144,7 @@ RECOMPUTES = ["none", "full"]  # the default --recompute
 # Flags whose value the sweep decides; passing them after `--` would silently
 # turn the ablation into 16 runs of one configuration (or mix their logs).
 AXIS_FLAGS = ["--stage", "--offload", "--offload-params", "--offload-activations", "--nvme-path", "--recompute", "--dtype", "--optimizer", "--freeze", "--allocator",
-              "--quantize-weights", "--quantize-grads", "--steps"]
+              "--quantize-weights", "--quantize-grads", "--seq-parallel", "--steps"]
 # zt-train's flags that ablate.py's --quantize sets, for the hint of the refusal.
 QUANTIZE_AXIS_FLAGS = {"--quantize-weights": "--quantize", "--quantize-grads": "--quantize"}
 # Flags of the sweep's own that hold for every run: one value, recorded in each row.
@@ -153,6 +166,34 @@ def quantize_applies(quantize, stage):
     return "--quantize-weights" not in QUANTIZE[quantize] or stage == 3
 
 
+# zt-train's --heads when the flags after `--` do not set it
+# (train/train_config.c); both families take it, and Llama's --kv-heads 0
+# means --heads.
+ZT_TRAIN_DEFAULT_HEADS = 4
+
+
+def seq_parallel_obstacle(P, world_size, model, extra):
+    """Why zt-train would refuse --seq-parallel P for this sweep, or None when
+    it runs: a group is P consecutive ranks, so P divides the world; each rank
+    of a group runs heads / P attention heads (Llama: kv_heads / P key/value
+    heads too). A --heads or --kv-heads that is not a number is left for
+    zt-train to refuse."""
+    if P == 1:
+        return None
+    if world_size % P != 0:
+        return f"does not divide --np {world_size}"
+    try:
+        heads = int(flag_value(extra, "--heads") or ZT_TRAIN_DEFAULT_HEADS)
+        kv_heads = int(flag_value(extra, "--kv-heads") or 0) or heads
+    except ValueError:
+        return None
+    if heads % P != 0:
+        return f"does not divide --heads {heads}"
+    if model == "llama" and kv_heads % P != 0:
+        return f"does not divide --kv-heads {kv_heads}"
+    return None
+
+
 MIB = 1024.0 * 1024.0
 
 # Bytes of optimizer state per owned parameter, for the optimizers whose
@@ -172,7 +213,7 @@ PRESETS = {
 }
 
 COLUMNS = (["name", "model", "stage", "offload", "recompute", "optimizer", "freeze", "allocator", "dtype", "quantize",
-            "status",
+            "seq_parallel", "status",
             "peak_mean_bytes", "peak_max_bytes", "imbalance_max_over_mean"]
            + [f"peak_{c}_mean_bytes" for c in CATEGORIES]
            + ["host_peak_mean_bytes", "host_peak_max_bytes", "reserved_peak_max_bytes",
@@ -180,7 +221,7 @@ COLUMNS = (["name", "model", "stage", "offload", "recompute", "optimizer", "free
               "model_params", "units", "model_state_by_rank_bytes", "model_state_min_bytes",
               "model_state_max_bytes", "formula_bytes_per_param",
               "step_time_median_s", "tokens_per_s", "final_loss", "comm_bytes_per_step",
-              "wall_s", "exit_code", "run_dir", "detail"])
+              "all_to_all_bytes_per_step", "wall_s", "exit_code", "run_dir", "detail"])
 
 # Colours of the categories in the memory plot (same order as CATEGORIES).
 CATEGORY_COLOURS = ["#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c",
@@ -194,10 +235,11 @@ class ToolError(Exception):
 
 
 def config_name(stage, offload, recompute, dtype="fp32", optimizer="adamw", freeze="none", allocator="simple",
-                quantize="none"):
-    """sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-ALLOCATOR][-QUANTIZE][-DTYPE]:
+                quantize="none", seq_parallel=1):
+    """sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-ALLOCATOR][-QUANTIZE][-spP][-DTYPE]:
     the parts at zt-train's defaults (no offload, no recompute, adamw, nothing
-    frozen, the simple allocator, no quantization, fp32) are left out."""
+    frozen, the simple allocator, no quantization, no sequence parallelism,
+    fp32) are left out."""
     name = f"s{stage}"
     if offload != "none":
         name += TIER_SUFFIX[offload]
@@ -213,6 +255,8 @@ def config_name(stage, offload, recompute, dtype="fp32", optimizer="adamw", free
         name += "-" + re.sub(r"[^A-Za-z0-9]+", "", allocator)
     if quantize != "none":
         name += "-" + quantize
+    if seq_parallel != 1:
+        name += f"-sp{seq_parallel}"
     if dtype != "fp32":
         name += f"-{dtype}"
     return name
@@ -223,8 +267,10 @@ def model_state_formula(stage, world_size, dtype, optimizer):
     paper's (2 + 2 + K) psi split by stage, with zerotrain's sizes: d bytes
     of params and of grads (the --dtype), K = the fp32 master (16-bit dtypes
     only) + the optimizer's state. Mixed-precision Adam (d = 2, K = 12) gives
-    the paper's 16, 4 + 12/N, 2 + 14/N, 16/N. None for an optimizer whose
-    state is not a fixed number of bytes per parameter here."""
+    the paper's 16, 4 + 12/N, 2 + 14/N, 16/N. N is the world size at any
+    --seq-parallel: sequence groups share activations, while model state is
+    sharded over every rank (docs/sequence_parallel.md, Composition). None for
+    an optimizer whose state is not a fixed number of bytes per parameter here."""
     if optimizer not in OPTIMIZER_STATE_BYTES:
         return None
     d = 4 if dtype == "fp32" else 2
@@ -266,8 +312,8 @@ def build_parser(here):
     p = argparse.ArgumentParser(
         prog="ablate.py",
         description="Sweep ZeRO stage {0,1,2,3} x offload x recompute policies (x optimizers x frozen units "
-                    "x allocators x dtypes x quantized communication) on a model family (--model) and "
-                    "tabulate and plot memory and throughput.",
+                    "x allocators x dtypes x quantized communication x sequence parallelism) on a model family "
+                    "(--model) and tabulate and plot memory and throughput.",
         epilog="Flags after `--` are passed to every zt-train run, e.g. "
                "`-- --layers 4 --d-model 128 --mem-limit 8MiB`.")
     p.add_argument("--preset", choices=sorted(PRESETS),
@@ -311,6 +357,12 @@ def build_parser(here):
                    help="comma-separated quantized-communication settings to sweep: none, w8 (--quantize-weights "
                         "int8: stage 3 only), g4 (--quantize-grads int4), w8g4 (both), g8 (--quantize-grads "
                         "int8), w8g8 [default: none]")
+    p.add_argument("--stages", default="0,1,2,3",
+                   help="comma-separated ZeRO stages to sweep [default: 0,1,2,3]")
+    p.add_argument("--seq-parallel", default="1",
+                   help="comma-separated sequence-parallel group sizes to sweep, passed to zt-train's --seq-parallel "
+                        "(DeepSpeed-Ulysses: P ranks share each sequence, so a step trains on 1/P of the tokens; "
+                        "1: off); a P that does not divide --np or the model's heads is left out [default: 1]")
     p.add_argument("--dry-run", action="store_true",
                    help="print each configuration's command and run nothing")
     p.add_argument("--gnuplot", default="gnuplot", help="gnuplot program [default: gnuplot]")
@@ -360,6 +412,8 @@ def parse_args(argv):
     args.dtypes = distinct_list(p, "--dtype", comma_list(args.dtype), ", ".join(DTYPES), lambda d: d in DTYPES)
     args.quantizes = distinct_list(p, "--quantize", comma_list(args.quantize), ", ".join(QUANTIZE),
                                    lambda q: q in QUANTIZE)
+    seq_parallels = [int(v) for v in distinct_list(p, "--seq-parallel", comma_list(args.seq_parallel),
+                                                   "positive integers", lambda v: re.fullmatch(r"[1-9][0-9]*", v))]
     for a in extra:
         for f in OWNED_FLAGS:
             if a == f or a.startswith(f + "="):
@@ -368,8 +422,19 @@ def parse_args(argv):
                            if f in AXIS_FLAGS + SWEEP_FLAGS and f != "--stage" else ""))
     args.user_extra = extra
     args.extra = preset.get("model", []) + extra
-    args.configs = [(s, o, r, d, opt, fr, al, q) for d in args.dtypes for al in args.allocators for q in args.quantizes
-                    for opt in args.optimizers for fr in args.freezes for s in STAGES for o in args.offloads
+    # A group size zt-train would refuse is refused for every configuration
+    # alike: left out (and said so), not run as a column of failed rows.
+    args.seq_parallels_left_out = [(P, why) for P in seq_parallels
+                                   if (why := seq_parallel_obstacle(P, args.np, args.model, args.extra))]
+    args.seq_parallels = [P for P in seq_parallels if P not in dict(args.seq_parallels_left_out)]
+    if not args.seq_parallels:
+        p.error("--seq-parallel " + ", ".join(f"{P} {why}" for P, why in args.seq_parallels_left_out)
+                + ": no group size is left to sweep")
+    stages = distinct_list(p, "--stages", comma_list(args.stages), "0, 1, 2, 3", lambda v: v in ("0", "1", "2", "3"))
+    args.configs = [(s, o, r, d, opt, fr, al, q, sp) for d in args.dtypes for al in args.allocators
+                    for q in args.quantizes for sp in args.seq_parallels
+                    for opt in args.optimizers for fr in args.freezes for s in [int(x) for x in stages]
+                    for o in args.offloads
                     for r in args.recomputes if tier_applies(o, s, r) and quantize_applies(q, s)]
     names = [config_name(*c) for c in args.configs]
     clash = sorted({n for n in names if names.count(n) > 1})
@@ -459,6 +524,9 @@ def metrics(run_dir):
     if steps:
         row["comm_bytes_per_step"] = statistics.fmean(
             sum(k.get("bytes", 0) for k in st.get("comm", {}).values()) for st in steps)
+        # --seq-parallel's exchanges; a kind without calls in a step is absent from its comm.
+        row["all_to_all_bytes_per_step"] = statistics.fmean(
+            st.get("comm", {}).get("all_to_all", {}).get("bytes", 0) for st in steps)
     # Reserved bytes (what --mem-limit caps), highest over ranks and steps;
     # from each rank's last step, the fragmentation at the step's peak (the
     # highest over ranks) and the largest free block at its end (the
@@ -483,27 +551,33 @@ def metrics(run_dir):
     return row
 
 
+def seq_parallel_flags(seq_parallel):
+    """P = 1 passes no flag: it is zt-train's default, and a zt-train without
+    sequence parallelism still runs the rest of the sweep."""
+    return [] if seq_parallel == 1 else ["--seq-parallel", str(seq_parallel)]
+
+
 def config_command(args, out, config):
-    stage, offload, recompute, dtype, optimizer, freeze, allocator, quantize = config
-    name = config_name(stage, offload, recompute, dtype, optimizer, freeze, allocator, quantize)
+    stage, offload, recompute, dtype, optimizer, freeze, allocator, quantize, seq_parallel = config
+    name = config_name(stage, offload, recompute, dtype, optimizer, freeze, allocator, quantize, seq_parallel)
     run_dir = os.path.join(out, "runs", name)
     cmd = ([args.zt_run, "-np", str(args.np), args.zt_train, "--model", args.model,
             "--stage", str(stage)] + tier_flags(offload, out)
            + ["--recompute", recompute, "--dtype", dtype,
             "--optimizer", optimizer, "--freeze", freeze, "--allocator", allocator] + QUANTIZE[quantize]
-           + ["--steps", str(args.steps)]
+           + seq_parallel_flags(seq_parallel) + ["--steps", str(args.steps)]
            + args.extra + ["--log-dir", run_dir, "--quiet"])
     return name, run_dir, cmd
 
 
 def run_config(args, out, config, index, total):
-    stage, offload, recompute, dtype, optimizer, freeze, allocator, quantize = config
+    stage, offload, recompute, dtype, optimizer, freeze, allocator, quantize, seq_parallel = config
     name, run_dir, cmd = config_command(args, out, config)
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)  # a stale summary.json must not pass for this run's
     row = {"name": name, "model": args.model, "stage": stage, "offload": offload, "recompute": recompute, "dtype": dtype,
-           "optimizer": optimizer, "freeze": freeze, "allocator": allocator, "quantize": quantize, "run_dir": run_dir,
-           "command": shlex.join(cmd), "mpirun": ""}
+           "optimizer": optimizer, "freeze": freeze, "allocator": allocator, "quantize": quantize,
+           "seq_parallel": seq_parallel, "run_dir": run_dir, "command": shlex.join(cmd), "mpirun": ""}
     # The closed form holds for the device's model state without offload and
     # with every unit trained (frozen units keep params only).
     if offload == "none" and freeze == "none":
@@ -648,24 +722,40 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
     # The quantize part of the legend only where the sweep has one, so that a
     # sweep without --quantize writes the text it always wrote.
     quantized = any(r["quantize"] != "none" for r in rows)
+    seq_split = any(r["seq_parallel"] != 1 for r in rows)
     lines.append("Config `sS[-offload][-recompute|-selective|-everyK][-OPTIMIZER][-frz-UNITS][-ALLOCATOR]"
-                 + ("[-QUANTIZE]" if quantized else "") + "[-DTYPE]`: "
+                 + ("[-QUANTIZE]" if quantized else "") + ("[-spP]" if seq_split else "") + "[-DTYPE]`: "
                  "ZeRO stage S, `--offload cpu`, `--recompute full|selective|every-K`, `--optimizer OPTIMIZER` "
                  "(adamw when absent), `--freeze UNITS` (nothing frozen when absent), `--allocator ALLOCATOR` "
                  "(simple when absent), "
                  + ("QUANTIZE: w8 `--quantize-weights int8` (stage 3 only), g4 / g8 `--quantize-grads int4|int8`, "
                     "w8g4 / w8g8 both (neither when absent), " if quantized else "")
+                 + ("`--seq-parallel P` (1 when absent), " if seq_split else "")
                  + "`--dtype DTYPE` (fp32 when absent).")
     lines.append("")
-    head = (["config", "status", "optimizer", "freeze", "allocator", "quantize", "peak mean", "peak max", "max/mean"]
+    if seq_split:
+        lines.append(f"*seq-parallel* P: groups of P ranks share each sequence (DeepSpeed-Ulysses), so a rank "
+                     f"holds about 1/P of the activations, and the {args.np} ranks form {args.np}/P data-parallel "
+                     "replicas: a step at P trains on 1/P of the tokens of a step at 1, and tokens/s counts those. "
+                     "*a2a* is the bytes of the all-to-all exchanges around attention per step on rank 0 (part of "
+                     "comm). Model state is sharded over all ranks at any P, so the formula's N stays the rank "
+                     "count.")
+        lines.append("")
+    if args.seq_parallels_left_out:
+        lines.append("Left out: " + "; ".join(f"`--seq-parallel {P}` {why}"
+                                             for P, why in args.seq_parallels_left_out) + ".")
+        lines.append("")
+    head = (["config", "status", "optimizer", "freeze", "allocator", "quantize", "seq-parallel", "peak mean",
+             "peak max", "max/mean"]
             + CATEGORIES + ["host peak", "reserved peak", "frag at peak", "state B/param", "formula B/param",
-                            "step ms", "tokens/s", "final loss", "comm MiB/step"])
-    text_cols = 6  # config .. quantize, left-aligned; the rest are numbers
+                            "step ms", "tokens/s", "final loss", "comm MiB/step", "a2a MiB/step"])
+    text_cols = 7  # config .. seq-parallel, left-aligned; the rest are numbers
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join(["---"] * text_cols + ["---:"] * (len(head) - text_cols)) + "|")
     for r in rows:
         good = r["status"] == "ok"
-        cells = [r["name"], r["status"], r["optimizer"], r["freeze"], r["allocator"], r["quantize"]]
+        cells = [r["name"], r["status"], r["optimizer"], r["freeze"], r["allocator"], r["quantize"],
+                 str(r["seq_parallel"])]
         formula = r.get("formula_bytes_per_param")
         if good:
             cells += [mib(r["peak_mean_bytes"]), mib(r["peak_max_bytes"]),
@@ -677,7 +767,7 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
                       "-" if formula is None else f"{formula:.3f}",
                       f"{r['step_time_median_s'] * 1e3:.2f}",
                       f"{r['tokens_per_s']:.0f}", f"{r['final_loss']:.4f}",
-                      mib(r.get("comm_bytes_per_step"))]
+                      mib(r.get("comm_bytes_per_step")), mib(r.get("all_to_all_bytes_per_step"))]
         else:
             cells += ["-"] * (len(head) - text_cols)
         lines.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
@@ -902,8 +992,8 @@ def bytes_per_param_series(rows):
     """The measured series of the bytes-per-parameter plot: rows without
     offload (with it, master and optimizer state are on the host), grouped by
     (dtype, optimizer, freeze); per stage the first configuration that ran
-    (recompute, the allocator and quantized communication do not change model
-    state). Returns [(key, {stage: row})]."""
+    (recompute, the allocator, quantized communication and sequence
+    parallelism do not change model state). Returns [(key, {stage: row})]."""
     series = {}
     for r in rows:
         if r["offload"] == "none" and r["status"] == "ok":
@@ -1001,6 +1091,9 @@ def main(argv):
     invocation = shlex.join([sys.executable, os.path.abspath(__file__)] + argv)
     cap = parse_size(flag_value(args.extra, "--mem-limit") or "") or None
     configs = args.configs
+    # On stderr: a dry run's stdout is one `NAME: COMMAND` line per configuration.
+    for P, why in args.seq_parallels_left_out:
+        print(f"ablate: --seq-parallel {P} {why}: left out of the sweep", file=sys.stderr)
     if args.dry_run:
         for config in configs:
             name, _, cmd = config_command(args, out, config)

@@ -73,6 +73,15 @@ void zt_backend_driver_mem(zt_backend *be, size_t *used, size_t *total) {
     *used = *total - free_b;
 }
 
+zt_status zt_memcpy2d_async(zt_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                            size_t width, size_t rows, zt_copy_kind kind, zt_stream *s, zt_error *err) {
+    if (be->memcpy2d_async) return be->memcpy2d_async(be, dst, dst_pitch, src, src_pitch, width, rows, kind, s, err);
+    for (size_t i = 0; i < rows; i++)
+        ZT_TRY(be->memcpy_async(be, (char *)dst + i * dst_pitch, (const char *)src + i * src_pitch, width, kind, s,
+                                err));
+    return ZT_OK;
+}
+
 zt_status zt_event_record(zt_backend *be, zt_stream *s, void **event, zt_error *err) {
     *event = NULL;
     return be->event_record ? be->event_record(be, s, event, err) : ZT_OK;

@@ -271,6 +271,12 @@ typedef struct zt_backend {
                               zt_copy_kind kind, zt_stream *s, zt_error *err);
     zt_status (*memset_async)(struct zt_backend *be, void *dst, int value, size_t bytes,
                               zt_stream *s, zt_error *err);
+    /* rows copies of width bytes, row i from src + i x src_pitch to dst +
+     * i x dst_pitch (cudaMemcpy2DAsync). NULL: zt_memcpy2d_async copies row
+     * by row through memcpy_async. */
+    zt_status (*memcpy2d_async)(struct zt_backend *be, void *dst, size_t dst_pitch, const void *src,
+                                size_t src_pitch, size_t width, size_t rows, zt_copy_kind kind, zt_stream *s,
+                                zt_error *err);
     zt_status (*stream_sync)(struct zt_backend *be, zt_stream *s, zt_error *err);
     /* Ordering between streams without blocking the host (CUDA events). NULL
      * on the CPU, whose operations are complete when they return: call them
@@ -308,6 +314,11 @@ zt_stream zt_backend_stream(zt_backend *be);
 /* The driver's view of the device (cudaMemGetInfo): *used = total - free
  * and *total, both 0 where there is none (the CPU) or the query failed. */
 void zt_backend_driver_mem(zt_backend *be, size_t *used, size_t *total);
+
+/* A strided copy on stream s (memcpy2d_async, or row by row where the
+ * backend has none); regions must not overlap. */
+zt_status zt_memcpy2d_async(zt_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                            size_t width, size_t rows, zt_copy_kind kind, zt_stream *s, zt_error *err);
 
 /* Stream ordering. *event marks everything queued on s so far (NULL on the
  * CPU, where it has all happened). */

@@ -297,9 +297,9 @@ static void test_config(const acct_config *c) {
         CHECK_EQ(spec->units[u].padded_numel, want);
     }
     /* Cross-check of the closed forms against gpt.c's own layouts (bytes). */
-    CHECK_EQ(zt_gpt_block_layout_for(&gc, MICRO_B, FWD_T, c->dtype).total, e.blk);
+    CHECK_EQ(zt_gpt_block_layout_for(&gc, zt_act_shape_plain(MICRO_B, FWD_T), c->dtype).total, e.blk);
     CHECK_EQ(zt_gpt_head_layout_for(&gc, MICRO_B, FWD_T, c->dtype).total, e.head_acts);
-    CHECK_EQ(zt_gpt_backward_workspace_bytes(&gc, MICRO_B, FWD_T, c->dtype), e.ws);
+    CHECK_EQ(zt_gpt_backward_workspace_bytes(&gc, zt_act_shape_plain(MICRO_B, FWD_T), c->dtype), e.ws);
 
     /* Init. */
     zt_mem_set_phase(m, ZT_PHASE_INIT);

@@ -17,8 +17,10 @@
 #include "zt_step.h"
 
 /* The step votes' slots: the ranks that received each stop signal, rank
- * 0's verdict that a timed save is due, the ranks whose writer still runs. */
-enum { VOTE_SIGNAL = 0, VOTE_SAVE_DUE = VOTE_SIGNAL + ZT_STOP_SIGNALS, VOTE_WRITING, VOTE_SLOTS };
+ * 0's verdict that a timed save is due, the ranks whose writer still runs;
+ * and the step's tokens digest (token files: each rank's term below 2^32,
+ * so the sum is exact), which rides on the same reduction. */
+enum { VOTE_SIGNAL = 0, VOTE_SAVE_DUE = VOTE_SIGNAL + ZT_STOP_SIGNALS, VOTE_WRITING, VOTE_DATA_DIGEST, VOTE_SLOTS };
 _Static_assert(VOTE_SLOTS <= ZT_STEP_VOTES, "grow ZT_STEP_VOTES");
 
 typedef struct {

@@ -9,16 +9,20 @@
 
 /* This rank's sum of its micro-batches' mean losses; the model's
  * activations and the engine's gathered units are freed whatever happens. */
-static zt_status local_losses(const zt_eval_job *j, int world, int rank, double *sum) {
+static zt_status local_losses(const zt_eval_job *j, double *sum) {
     zt_ctx *ctx = zt_engine_context(j->eng);
+    zt_seq_group *q = j->seq;
+    int32_t *rows = zt_seq_group_rows(q, j->tokens), *targets = zt_seq_group_targets(q, j->targets); /* [B,T] */
     zt_status st = ZT_OK;
     *sum = 0.0;
     for (int m = 0; st == ZT_OK && m < j->batches; m++) {
         double one = 0.0;
-        st = zt_data_stream_batch(j->val, 0, world, rank, m, j->B, j->T, j->T, j->tokens, j->targets, NULL, &ctx->err);
-        if (st == ZT_OK) st = j->family->forward(j->model, j->eng, j->tokens, j->targets, j->B, j->T);
+        st = zt_data_stream_batch(j->val, 0, q->dp_world, q->dp_rank, m, j->B, j->T, j->T, rows, targets, NULL,
+                                  &ctx->err);
+        int T = zt_seq_group_split(q, j->B, j->T, j->tokens, j->targets);
+        if (st == ZT_OK) st = j->family->forward(j->model, j->eng, j->tokens, j->targets, j->B, T);
         if (st == ZT_OK) st = j->family->take_losses(j->model, ctx, &one);
-        *sum += one;
+        *sum += one * zt_seq_group_loss_weight(q, j->T);
     }
     j->family->free_activations(j->model, j->eng);
     zt_status ended = zt_engine_end_forward_only(j->eng);
@@ -53,7 +57,7 @@ zt_status zt_evaluate(const zt_eval_job *j, zt_comm *world, double *mean_loss, z
     window_save(&ctx->device_mem, &dev);
     window_save(&ctx->host_mem, &host);
     zt_mem_set_phase(&ctx->device_mem, ZT_PHASE_FORWARD);
-    zt_status st = local_losses(j, world->world_size, world->rank, &mine);
+    zt_status st = local_losses(j, &mine);
     window_restore(&ctx->device_mem, &dev);
     window_restore(&ctx->host_mem, &host);
     ZT_TRY(st);

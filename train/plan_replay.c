@@ -15,7 +15,8 @@ typedef struct {
     const zt_train_config *asked;  /* the options as given */
     const zt_train_model *family;
     zt_ctx ctx;
-    zt_comm world, shard, replicas, secondary, hop_node, hop_cross;
+    zt_comm world, shard, replicas, secondary, hop_node, hop_cross, seq;
+    zt_seq_parallel sp; /* --seq-parallel: this rank's group (sp.P = 1: none) */
     void *model;
     zt_engine eng;
     int engine_made;
@@ -26,8 +27,8 @@ static void replay_free(replay *r) {
     if (r->engine_made) r->family->free_activations(r->model, &r->eng);
     zt_engine_destroy(&r->eng); /* a failed init leaves what it made; nothing when it never ran */
     if (r->model) r->family->destroy(r->model);
-    zt_comm *comms[] = {&r->hop_cross, &r->hop_node, &r->secondary, &r->replicas, &r->shard, &r->world};
-    for (int i = 0; i < 6; i++)
+    zt_comm *comms[] = {&r->seq, &r->hop_cross, &r->hop_node, &r->secondary, &r->replicas, &r->shard, &r->world};
+    for (int i = 0; i < 7; i++)
         if (comms[i]->ops) zt_comm_destroy(comms[i]);
     free(r->tokens);
     free(r->targets);
@@ -76,6 +77,21 @@ static zt_status make_grad_hops(replay *r, const zt_replay_setup *w, int rank, z
     return zt_engine_set_grad_hops(&r->eng, &r->hop_node, &r->hop_cross);
 }
 
+/* --seq-parallel P: the group of P consecutive ranks (seq_group.c). */
+static zt_status make_seq_group(replay *r, const zt_replay_setup *w, int rank, zt_error *err) {
+    int P = r->c->seq_parallel;
+    r->sp = (zt_seq_parallel){NULL, 1, 0, r->c->seq_len};
+    if (P <= 1) return ZT_OK;
+    if (w->world % P != 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--seq-parallel %d must divide the world size %d", P, w->world);
+    if (!r->family->set_seq_parallel)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--seq-parallel %d: the %s family does not split its sequences", P,
+                       r->family->family);
+    ZT_TRY(zt_comm_create_dry(&r->seq, rank % P, P, P < w->ranks_per_node ? P : w->ranks_per_node, err));
+    r->sp = (zt_seq_parallel){&r->seq, P, rank % P, r->c->seq_len};
+    return r->family->set_seq_parallel(r->model, &r->sp, err);
+}
+
 /* The model and the engine, as the trainer's create_model makes them. */
 static zt_status build(replay *r, const zt_replay_setup *w, int rank) {
     const zt_train_config *c = r->c;
@@ -89,6 +105,7 @@ static zt_status build(replay *r, const zt_replay_setup *w, int rank) {
     ZT_TRY(zt_comm_create_dry(&r->world, rank, w->world, w->ranks_per_node, err));
     zt_comm *shard = &r->world;
     ZT_TRY(make_groups(r, w, rank, &shard, err));
+    ZT_TRY(make_seq_group(r, w, rank, err));
     zt_model_spec *spec = r->family->spec(r->model);
     zt_train_layout(c, spec, shard->world_size);
     zt_engine_config ec;
@@ -111,7 +128,9 @@ static zt_status build(replay *r, const zt_replay_setup *w, int rank) {
 static zt_status forward(void *arg, int step, int micro) {
     (void)step, (void)micro;
     replay *r = arg;
-    return r->family->forward(r->model, &r->eng, r->tokens, r->targets, r->c->micro_batch, r->c->seq_len);
+    int t0, T; /* this rank's span of the sequence */
+    zt_seq_span(r->c->seq_len, r->sp.P, r->sp.index, &t0, &T);
+    return r->family->forward(r->model, &r->eng, r->tokens, r->targets, r->c->micro_batch, T);
 }
 
 static zt_status backward(void *arg, int step, int micro, float loss_scale) {

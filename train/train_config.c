@@ -43,6 +43,9 @@ static const opt_spec options[] = {
     {"seq-len-jitter", OPT_FLOAT, F(seq_len_jitter), 0, 0, 0.999999, NULL,
      "F in [0,1): each rank's sequence length per step drawn in [(1-F) seq-len, seq-len]"},
     {"micro-batch", OPT_INT, F(micro_batch), 0, 1, 65536, NULL, "sequences per micro-batch per rank"},
+    {"seq-parallel", OPT_INT, F(seq_parallel), 0, 1, 64, NULL,
+     "sequence parallelism (DeepSpeed-Ulysses): groups of P consecutive ranks share each sequence, each holding "
+     "its positions, and trade them for NH/P heads around attention (P divides the world and the heads)"},
     {"tied", OPT_BOOL, F(tied), 0, 0, 1, NULL, "tie the LM head to the token embedding"},
     {"kv-heads", OPT_INT, F(kv_heads), 0, 0, 1024, NULL,
      "llama: key/value heads of grouped-query attention, dividing --heads (0: --heads)"},
@@ -280,6 +283,7 @@ void zt_train_config_defaults(zt_train_config *c) {
     snprintf(c->data, sizeof c->data, "markov");
     snprintf(c->data_dtype, sizeof c->data_dtype, "auto");
     c->eval_batches = 8;
+    c->seq_parallel = 1;
     c->markov_order = 1;
     c->markov_branch = 4;
     c->steps = 400;
@@ -747,6 +751,16 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
         zt_train_data_vocab(c) != c->vocab)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--data FILE reads bytes, so --vocab must be 256 (got %d; token files: "
                        "--data-dtype llmc, uint16 or uint32)", c->vocab);
+    if (c->seq_parallel > c->seq_len)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--seq-parallel %d is more than --seq-len %d: every rank of a group needs "
+                       "at least one position", c->seq_parallel, c->seq_len);
+    if (c->seq_parallel > 1 && c->heads % c->seq_parallel != 0)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--seq-parallel %d must divide --heads %d: each rank of a group runs "
+                       "heads / P of them", c->seq_parallel, c->heads);
+    if (c->seq_parallel > 1 && c->seq_len_jitter > 0 &&
+        (int)ceil((1.0 - c->seq_len_jitter) * c->seq_len) < c->seq_parallel)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--seq-len-jitter %g can draw lengths below --seq-parallel %d",
+                       c->seq_len_jitter, c->seq_parallel);
     if (strcmp(c->val_data, "markov") == 0)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--val-data takes files (token files or bytes), not the Markov source");
     if (c->eval_every > 0 && !c->val_data[0])
@@ -755,7 +769,8 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
 }
 
 int zt_train_data_vocab(const zt_train_config *c) {
-    if (strcmp(c->data, "markov") == 0) return c->vocab;
+    /* files not here (zt-plan on another machine): --vocab, as given */
+    if (strcmp(c->data, "markov") == 0 || !zt_token_pattern_matches(c->data)) return c->vocab;
     zt_token_format f = ZT_TOKENS_AUTO;
     zt_token_format_parse(c->data_dtype, &f);
     return zt_token_format_resolve(c->data, f) == ZT_TOKENS_BYTES ? 256 : c->vocab;

@@ -26,6 +26,7 @@ typedef struct {
      * eval_batches micro-batches per rank */
     char data_dtype[8], val_data[512];
     int eval_every, eval_batches;
+    int seq_parallel; /* ranks sharing each sequence (DeepSpeed-Ulysses; 1: none) */
     /* optimisation */
     int steps, warmup, grad_accum;
     int64_t seed;

@@ -478,6 +478,7 @@ static const struct {
     {"communication_data_type", "reduce-dtype"},
     {"steps_per_print", "print-every"},
     {"wall_clock_breakdown", "wall-clock-breakdown"},
+    {"sequence_parallel_size", "seq-parallel"},
 };
 
 /* Top-level DeepSpeed keys that change nothing here (logging, checks). */

@@ -7,6 +7,7 @@
 
 #include "zt_comm.h"
 #include "zt_imbalance.h"
+#include "seq_group.h"
 
 json_t *zt_mem_step_json(const zt_mem *dev, const zt_mem *host, size_t driver_used, size_t driver_total) {
     json_t *o = json_object();
@@ -192,6 +193,10 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     json_object_set_new(imj, "peak_max_minus_min_bytes", json_integer((json_int_t)im.peak_max_minus_min_bytes));
     json_object_set_new(imj, "max_rank", json_integer(im.max_rank));
     json_object_set_new(imj, "top_category", json_string(zt_category_name(im.top_category)));
+    char detail[160];
+    const char *cause = zt_seq_split_cause(s->cfg->seq_parallel, s->cfg->seq_len, s->cfg->seq_len_jitter,
+                                           im.top_category, detail, sizeof detail);
+    if (cause) json_object_set_new(imj, "cause", json_pack("{s:s,s:s}", "name", cause, "detail", detail));
     json_object_set_new(o, "imbalance", imj);
     json_object_set_new(o, "nodes", json_integer(s->nnodes));
     json_object_set_new(o, "imbalance_by_node", imbalance_by_node(s));

@@ -13,6 +13,7 @@
 #include "data.h"
 #include "data_cursor.h"
 #include "evaluate.h"
+#include "seq_group.h"
 #include "init_source.h"
 #include "memory_snapshot.h"
 #include "metrics.h"
@@ -59,6 +60,7 @@ typedef struct {
      * ranks; one local rank's on every node); unused otherwise. */
     zt_comm hop_node, hop_cross;
     int groups; /* world / G (1: no hybrid sharding) */
+    zt_seq_group seq; /* --seq-parallel's group (P = 1: none) */
     int32_t *tokens, *targets; /* host [B,T] */
     double *losses, *step_times;
     FILE *jsonl;
@@ -81,6 +83,7 @@ static void trainer_free(trainer *t) {
     if (t->secondary.ops) zt_comm_destroy(&t->secondary);
     if (t->hop_node.ops) zt_comm_destroy(&t->hop_node);
     if (t->hop_cross.ops) zt_comm_destroy(&t->hop_cross);
+    zt_seq_group_close(&t->seq);
     if (t->model) t->family->destroy(t->model);
     zt_data_destroy(&t->data);
     zt_data_destroy(&t->val);
@@ -253,7 +256,8 @@ static void print_process_table(int N, const size_t *table) {
 }
 
 /* Rank 0 prints rank x category peaks (MiB) and what drives the imbalance. */
-static void print_rank_table(const zt_ctx *ctx, int N, const size_t *table, const char *when) {
+static void print_rank_table(const zt_ctx *ctx, const zt_train_config *c, int N, const size_t *table,
+                             const char *when) {
     if (ctx->rank != 0) return;
     size_t *peaks = calloc((size_t)N, sizeof *peaks), *cats = calloc((size_t)N * ZT_NUM_CATEGORIES, sizeof *cats);
     if (!peaks || !cats) {
@@ -278,8 +282,13 @@ static void print_rank_table(const zt_ctx *ctx, int N, const size_t *table, cons
         memcpy(cats + (size_t)r * ZT_NUM_CATEGORIES, row + ROW_DEV_CAT, ZT_NUM_CATEGORIES * sizeof *row);
     }
     zt_imbalance im = zt_imbalance_compute(peaks, cats, N);
-    printf("imbalance: max/mean %.4f, max-min %.3f MiB, highest rank %d, driven by %s\n", im.peak_max_over_mean,
-           (double)im.peak_max_minus_min_bytes / 1048576.0, im.max_rank, zt_category_name(im.top_category));
+    char detail[160];
+    const char *cause = zt_seq_split_cause(c->seq_parallel, c->seq_len, c->seq_len_jitter, im.top_category, detail,
+                                           sizeof detail);
+    char why[200] = "";
+    if (cause) snprintf(why, sizeof why, " (cause: %s, %s)", cause, detail);
+    printf("imbalance: max/mean %.4f, max-min %.3f MiB, highest rank %d, driven by %s%s\n", im.peak_max_over_mean,
+           (double)im.peak_max_minus_min_bytes / 1048576.0, im.max_rank, zt_category_name(im.top_category), why);
     print_node_lines(N, table, peaks);
     /* cudaMemGetInfo sees the whole GPU: ranks that share one see each other */
     if (driver)
@@ -312,6 +321,7 @@ typedef struct {
     int end;                        /* the step the run stops at: --steps, or earlier on a signal */
     zt_data_cursor cursor;          /* token files: each step's stream position */
     double val_loss;                /* the last evaluation's (NaN: none yet) */
+    zt_data_digests digests;        /* token files: what this rank read in the step so far */
     int val_step;
 } run_state;
 
@@ -334,9 +344,35 @@ typedef struct {
     /* token files: the stream position the step started at and its
      * inputs' digest over every rank (zt_data_token_hash, mod 2^32) */
     uint64_t data_position;
-    uint32_t data_digest;
+    uint32_t data_digest, rows_digest; /* ... and this rank's rows' (zt_data_digests) */
     double val_loss, val_s; /* an evaluation after this step and its time (NaN: none) */
 } step_record;
+
+/* --val-data: the same format as token files for --data (what a token
+ * means must not change between them), bytes only where the vocabulary is
+ * 256; an evaluation longer than the set wraps over it, said once. */
+static zt_status open_val(run_state *r, zt_token_format format) {
+    const zt_train_config *c = r->c;
+    zt_error *err = &r->ctx->err;
+    int vocab = zt_train_data_vocab(c);
+    zt_token_format fv = zt_token_format_resolve(c->val_data, format);
+    zt_token_format fd = strcmp(c->data, "markov") == 0 ? ZT_TOKENS_AUTO : zt_token_format_resolve(c->data, format);
+    if (fv == ZT_TOKENS_BYTES && vocab != 256)
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--val-data %s is read as bytes (vocabulary 256), but the model's "
+                       "vocabulary is %d (token files: llm.c shards, or --data-dtype uint16 or uint32)", c->val_data,
+                       vocab);
+    ZT_TRY(zt_data_tokens_create(&r->t->val, "--val-data", c->val_data, format, vocab, err));
+    const zt_token_files *v = &r->t->val.files;
+    if (fd != ZT_TOKENS_AUTO && fd != ZT_TOKENS_BYTES && (v->format != fd || v->width != r->t->data.files.width))
+        return ZT_FAIL(err, ZT_ERR_INVALID, "--val-data %s holds %s tokens of %d bytes, --data %s tokens: one format "
+                       "for both", c->val_data, zt_token_format_name(v->format), v->width, zt_token_format_name(fd));
+    uint64_t per_eval = (uint64_t)c->eval_batches * (uint64_t)(r->comm->world_size / c->seq_parallel) *
+                        (uint64_t)c->micro_batch * (uint64_t)c->seq_len;
+    zt_log_rank0(&r->ctx->log, "val data: %d file(s) of %s tokens, %llu tokens; an evaluation reads %llu from its "
+                 "start%s", v->nfiles, zt_token_format_name(v->format), (unsigned long long)v->ntokens,
+                 (unsigned long long)per_eval, per_eval + 1 > v->ntokens ? " (more than it holds: it wraps)" : "");
+    return ZT_OK;
+}
 
 /* The data source; sets r->floor. */
 static zt_status open_data(run_state *r) {
@@ -346,7 +382,6 @@ static zt_status open_data(run_state *r) {
     int file_data = strcmp(c->data, "markov") != 0;
     zt_token_format format = ZT_TOKENS_AUTO;
     zt_token_format_parse(c->data_dtype, &format); /* the options table allows no other */
-    if (c->val_data[0]) ZT_TRY(zt_data_tokens_create(&t->val, "--val-data", c->val_data, format, zt_train_data_vocab(c), err));
     if (file_data && zt_token_format_resolve(c->data, format) != ZT_TOKENS_BYTES) {
         ZT_TRY(zt_data_tokens_create(&t->data, "--data", c->data, format, c->vocab, err));
     } else if (file_data) {
@@ -359,6 +394,7 @@ static zt_status open_data(run_state *r) {
         if (c->markov_order >= c->seq_len)
             return ZT_FAIL(err, ZT_ERR_INVALID, "--markov-order %d must be below --seq-len %d", c->markov_order, c->seq_len);
     }
+    if (c->val_data[0]) ZT_TRY(open_val(r, format));
     r->floor = zt_data_loss_floor(&t->data, c->seq_len);
     if (!file_data)
         zt_log_rank0(&r->ctx->log, "data: order-%d Markov source, vocab %d, %d successors per context: entropy rate "
@@ -455,6 +491,8 @@ static zt_status build_model(run_state *r, zt_comm **shard) {
     ZT_TRY(t->family->create(&t->model, &t->settings, err));
     ZT_TRY(t->family->freeze(t->model, c->freeze, err));
     ZT_TRY(make_groups(r));
+    ZT_TRY(zt_seq_group_open(&t->seq, c->seq_parallel, r->comm, t->family, t->model, c->micro_batch, c->seq_len,
+                             err));
     *shard = t->groups > 1 ? &t->shard : r->comm;
     zt_train_layout(c, t->family->spec(t->model), (*shard)->world_size);
     return ZT_OK;
@@ -522,7 +560,7 @@ static zt_status create_model(run_state *r) {
                             (json_int_t)c->seed, "data", c->data, "micro_batch", c->micro_batch);
     if (!t->run_info) return ZT_FAIL(err, ZT_ERR_OOM, "trainer: cannot describe the run");
     r->start = 0;
-    zt_data_cursor_init(&r->cursor, &t->data, c, r->comm->world_size);
+    zt_data_cursor_init(&r->cursor, &t->data, c, t->seq.dp_world);
     if (c->resume[0]) {
         /* Every group loads the same slices: the checkpoint's layout is a group's. */
         char from[1024];
@@ -584,8 +622,9 @@ static zt_status open_outputs(run_state *r) {
     return ZT_OK;
 }
 
-/* This rank's sequence length at a step: seq-len, or drawn under
- * --seq-len-jitter (a real cause of unequal activations). */
+/* The sequence length of this rank's rows at a step: seq-len, or drawn
+ * under --seq-len-jitter (a real cause of unequal activations), keyed by
+ * the data-parallel index (one length per sequence-parallel group). */
 static int seq_len_at(const zt_train_config *c, int rank, int step) {
     int T = c->seq_len;
     if (c->seq_len_jitter <= 0.0) return T;
@@ -600,23 +639,26 @@ static int seq_len_at(const zt_train_config *c, int rank, int step) {
 typedef struct {
     run_state *r;
     int T; /* this rank's sequence length in this step */
-    uint32_t digest; /* token files: this rank's inputs' zt_data_token_hash, summed */
 } model_step;
 
 static zt_status model_forward(void *arg, int step, int micro) {
     model_step *g = arg;
     const zt_train_config *c = g->r->c;
     trainer *t = g->r->t;
+    zt_seq_group *q = &t->seq;
+    int32_t *rows = zt_seq_group_rows(q, t->tokens), *targets = zt_seq_group_targets(q, t->targets); /* [B,T] */
     if (t->data.kind == ZT_DATA_TOKENS) {
         run_state *r = g->r;
-        ZT_TRY(zt_data_stream_batch(&t->data, zt_data_cursor_at(&r->cursor, step), r->comm->world_size, r->ctx->rank,
-                                    micro, c->micro_batch, c->seq_len, g->T, t->tokens, t->targets, &g->digest,
-                                    &r->ctx->err));
-        return t->family->forward(t->model, &t->eng, t->tokens, t->targets, c->micro_batch, g->T);
+        /* a group's ranks read the same rows: its first one counts them */
+        ZT_TRY(zt_data_stream_batch(&t->data, zt_data_cursor_at(&r->cursor, step), q->dp_world, q->dp_rank, micro,
+                                    c->micro_batch, c->seq_len, g->T, rows, targets,
+                                    &r->digests, &r->ctx->err));
+        if (q->sp.index != 0) r->digests.inputs = 0; /* a group's first rank counts its rows for the world */
+    } else {
+        zt_data_batch(&t->data, (uint64_t)c->seed, q->dp_rank, step, micro, c->micro_batch, g->T, rows, targets);
     }
-    zt_data_batch(&t->data, (uint64_t)c->seed, g->r->ctx->rank, step, micro, c->micro_batch, g->T, t->tokens,
-                  t->targets);
-    return t->family->forward(t->model, &t->eng, t->tokens, t->targets, c->micro_batch, g->T);
+    int T = zt_seq_group_split(q, c->micro_batch, g->T, t->tokens, t->targets); /* this rank's span */
+    return t->family->forward(t->model, &t->eng, t->tokens, t->targets, c->micro_batch, T);
 }
 
 static zt_status model_backward(void *arg, int step, int micro, float loss_scale) {
@@ -624,15 +666,19 @@ static zt_status model_backward(void *arg, int step, int micro, float loss_scale
     model_step *g = arg;
     const zt_train_config *c = g->r->c;
     const zt_train_hooks *test = g->r->test;
-    /* The mean's gradient over the step's tokens, times the loss scale. */
-    float dloss = loss_scale / ((float)c->micro_batch * (float)g->T * (float)c->grad_accum);
+    /* The mean's gradient over the step's tokens, times the loss scale; under
+     * sequence parallelism each position's share of its sequence's mean,
+     * times P since the engine averages over all the group's ranks. */
+    float dloss = loss_scale * (float)g->r->t->seq.sp.P / ((float)c->micro_batch * (float)g->T * (float)c->grad_accum);
     if (step + 1 == test->overflow_step && g->r->ctx->rank == test->overflow_rank) dloss = INFINITY;
     return g->r->t->family->backward(g->r->t->model, &g->r->t->eng, dloss);
 }
 
 static zt_status model_take_losses(void *arg, double *sum) {
     model_step *g = arg;
-    return g->r->t->family->take_losses(g->r->t->model, g->r->ctx, sum);
+    ZT_TRY(g->r->t->family->take_losses(g->r->t->model, g->r->ctx, sum));
+    *sum *= zt_seq_group_loss_weight(&g->r->t->seq, g->T); /* this rank's part of its sequences' mean */
+    return ZT_OK;
 }
 
 /* ZT_TEST_EXIT_STEP/RANK: that rank dies between backward and the optimizer;
@@ -663,6 +709,7 @@ static void vote(void *arg, int step, double votes[ZT_STEP_VOTES]) {
     }
     int first = r->signals ? zt_stop_signals_first(r->signals) : 0;
     if (first) votes[VOTE_SIGNAL + zt_stop_signal_index(first)] = 1.0;
+    votes[VOTE_DATA_DIGEST] = (double)r->digests.inputs;
     zt_checkpointer_vote(&r->ckpt, votes);
 }
 
@@ -699,14 +746,19 @@ static void watch_leaks(run_state *r, step_record *s) {
     }
 }
 
-/* Token files: the step's position and its inputs' digest summed over the
- * ranks (each term below 2^32, so the sum is exact in a double). */
-static zt_status step_digest(run_state *r, step_record *s, uint32_t mine) {
-    double local = (double)mine, total = 0.0;
-    ZT_TRY(zt_comm_sum_f64v(r->comm, &local, 1, &total, &r->ctx->err));
-    s->data_position = zt_data_cursor_at(&r->cursor, s->step);
-    s->data_digest = (uint32_t)(uint64_t)fmod(total, 4294967296.0);
-    return ZT_OK;
+/* The step's counters leave out an evaluation's collectives: what they
+ * added (now - at) moves into the step's starting point. */
+static void leave_out(zt_coll_stats before[ZT_COLL_KINDS], const zt_coll_stats at[ZT_COLL_KINDS],
+                      const zt_coll_stats now[ZT_COLL_KINDS]) {
+    for (int k = 0; k < ZT_COLL_KINDS; k++) {
+        before[k].calls += now[k].calls - at[k].calls;
+        before[k].bytes += now[k].bytes - at[k].bytes;
+        before[k].uncompressed_bytes += now[k].uncompressed_bytes - at[k].uncompressed_bytes;
+        before[k].time_s += now[k].time_s - at[k].time_s;
+        before[k].wait_s += now[k].wait_s - at[k].wait_s;
+        before[k].inter_bytes += now[k].inter_bytes - at[k].inter_bytes;
+        before[k].intra_bytes += now[k].intra_bytes - at[k].intra_bytes;
+    }
 }
 
 /* --val-data after step `done` when due: every --eval-every steps, and after the last. */
@@ -715,13 +767,19 @@ static zt_status maybe_evaluate(run_state *r, step_record *s, int done) {
     trainer *t = r->t;
     s->val_loss = NAN;
     if (!c->val_data[0]) return ZT_OK;
-    int due = (c->eval_every > 0 && done % c->eval_every == 0) || done == c->steps || r->stop_signo;
+    /* not on a stop signal: the ranks are on their way out */
+    int due = ((c->eval_every > 0 && done % c->eval_every == 0) || done == c->steps) && !r->stop_signo;
     if (!due) return ZT_OK;
     zt_eval_job job = {t->family, t->model, &t->eng, &t->val, c->micro_batch, c->seq_len, c->eval_batches,
-                       t->tokens, t->targets};
+                       t->tokens, t->targets, &t->seq};
+    zt_comm *comms[4] = {r->comm, &t->shard, &t->replicas, &t->secondary};
+    zt_coll_stats *befores[4] = {s->comm_before, s->shard_before, s->replicas_before, s->secondary_before};
+    zt_coll_stats at[4][ZT_COLL_KINDS];
+    for (int i = 0; i < 4; i++) memcpy(at[i], comms[i]->stats, sizeof at[i]);
     double t0 = zt_now_s();
     ZT_TRY(zt_evaluate(&job, r->comm, &s->val_loss, &r->ctx->err));
     s->val_s = zt_now_s() - t0;
+    for (int i = 0; i < 4; i++) leave_out(befores[i], at[i], comms[i]->stats);
     r->val_loss = s->val_loss;
     r->val_step = done;
     return ZT_OK;
@@ -745,15 +803,20 @@ static zt_status train_step(run_state *r, step_record *s) {
     s->model_before = t->family->stats(t->model);
     s->nvme_before = zt_engine_nvme_stats(&t->eng);
     if (r->ctx->be->link) s->link_before = *r->ctx->be->link;
-    s->T = seq_len_at(c, r->ctx->rank, s->step);
+    s->T = seq_len_at(c, t->seq.dp_rank, s->step);
     s->lr = lr_at(c, s->step);
-    model_step g = {r, s->T, 0};
+    model_step g = {r, s->T};
+    r->digests = (zt_data_digests){0, 0};
     zt_step_model model = {&g, model_forward, model_backward, model_take_losses};
     zt_step_options opt = {c->grad_accum, s->lr, c->max_skipped_steps, exit_hook, vote, r};
     zt_bill_step_begin(&r->bill, s->step);
     if (r->cursor.active) zt_data_cursor_log_step(&r->cursor, s->step, &r->ctx->log);
     ZT_TRY(zt_train_step(&t->eng, &model, &opt, s->step, &s->r));
-    if (r->cursor.active) ZT_TRY(step_digest(r, s, g.digest));
+    if (r->cursor.active) {
+        s->data_position = zt_data_cursor_at(&r->cursor, s->step);
+        s->data_digest = (uint32_t)(uint64_t)fmod(s->r.votes[VOTE_DATA_DIGEST], 4294967296.0);
+        s->rows_digest = r->digests.rows;
+    }
     ZT_TRY(test_leak(r));
     zt_bill_step_end(&r->bill);
     zt_device_track_step(&r->t->device, r->ctx);
@@ -763,7 +826,7 @@ static zt_status train_step(run_state *r, step_record *s) {
     t->step_times[s->step - r->start] = s->r.time_s;
     if (s->step > r->start || c->steps - r->start == 1) {
         r->tokens_time += s->r.time_s;
-        r->tokens_counted += (long)c->micro_batch * s->T * c->grad_accum * r->comm->world_size;
+        r->tokens_counted += (long)c->micro_batch * s->T * c->grad_accum * t->seq.dp_world;
     }
     return ZT_OK;
 }
@@ -847,11 +910,12 @@ static void write_step_json(const run_state *r, const step_record *s, double tps
     json_object_set_new(o, "tokens_per_s", json_real(tps));
     json_object_set_new(o, "seq_len", json_integer(s->T));
     if (r->cursor.active) {
-        char hex[16];
+        char hex[16], rows[16];
         snprintf(hex, sizeof hex, "%08x", (unsigned)s->data_digest);
-        json_object_set_new(o, "data", json_pack("{s:I,s:I,s:s}", "position", (json_int_t)s->data_position, "epoch",
-                                                 (json_int_t)(s->data_position / r->cursor.epoch_tokens),
-                                                 "tokens_digest", hex));
+        snprintf(rows, sizeof rows, "%08x", (unsigned)s->rows_digest);
+        json_object_set_new(o, "data", json_pack("{s:I,s:I,s:s,s:s}", "position", (json_int_t)s->data_position,
+                                                 "epoch", (json_int_t)(s->data_position / r->cursor.epoch_tokens),
+                                                 "tokens_digest", hex, "rows_digest", rows));
     }
     if (!isnan(s->val_loss)) {
         json_object_set_new(o, "val_loss", json_real(s->val_loss));
@@ -921,12 +985,12 @@ static zt_status after_step(run_state *r, step_record *s) {
     zt_ctx *ctx = r->ctx;
     zt_comm *comm = r->comm;
     int done = s->step + 1;
-    double tps = (double)c->micro_batch * s->T * c->grad_accum * comm->world_size / s->r.time_s;
+    double tps = (double)c->micro_batch * s->T * c->grad_accum * r->t->seq.dp_world / s->r.time_s;
     for (int i = 0; i < ZT_STOP_SIGNALS && !r->stop_signo; i++) /* the lowest-numbered slot every rank sees */
         if (s->r.votes[VOTE_SIGNAL + i] > 0) r->stop_signo = zt_stop_signal_number(i);
     if (r->stop_signo && r->signals) zt_stop_signals_stopping(r->signals, r->stop_signo);
-    ZT_TRY(maybe_evaluate(r, s, done));
     ZT_TRY(zt_checkpointer_after_step(&r->ckpt, done, s->r.votes, r->stop_signo != 0));
+    ZT_TRY(maybe_evaluate(r, s, done)); /* after the save: a failing evaluation loses no checkpoint */
     if (r->t->jsonl) write_step_json(r, s, tps);
     if (c->metrics_file[0]) ZT_TRY(write_metrics(r, s, tps));
     warn_if_crowded(r);
@@ -944,7 +1008,7 @@ static zt_status after_step(run_state *r, step_record *s) {
         zt_status rs = gather_rank_rows(ctx, &r->bill, &r->t->device, comm, rows);
         char when[32];
         snprintf(when, sizeof when, "after step %d", done);
-        if (rs == ZT_OK && !c->quiet) print_rank_table(ctx, comm->world_size, rows, when);
+        if (rs == ZT_OK && !c->quiet) print_rank_table(ctx, c, comm->world_size, rows, when);
         free(rows);
         ZT_TRY(rs);
     }
@@ -1077,7 +1141,7 @@ static zt_status finish(run_state *r) {
         memcpy(hosts + (size_t)ctx->rank * ZT_HOST_NAME, r->comm->host, ZT_HOST_NAME);
         st = zt_comm_all_gather_host(r->comm, hosts, ZT_HOST_NAME, &ctx->err);
     }
-    if (st == ZT_OK && !c->quiet) print_rank_table(ctx, N, table, "at exit");
+    if (st == ZT_OK && !c->quiet) print_rank_table(ctx, c, N, table, "at exit");
     if (st == ZT_OK && c->log_dir[0] && ctx->rank == 0) st = write_summary(r, table, hosts, digest, tps, median);
     free(table);
     free(hosts);

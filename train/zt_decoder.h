@@ -27,8 +27,19 @@
 #include "zt_tensor.h"
 #include "zt_train_model.h"
 #include "zt_units.h"
+#include "zt_seq_parallel.h"
 
 #define ZT_DECODER_MAX_PIECES 8
+
+/* A micro-batch's shape on this rank: B sequences of T positions held
+ * here, out of T_full positions split over P ranks (sequence parallelism;
+ * P = 1: T == T_full). Attention's head-split tensors are [B, T_full, .]
+ * with NH/P heads; everything else is [B, T, .]. */
+typedef struct {
+    int B, T, T_full, P;
+} zt_act_shape;
+
+static inline zt_act_shape zt_act_shape_plain(int B, int T) { return (zt_act_shape){B, T, T, 1}; }
 
 typedef struct zt_decoder zt_decoder;
 
@@ -88,8 +99,16 @@ struct zt_decoder {
     zt_model_spec *spec;     /* heap: the unit table is large */
     int unit_embed, first_block, unit_head;
 
+    /* Sequence parallelism (NULL: none): the group, set by the trainer. */
+    zt_seq_parallel *sp;
+    /* The first failure of an exchange inside the family's kernels (which
+     * return nothing): the scaffold reports it after the kernel returns. */
+    zt_status sp_status;
+    zt_ctx *ctx; /* the engine's, from the first forward on (the exchanges allocate and fail through it) */
+
     /* Per micro-batch state between forward and backward. */
-    int B, T;                  /* shapes of the current micro-batch */
+    int B, T;                  /* shapes of the current micro-batch (T: this rank's positions) */
+    int T_full, t0;            /* the whole sequence's length and this rank's first position */
     zt_dtype act;              /* compute dtype of its activations (the engine's) */
     zt_tensor tokens;          /* [B,T] int32, category other */
     zt_tensor targets;         /* [B,T] int32 */
@@ -139,6 +158,21 @@ void zt_decoder_free_activations(zt_decoder *d, zt_engine *eng);
 zt_status zt_decoder_freeze(zt_decoder *d, const char *list, zt_error *err);
 zt_model_stats zt_decoder_stats(const zt_decoder *d);
 
+/* The current micro-batch's shape on this rank. */
+zt_act_shape zt_decoder_shape(const zt_decoder *d);
+
+/* Ulysses' exchanges on stream s, for a family's attention. A row of the
+ * sequence split holds nparts parts of widths[k] elements (compute dtype),
+ * each the concatenation of P head groups; the head split's row holds, for
+ * this rank's group j, part k's slice j of each, in part order.
+ * seq_to_heads: dst [B, T_full, sum widths / P] from src [B, T, sum widths];
+ * heads_to_seq: the inverse. With P = 1 they are copies. A failure is kept
+ * in d->sp_status (the kernels around them return nothing). */
+void zt_decoder_seq_to_heads(zt_decoder *d, zt_stream *s, void *dst, const void *src, int nparts,
+                             const size_t *widths);
+void zt_decoder_heads_to_seq(zt_decoder *d, zt_stream *s, void *dst, const void *src, int nparts,
+                             const size_t *widths);
+
 /* Parameter `param` of `unit` in a gathered unit (compute dtype), and its
  * gradient in the unit's fp32 gradient buffer. */
 const void *zt_decoder_param(const zt_decoder *d, const void *unit_base, int unit, int param);
@@ -163,6 +197,7 @@ zt_status zt_decoder_model_take_losses(void *self, zt_ctx *ctx, double *sum_of_m
 void zt_decoder_model_free_activations(void *self, zt_engine *eng);
 zt_model_stats zt_decoder_model_stats(const void *self);
 int zt_decoder_model_tensors(void *self, zt_model_tensor *out, int cap);
+zt_status zt_decoder_model_set_seq_parallel(void *self, zt_seq_parallel *sp, zt_error *err);
 void zt_decoder_model_plan_units(void *self, zt_model_plan *out);
 
 /* The shared hooks in a family's zt_train_model table (its main.c). */
@@ -170,7 +205,8 @@ void zt_decoder_model_plan_units(void *self, zt_model_plan *out);
     .spec = zt_decoder_model_spec, .freeze = zt_decoder_model_freeze, .forward = zt_decoder_model_forward,   \
     .backward = zt_decoder_model_backward, .take_losses = zt_decoder_model_take_losses,                    \
     .free_activations = zt_decoder_model_free_activations, .stats = zt_decoder_model_stats,                \
-    .tensors = zt_decoder_model_tensors, .plan_units = zt_decoder_model_plan_units
+    .tensors = zt_decoder_model_tensors, .plan_units = zt_decoder_model_plan_units,                        \
+    .set_seq_parallel = zt_decoder_model_set_seq_parallel
 
 /* Elements [first, first + count) of one parameter's initial values into
  * dst[count]: normal(0, stddev) draws from a stream keyed by (seed,

@@ -236,6 +236,7 @@ static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
     j->in.world = world;
     j->in.stage = stage;
     j->in.rank = j->rank >= 0 && j->rank < world ? j->rank : fullest_rank(j);
+    j->model.seq_index = j->model.seq_parallel > 1 ? j->in.rank % j->model.seq_parallel : 0;
     zt_plan_compute(&j->in, j->family->plan_walk, &j->model, out);
     add_offloaded_inputs(j, out);
     /* It outlives steps while its writer runs: beside any peak of the pool. */
@@ -318,6 +319,7 @@ static zt_status model_units(plan_job *j, zt_train_config *c, const plan_flags *
     if (c->heads <= 0 || c->d_model % c->heads) c->heads = c->d_model >= 64 ? c->d_model / 64 : 1;
     zt_model_settings *s = &j->model.s;
     ZT_TRY(zt_train_config_model(c, zt_train_data_vocab(c), s, err));
+    j->model.seq_parallel = c->seq_parallel;
     ZT_TRY(j->family->resolve(s, err));
     j->spec = calloc(1, sizeof *j->spec);
     if (!j->spec) return ZT_FAIL(err, ZT_ERR_OOM, "no memory");

@@ -31,6 +31,7 @@
 #include "zt_plan.h"
 #include "zt_units.h"
 #include "zt_model_settings.h"
+#include "zt_seq_parallel.h"
 
 /* Bytes and host seconds of a model's own device<->host copies
  * (--offload-activations), per direction, since creation. */
@@ -62,6 +63,9 @@ typedef struct {
 typedef struct {
     zt_model_settings s;
     int unit_embed, first_block, unit_head;
+    /* Sequence parallelism: ranks per group and the planned rank's place
+     * in its group (whose span of positions it holds); 0 or 1: none. */
+    int seq_parallel, seq_index;
 } zt_model_plan;
 
 typedef struct zt_train_model {
@@ -106,6 +110,11 @@ typedef struct zt_train_model {
     zt_plan_walk_fn plan_walk; /* arg: a const zt_model_plan * */
     void (*plan_units)(void *self, zt_model_plan *out);
     size_t (*plan_offloaded_bytes)(const zt_model_plan *m, zt_dtype act);
+    /* Sequence parallelism (zt_seq_parallel.h): the group this instance's
+     * forward and backward exchange with; the trainer sets sp->T before
+     * each forward and passes each rank's span of the tokens. NULL: the
+     * family refuses --seq-parallel. */
+    zt_status (*set_seq_parallel)(void *self, zt_seq_parallel *sp, zt_error *err);
 } zt_train_model;
 
 /* The tensors of a spec in declaration order, with `layout` for every

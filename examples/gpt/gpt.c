@@ -87,17 +87,21 @@ void zt_gpt_init_param(void *arg, int unit, int param, size_t first, size_t coun
     zt_decoder_init_values(g->cfg.seed, 0x1417u, unit, param, stddev, fill, first, count, dst);
 }
 
-zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act) {
-    size_t BT = (size_t)B * T, C = (size_t)cfg->d_model, NH = (size_t)cfg->heads, d = zt_dtype_size(act);
+zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, zt_act_shape sh, zt_dtype act) {
+    size_t BT = (size_t)sh.B * sh.T, C = (size_t)cfg->d_model, d = zt_dtype_size(act);
+    size_t P = (size_t)sh.P, BTf = (size_t)sh.B * sh.T_full, Tf = (size_t)sh.T_full, NHp = (size_t)cfg->heads / P;
     zt_gpt_block_layout l;
     size_t o = 0;
     l.ln1 = zt_decoder_place(&o, BT * C, d);
     l.ln1_mean = zt_decoder_place(&o, BT, 4);
     l.ln1_rstd = zt_decoder_place(&o, BT, 4);
-    l.qkv = zt_decoder_place(&o, BT * 3 * C, d);
-    if (cfg->attention_fused) l.att = zt_decoder_place(&o, (size_t)B * NH * T, 4); /* lse, fp32 */
-    else l.att = zt_decoder_place(&o, (size_t)B * NH * T * T, d);
+    l.qkv = zt_decoder_place(&o, BTf * 3 * (C / P), d); /* head split: NH/P heads over all T_full positions */
+    if (cfg->attention_fused) l.att = zt_decoder_place(&o, (size_t)sh.B * NHp * Tf, 4); /* lse, fp32 */
+    else l.att = zt_decoder_place(&o, (size_t)sh.B * NHp * Tf * Tf, d);
     l.atty = zt_decoder_place(&o, BT * C, d);
+    /* The head split's output: fused attention's backward reads it; else
+     * it only passes through, in fch_gelu's space (free until the MLP). */
+    l.attyh = P > 1 && cfg->attention_fused ? zt_decoder_place(&o, BTf * (C / P), d) : l.atty;
     l.res2 = zt_decoder_place(&o, BT * C, d);
     l.ln2 = zt_decoder_place(&o, BT * C, d);
     l.ln2_mean = zt_decoder_place(&o, BT, 4);
@@ -106,6 +110,8 @@ zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int
     l.fch_gelu = zt_decoder_place(&o, BT * 4 * C, d);
     l.res3 = zt_decoder_place(&o, BT * C, d);
     l.total = (o + 3) & ~(size_t)3;
+    if (P > 1 && !cfg->attention_fused) l.attyh = l.fch_gelu; /* T_full C / P <= 4 T C */
+    l.qkv_seq = P > 1 ? l.fch : l.qkv; /* the QKV GEMM's sequence-split output, before its exchange */
     return l;
 }
 
@@ -121,17 +127,19 @@ zt_gpt_head_layout zt_gpt_head_layout_for(const zt_gpt_config *cfg, int B, int T
     return h;
 }
 
-size_t zt_gpt_backward_workspace_bytes(const zt_gpt_config *cfg, int B, int T, zt_dtype act) {
-    size_t NC = (size_t)B * T * cfg->d_model, o = 0;
-    zt_decoder_place(&o, NC * 14, zt_dtype_size(act));
-    zt_decoder_place(&o, (size_t)B * cfg->heads * T, 4);
+size_t zt_gpt_backward_workspace_bytes(const zt_gpt_config *cfg, zt_act_shape sh, zt_dtype act) {
+    size_t NC = (size_t)sh.B * sh.T * cfg->d_model, P = (size_t)sh.P, o = 0, e = zt_dtype_size(act);
+    size_t NCf = (size_t)sh.B * sh.T_full * (cfg->d_model / P);
+    zt_decoder_place(&o, NC * 14, e);
+    zt_decoder_place(&o, (size_t)sh.B * (cfg->heads / P) * sh.T_full, 4); /* datt */
+    if (P > 1) zt_decoder_place(&o, NCf * 4, e);                          /* dqkvh, dattyh */
     return (o + 3) & ~(size_t)3;
 }
 
-zt_gpt_kept_layout zt_gpt_kept_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act) {
-    size_t BT = (size_t)B * T, C = (size_t)cfg->d_model, d = zt_dtype_size(act), o = 0;
+zt_gpt_kept_layout zt_gpt_kept_layout_for(const zt_gpt_config *cfg, zt_act_shape sh, zt_dtype act) {
+    size_t BT = (size_t)sh.B * sh.T, C = (size_t)cfg->d_model, d = zt_dtype_size(act), o = 0;
     zt_gpt_kept_layout k;
-    k.qkv = zt_decoder_place(&o, BT * 3 * C, d);
+    k.qkv = zt_decoder_place(&o, (size_t)sh.B * sh.T_full * 3 * (C / (size_t)sh.P), d); /* head split */
     k.res2 = zt_decoder_place(&o, BT * C, d);
     k.fch = zt_decoder_place(&o, BT * 4 * C, d);
     k.res3 = zt_decoder_place(&o, BT * C, d);
@@ -139,14 +147,14 @@ zt_gpt_kept_layout zt_gpt_kept_layout_for(const zt_gpt_config *cfg, int B, int T
     return k;
 }
 
-size_t zt_gpt_block_kept_bytes(const zt_gpt_config *cfg, int B, int T, zt_dtype act, zt_keep keep) {
-    if (keep == ZT_KEEP_INPUT) return ((size_t)B * T * cfg->d_model * zt_dtype_size(act) + 3) / 4 * 4;
-    if (keep == ZT_KEEP_GEMM_OUTPUTS) return zt_gpt_kept_layout_for(cfg, B, T, act).total;
-    return zt_gpt_block_layout_for(cfg, B, T, act).total;
+size_t zt_gpt_block_kept_bytes(const zt_gpt_config *cfg, zt_act_shape sh, zt_dtype act, zt_keep keep) {
+    if (keep == ZT_KEEP_INPUT) return ((size_t)sh.B * sh.T * cfg->d_model * zt_dtype_size(act) + 3) / 4 * 4;
+    if (keep == ZT_KEEP_GEMM_OUTPUTS) return zt_gpt_kept_layout_for(cfg, sh, act).total;
+    return zt_gpt_block_layout_for(cfg, sh, act).total;
 }
 
 size_t zt_gpt_input_bytes(const zt_gpt_config *cfg, int B, int T, zt_dtype act) {
-    return zt_gpt_block_kept_bytes(cfg, B, T, act, ZT_KEEP_INPUT);
+    return zt_gpt_block_kept_bytes(cfg, zt_act_shape_plain(B, T), act, ZT_KEEP_INPUT);
 }
 
 

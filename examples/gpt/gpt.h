@@ -38,9 +38,15 @@ enum {
  * the block's single activation buffer, each array on a 4-byte boundary.
  * Activations are in the compute dtype; the layernorm statistics
  * (*_mean, *_rstd) are fp32, and so is lse. `att` holds the probabilities
- * [B,NH,T,T] (compute dtype), or lse [B,NH,T] (fp32) when attention_fused. */
+ * [B,NH,T,T] (compute dtype), or lse [B,NH,T] (fp32) when attention_fused.
+ * Under sequence parallelism (zt_act_shape's P > 1) attention's tensors are
+ * the head split's: qkv [B,T_full,3C/P], att over NH/P heads and T_full,
+ * attyh [B,T_full,C/P] (its output; == atty when P = 1); qkv_seq is where
+ * the QKV GEMM writes before the exchange (fch's space, free until the
+ * MLP; == qkv when P = 1). */
 typedef struct {
-    size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+    size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, attyh, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+    size_t qkv_seq;
     size_t total;
 } zt_gpt_block_layout;
 
@@ -57,20 +63,21 @@ zt_status zt_gpt_create(zt_gpt *gpt, const zt_gpt_config *cfg, zt_error *err);
 void zt_gpt_destroy(zt_gpt *gpt);
 /* Initial parameter values (GPT-2 style), a zt_param_init_fn; arg is the zt_gpt. */
 void zt_gpt_init_param(void *arg, int unit, int param, size_t first, size_t count, float *dst);
-zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act);
+zt_gpt_block_layout zt_gpt_block_layout_for(const zt_gpt_config *cfg, zt_act_shape sh, zt_dtype act);
 
 /* What a block keeps under selective recomputation: its GEMM outputs, packed
- * (byte offsets): qkv [B*T,3C], res2 [B*T,C] (attproj + residual), fch
+ * (byte offsets): qkv [B*T,3C] (the head split's [B*T_full,3C/P] under
+ * sequence parallelism), res2 [B*T,C] (attproj + residual), fch
  * [B*T,4C], res3 [B*T,C] (fcproj + residual, the block's output), all act.
  * The rest of zt_gpt_block_layout is recomputed from them and the input. */
 typedef struct {
     size_t qkv, res2, fch, res3, total;
 } zt_gpt_kept_layout;
-zt_gpt_kept_layout zt_gpt_kept_layout_for(const zt_gpt_config *cfg, int B, int T, zt_dtype act);
+zt_gpt_kept_layout zt_gpt_kept_layout_for(const zt_gpt_config *cfg, zt_act_shape sh, zt_dtype act);
 /* Bytes one block holds from its forward to its backward when it keeps
  * `keep` (everything, its GEMM outputs, or only its output for the next
  * block: the input it replays from). */
-size_t zt_gpt_block_kept_bytes(const zt_gpt_config *cfg, int B, int T, zt_dtype act, zt_keep keep);
+size_t zt_gpt_block_kept_bytes(const zt_gpt_config *cfg, zt_act_shape sh, zt_dtype act, zt_keep keep);
 
 /* The head's activations, as byte offsets: lnf [B*T,C] act, lnf_mean and
  * lnf_rstd [B*T] fp32, probs [B*T,V] act (the logits, then the softmax, then
@@ -82,8 +89,9 @@ zt_gpt_head_layout zt_gpt_head_layout_for(const zt_gpt_config *cfg, int B, int T
 
 /* Bytes of the backward's workspace for a [B,T] micro-batch: six gradients
  * of activations in the compute dtype (14 x [B*T,C]) and the fp32 attention
- * scratch [B,NH,T]. */
-size_t zt_gpt_backward_workspace_bytes(const zt_gpt_config *cfg, int B, int T, zt_dtype act);
+ * scratch [B,NH/P,T_full]; under sequence parallelism also the head split's
+ * dqkv [B,T_full,3C/P] and datty [B,T_full,C/P]. */
+size_t zt_gpt_backward_workspace_bytes(const zt_gpt_config *cfg, zt_act_shape sh, zt_dtype act);
 
 /* Forward over tokens/targets (host arrays of B*T ids, T <= seq_len): keeps
  * activations for backward. With mean_loss, waits and returns the mean loss

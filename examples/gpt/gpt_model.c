@@ -59,11 +59,11 @@ json_t *zt_gpt_model_describe(const zt_model_settings *s) {
 
 void zt_gpt_model_plan_walk(void *arg, zt_plan_sim *S) {
     const zt_model_plan *m = arg;
-    zt_gpt_plan_model g = {gpt_config_of(&m->s), m->unit_embed, m->first_block, m->unit_head};
+    zt_gpt_plan_model g = {gpt_config_of(&m->s), zt_model_plan_shape(m), m->unit_embed, m->first_block, m->unit_head};
     zt_gpt_plan_walk(&g, S);
 }
 
 size_t zt_gpt_model_plan_offloaded_bytes(const zt_model_plan *m, zt_dtype act) {
-    zt_gpt_plan_model g = {gpt_config_of(&m->s), m->unit_embed, m->first_block, m->unit_head};
+    zt_gpt_plan_model g = {gpt_config_of(&m->s), zt_model_plan_shape(m), m->unit_embed, m->first_block, m->unit_head};
     return zt_gpt_plan_offloaded_bytes(&g, act);
 }

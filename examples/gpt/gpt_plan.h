@@ -10,6 +10,7 @@
 
 typedef struct {
     zt_gpt_config cfg; /* shape, recompute policy, attention */
+    zt_act_shape sh;   /* the planned rank's micro-batch (its span under sequence parallelism) */
     int unit_embed, first_block, unit_head; /* indices in the planned spec */
 } zt_gpt_plan_model;
 

@@ -93,17 +93,23 @@ void zt_llama_init_param(void *arg, int unit, int param, size_t first, size_t co
     zt_decoder_init_values(m->cfg.seed, 0x11a3u, unit, param, stddev, fill, first, count, dst);
 }
 
-zt_llama_block_layout zt_llama_block_layout_for(const zt_model_settings *s, int B, int T, zt_dtype act) {
-    size_t N = (size_t)B * T, C = (size_t)s->d_model, NH = (size_t)s->heads, F = (size_t)s->ffn_dim;
+zt_llama_block_layout zt_llama_block_layout_for(const zt_model_settings *s, zt_act_shape sh, zt_dtype act) {
+    size_t N = (size_t)sh.B * sh.T, C = (size_t)s->d_model, NH = (size_t)s->heads, F = (size_t)s->ffn_dim;
+    size_t P = (size_t)sh.P, Nf = (size_t)sh.B * sh.T_full, Tf = (size_t)sh.T_full;
     size_t QKV = (size_t)(s->heads + 2 * s->kv_heads) * (C / NH), d = zt_dtype_size(act), o = 0;
     zt_llama_block_layout l;
     l.rn1 = zt_decoder_place(&o, N * C, d);
     l.rstd1 = zt_decoder_place(&o, N, 4);
-    l.qkv = zt_decoder_place(&o, N * QKV, d);
-    l.qkv_full = zt_llama_gqa(s) ? zt_decoder_place(&o, N * 3 * C, d) : l.qkv;
-    if (s->attention_fused) l.att = zt_decoder_place(&o, (size_t)B * NH * T, 4); /* lse, fp32 */
-    else l.att = zt_decoder_place(&o, (size_t)B * NH * T * T, d);
+    l.qkv = zt_decoder_place(&o, Nf * (QKV / P), d); /* head split: NH/P and NKV/P heads over T_full */
+    l.qkv_full = zt_llama_gqa(s) ? zt_decoder_place(&o, Nf * 3 * (C / P), d) : l.qkv;
+    if (s->attention_fused) l.att = zt_decoder_place(&o, (size_t)sh.B * (NH / P) * Tf, 4); /* lse, fp32 */
+    else l.att = zt_decoder_place(&o, (size_t)sh.B * (NH / P) * Tf * Tf, d);
     l.atty = zt_decoder_place(&o, N * C, d);
+    /* The head split's output: fused attention's backward reads it, so it
+     * stays; else it passes through sw's space (free until the MLP) when it fits. */
+    int own_attyh = P > 1 && (s->attention_fused || Nf * (C / P) > N * F);
+    l.attyh = own_attyh ? zt_decoder_place(&o, Nf * (C / P), d) : l.atty;
+    l.qkv_seq = P > 1 && N * QKV > N * 2 * F ? zt_decoder_place(&o, N * QKV, d) : l.qkv; /* too big for gu */
     l.res2 = zt_decoder_place(&o, N * C, d);
     l.rn2 = zt_decoder_place(&o, N * C, d);
     l.rstd2 = zt_decoder_place(&o, N, 4);
@@ -111,6 +117,8 @@ zt_llama_block_layout zt_llama_block_layout_for(const zt_model_settings *s, int 
     l.sw = zt_decoder_place(&o, N * F, d);
     l.res3 = zt_decoder_place(&o, N * C, d);
     l.total = (o + 3) & ~(size_t)3;
+    if (P > 1 && !own_attyh) l.attyh = l.sw;
+    if (P > 1 && l.qkv_seq == l.qkv) l.qkv_seq = l.gu; /* the QKV GEMM's output before its exchange */
     return l;
 }
 
@@ -126,29 +134,38 @@ zt_llama_head_layout zt_llama_head_layout_for(const zt_model_settings *s, int B,
 }
 
 /* The kept GEMM outputs: sizes in the order qkv, res2, gu, res3. */
-void zt_llama_kept_sizes(const zt_model_settings *s, int B, int T, zt_dtype act, size_t n[4]) {
-    size_t N = (size_t)B * T, C = (size_t)s->d_model, d = zt_dtype_size(act);
+void zt_llama_kept_sizes(const zt_model_settings *s, zt_act_shape sh, zt_dtype act, size_t n[4]) {
+    size_t N = (size_t)sh.B * sh.T, C = (size_t)s->d_model, d = zt_dtype_size(act);
     size_t QKV = (size_t)(s->heads + 2 * s->kv_heads) * (C / (size_t)s->heads);
-    n[0] = N * QKV * d, n[1] = N * C * d, n[2] = N * 2 * (size_t)s->ffn_dim * d, n[3] = N * C * d;
+    n[0] = (size_t)sh.B * sh.T_full * (QKV / (size_t)sh.P) * d, n[1] = N * C * d, n[2] = N * 2 * (size_t)s->ffn_dim * d, n[3] = N * C * d;
 }
 
-size_t zt_llama_kept_bytes(const zt_model_settings *s, int B, int T, zt_dtype act) {
+size_t zt_llama_kept_bytes(const zt_model_settings *s, zt_act_shape sh, zt_dtype act) {
     size_t n[4], o = 0;
-    zt_llama_kept_sizes(s, B, T, act, n);
+    zt_llama_kept_sizes(s, sh, act, n);
     for (int i = 0; i < 4; i++) zt_decoder_place(&o, n[i], 1);
     return (o + 3) & ~(size_t)3;
 }
 
-size_t zt_llama_backward_workspace_bytes(const zt_model_settings *s, int B, int T, zt_dtype act) {
-    size_t N = (size_t)B * T, C = (size_t)s->d_model, F = (size_t)s->ffn_dim, d = zt_dtype_size(act), o = 0;
-    size_t QKV = (size_t)(s->heads + 2 * s->kv_heads) * (C / (size_t)s->heads);
-    zt_decoder_place(&o, N * C * 3, d);                 /* dres, drn, datty */
-    zt_decoder_place(&o, N * 3 * C, d);                 /* dqkv_full */
-    if (zt_llama_gqa(s)) zt_decoder_place(&o, N * QKV, d);       /* dqkv */
-    zt_decoder_place(&o, N * 3 * F, d);                 /* dsw, dgu */
-    zt_decoder_place(&o, (size_t)B * s->heads * T, 4);  /* datt */
-    return (o + 3) & ~(size_t)3;
+zt_llama_ws_layout zt_llama_ws_layout_for(const zt_model_settings *s, zt_act_shape sh, zt_dtype act) {
+    size_t N = (size_t)sh.B * sh.T, C = (size_t)s->d_model, F = (size_t)s->ffn_dim, d = zt_dtype_size(act), o = 0;
+    size_t P = (size_t)sh.P, Nf = (size_t)sh.B * sh.T_full, QKV = (size_t)(s->heads + 2 * s->kv_heads) * (C / (size_t)s->heads);
+    zt_llama_ws_layout w;
+    w.dres = zt_decoder_place(&o, N * C, d);
+    w.drn = zt_decoder_place(&o, N * C, d);
+    w.datty = zt_decoder_place(&o, N * C, d);
+    w.dqkv_full = zt_decoder_place(&o, Nf * 3 * (C / P), d);                       /* head split */
+    w.dqkvh = zt_llama_gqa(s) ? zt_decoder_place(&o, Nf * (QKV / P), d) : w.dqkv_full; /* reduced to kv heads */
+    w.dqkv = P > 1 ? zt_decoder_place(&o, N * QKV, d) : w.dqkvh;                   /* sequence split */
+    w.dattyh = P > 1 ? zt_decoder_place(&o, Nf * (C / P), d) : w.datty;
+    w.dsw = zt_decoder_place(&o, N * 3 * F, d); /* dsw [N,F], dgu [N,2F], adjacent */
+    w.datt = zt_decoder_place(&o, (size_t)sh.B * (size_t)(s->heads / sh.P) * sh.T_full, 4);
+    w.total = (o + 3) & ~(size_t)3;
+    return w;
 }
 
+size_t zt_llama_backward_workspace_bytes(const zt_model_settings *s, zt_act_shape sh, zt_dtype act) {
+    return zt_llama_ws_layout_for(s, sh, act).total;
+}
 
 _Static_assert(offsetof(zt_llama, dec) == 0, "the decoder scaffold's shared hooks take a zt_llama as its zt_decoder");

@@ -43,6 +43,11 @@ typedef struct {
     size_t qkv_full; /* [N,3C] act: k, v expanded to every query head (== qkv without GQA) */
     size_t att;      /* [B,NH,T,T] act probabilities, or [B,NH,T] fp32 lse when fused */
     size_t atty;     /* [N,C] act: attention output */
+    /* Sequence parallelism (P > 1): qkv, qkv_full and att above are the
+     * head split's ([B*T_full, ./P], NH/P heads over T_full); attyh is its
+     * output [B*T_full,C/P] (== atty when P = 1) and qkv_seq where the QKV
+     * GEMM writes before the exchange (== qkv when P = 1). */
+    size_t attyh, qkv_seq;
     size_t res2;     /* [N,C] act: x + attproj(atty) */
     size_t rn2;      /* [N,C] act */
     size_t rstd2;    /* [N] fp32 */
@@ -69,17 +74,24 @@ void zt_llama_destroy(zt_llama *m);
 /* Initial parameter values, a zt_param_init_fn; arg is the zt_llama. */
 void zt_llama_init_param(void *arg, int unit, int param, size_t first, size_t count, float *dst);
 
-zt_llama_block_layout zt_llama_block_layout_for(const zt_model_settings *s, int B, int T, zt_dtype act);
+zt_llama_block_layout zt_llama_block_layout_for(const zt_model_settings *s, zt_act_shape sh, zt_dtype act);
 zt_llama_head_layout zt_llama_head_layout_for(const zt_model_settings *s, int B, int T, zt_dtype act);
 /* 1: grouped-query attention (fewer key/value heads than query heads). */
 static inline int zt_llama_gqa(const zt_model_settings *s) { return s->kv_heads != s->heads; }
 /* The kept GEMM outputs' bytes, in the order qkv, res2, gu, res3. */
-void zt_llama_kept_sizes(const zt_model_settings *s, int B, int T, zt_dtype act, size_t n[4]);
+void zt_llama_kept_sizes(const zt_model_settings *s, zt_act_shape sh, zt_dtype act, size_t n[4]);
 /* Selective recomputation keeps the GEMM outputs: qkv (rotated), res2, gu, res3. */
-size_t zt_llama_kept_bytes(const zt_model_settings *s, int B, int T, zt_dtype act);
-/* The backward's workspace: dres, drn, datty [N,C]; dqkv_full [N,3C]; dqkv
- * [N,QKV] (GQA only); dsw [N,F], dgu [N,2F] (adjacent: lent to attention
- * as scratch); datt [B,NH,T] fp32. */
-size_t zt_llama_backward_workspace_bytes(const zt_model_settings *s, int B, int T, zt_dtype act);
+size_t zt_llama_kept_bytes(const zt_model_settings *s, zt_act_shape sh, zt_dtype act);
+/* The backward's workspace (byte offsets): dres, drn, datty [N,C];
+ * dqkv_full [B*T_full,3C/P] (attention's gradient on the head split); dqkvh
+ * [B*T_full,QKV/P] (reduced to the kv heads; GQA only, else == dqkv_full);
+ * dqkv [N,QKV] (the sequence split; == dqkvh when P = 1); dattyh
+ * [B*T_full,C/P] (== datty when P = 1); dsw [N,F], dgu [N,2F] (adjacent:
+ * lent to attention as scratch); datt [B,NH/P,T_full] fp32. */
+typedef struct {
+    size_t dres, drn, datty, dqkv_full, dqkvh, dqkv, dattyh, dsw, datt, total;
+} zt_llama_ws_layout;
+zt_llama_ws_layout zt_llama_ws_layout_for(const zt_model_settings *s, zt_act_shape sh, zt_dtype act);
+size_t zt_llama_backward_workspace_bytes(const zt_model_settings *s, zt_act_shape sh, zt_dtype act);
 
 #endif

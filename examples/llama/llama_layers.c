@@ -5,33 +5,39 @@
 
 #include <string.h>
 
-/* The backward's workspace carved (zt_llama_backward_workspace_bytes). */
+/* The backward's workspace carved (zt_llama_ws_layout_for). */
 typedef struct {
     void *dres, *drn, *datty; /* [N,C] act; dres carries the residual stream's gradient */
-    void *dqkv_full;          /* [N,3C] act */
-    void *dqkv;               /* [N,QKV] act (== dqkv_full without GQA) */
+    void *dqkv_full;          /* [B*T_full,3C/P] act: attention's gradient on the head split */
+    void *dqkvh;              /* [B*T_full,QKV/P] act (== dqkv_full without GQA) */
+    void *dqkv;               /* [N,QKV] act: the sequence split (== dqkvh when P = 1) */
+    void *dattyh;             /* [B*T_full,C/P] act (== datty when P = 1) */
     void *dsw, *dgu;          /* [N,F], [N,2F] act, adjacent */
-    float *datt;              /* [B,NH,T] fp32 */
+    float *datt;              /* [B,NH/P,T_full] fp32 */
     size_t scratch_bytes;     /* dsw..dgu, lent to the attention's backward */
     size_t elem;
 } llama_ws;
 
 static llama_ws carve_ws(const zt_decoder *d, char *base) {
     const zt_model_settings *s = &d->cfg;
-    size_t N = (size_t)d->B * d->T, C = (size_t)s->d_model, F = (size_t)s->ffn_dim, e = zt_dtype_size(d->act);
-    size_t QKV = (size_t)(s->heads + 2 * s->kv_heads) * (C / (size_t)s->heads), o = 0;
+    size_t N = (size_t)d->B * d->T, F = (size_t)s->ffn_dim, e = zt_dtype_size(d->act);
+    zt_llama_ws_layout w = zt_llama_ws_layout_for(s, zt_decoder_shape(d), d->act);
     llama_ws ws = {.elem = e};
-    ws.dres = base + zt_decoder_place(&o, N * C, e);
-    ws.drn = base + zt_decoder_place(&o, N * C, e);
-    ws.datty = base + zt_decoder_place(&o, N * C, e);
-    ws.dqkv_full = base + zt_decoder_place(&o, N * 3 * C, e);
-    ws.dqkv = zt_llama_gqa(s) ? base + zt_decoder_place(&o, N * QKV, e) : ws.dqkv_full;
-    ws.dsw = base + zt_decoder_place(&o, N * F, e);
+    ws.dres = base + w.dres, ws.drn = base + w.drn, ws.datty = base + w.datty;
+    ws.dqkv_full = base + w.dqkv_full, ws.dqkvh = base + w.dqkvh, ws.dqkv = base + w.dqkv;
+    ws.dattyh = base + w.dattyh;
+    ws.dsw = base + w.dsw;
     ws.dgu = (char *)ws.dsw + N * F * e;
-    o += N * 2 * F * e;
     ws.scratch_bytes = 3 * N * F * e;
-    ws.datt = (float *)(base + zt_decoder_place(&o, (size_t)d->B * s->heads * d->T, 4));
+    ws.datt = (float *)(base + w.datt);
     return ws;
+}
+
+/* The projection's parts for the exchanges: q (NH heads), k and v (NKV each). */
+static const size_t *qkv_parts(const zt_llama *m, size_t w[3]) {
+    w[0] = (size_t)m->cfg.heads * m->head_dim;
+    w[1] = w[2] = (size_t)m->cfg.kv_heads * m->head_dim;
+    return w;
 }
 
 #define W(p) zt_decoder_param(d, w, u, p)
@@ -39,26 +45,35 @@ static llama_ws carve_ws(const zt_decoder *d, char *base) {
 #define A(f) (acts + lay.f)
 #define F32(f) ((float *)(acts + lay.f))
 
-/* Attention over the rotated projection: expanded to every query head first under GQA. */
+/* Attention over the rotated projection (the head split's NH/P heads over
+ * T_full), expanded to every query head first under GQA, then its output's
+ * exchange back to the sequence split. */
 static void attention_forward(zt_decoder *d, zt_stream *s, const zt_ops *ops, char *acts,
                               const zt_llama_block_layout lay) {
     const zt_llama *m = d->family;
-    int B = d->B, T = d->T, C = m->cfg.d_model, NH = m->cfg.heads, N = B * T;
-    if (zt_llama_gqa(&m->cfg)) ops->gqa_expand(s, A(qkv_full), A(qkv), N, NH, m->cfg.kv_heads, m->head_dim);
-    if (m->cfg.attention_fused) ops->attention_fused_fwd(s, A(atty), F32(att), A(qkv_full), B, T, C, NH);
-    else ops->attention_fwd(s, A(atty), A(att), A(qkv_full), B, T, C, NH);
+    int P = d->sp ? d->sp->P : 1, B = d->B, Tf = d->T_full, C = m->cfg.d_model / P, NH = m->cfg.heads / P;
+    if (zt_llama_gqa(&m->cfg))
+        ops->gqa_expand(s, A(qkv_full), A(qkv), B * Tf, NH, m->cfg.kv_heads / P, m->head_dim);
+    if (m->cfg.attention_fused) ops->attention_fused_fwd(s, A(attyh), F32(att), A(qkv_full), B, Tf, C, NH);
+    else ops->attention_fwd(s, A(attyh), A(att), A(qkv_full), B, Tf, C, NH);
+    size_t part = (size_t)m->cfg.d_model;
+    if (d->sp) zt_decoder_heads_to_seq(d, s, A(atty), A(attyh), 1, &part);
 }
 
 /* A block's forward from x [N,C] into its activations (res3 is the output). */
 static void block_forward(zt_decoder *d, zt_stream *s, const zt_ops *ops, char *acts, const void *x, const void *w,
                           int u) {
     const zt_llama *m = d->family;
-    zt_llama_block_layout lay = zt_llama_block_layout_for(&m->cfg, d->B, d->T, d->act);
-    int C = m->cfg.d_model, F = m->cfg.ffn_dim, N = d->B * d->T;
+    zt_llama_block_layout lay = zt_llama_block_layout_for(&m->cfg, zt_decoder_shape(d), d->act);
+    int C = m->cfg.d_model, F = m->cfg.ffn_dim, N = d->B * d->T, P = d->sp ? d->sp->P : 1;
     float eps = (float)m->cfg.norm_eps;
+    size_t parts[3];
     ops->rmsnorm_fwd(s, A(rn1), F32(rstd1), x, W(LLAMA_ATTN_NORM_W), N, C, eps);
-    ops->matmul_fwd(s, A(qkv), A(rn1), W(LLAMA_QKV_W), NULL, N, C, m->qkv_dim);
-    ops->rope_fwd(s, A(qkv), d->B, d->T, m->cfg.heads, m->cfg.kv_heads, m->head_dim, (float)m->cfg.rope_theta);
+    ops->matmul_fwd(s, A(qkv_seq), A(rn1), W(LLAMA_QKV_W), NULL, N, C, m->qkv_dim);
+    if (d->sp) zt_decoder_seq_to_heads(d, s, A(qkv), A(qkv_seq), 3, qkv_parts(m, parts));
+    /* rotated on the head split: its positions are the whole sequence's, 0..T_full-1 */
+    ops->rope_fwd(s, A(qkv), d->B, d->T_full, m->cfg.heads / P, m->cfg.kv_heads / P, m->head_dim,
+                  (float)m->cfg.rope_theta);
     attention_forward(d, s, ops, acts, lay);
     ops->matmul_fwd(s, A(res2), A(atty), W(LLAMA_ATTPROJ_W), NULL, N, C, C);
     ops->residual_fwd(s, A(res2), A(res2), x, (size_t)N * C);
@@ -73,9 +88,9 @@ static void block_forward(zt_decoder *d, zt_stream *s, const zt_ops *ops, char *
  * res3): offsets in the activations and in the kept buffer, bytes. */
 static int kept_pieces(const zt_decoder *d, size_t *from, size_t *to, size_t *n, size_t *total) {
     const zt_llama *m = d->family;
-    zt_llama_block_layout lay = zt_llama_block_layout_for(&m->cfg, d->B, d->T, d->act);
+    zt_llama_block_layout lay = zt_llama_block_layout_for(&m->cfg, zt_decoder_shape(d), d->act);
     size_t f[4] = {lay.qkv, lay.res2, lay.gu, lay.res3}, o = 0;
-    zt_llama_kept_sizes(&m->cfg, d->B, d->T, d->act, n);
+    zt_llama_kept_sizes(&m->cfg, zt_decoder_shape(d), d->act, n);
     for (int i = 0; i < 4; i++) from[i] = f[i], to[i] = zt_decoder_place(&o, n[i], 1);
     *total = (o + 3) & ~(size_t)3;
     return 4;
@@ -85,7 +100,7 @@ static int kept_pieces(const zt_decoder *d, size_t *from, size_t *to, size_t *n,
 static void block_replay(zt_decoder *d, zt_stream *s, const zt_ops *ops, char *acts, const void *x, const void *w,
                          int u) {
     const zt_llama *m = d->family;
-    zt_llama_block_layout lay = zt_llama_block_layout_for(&m->cfg, d->B, d->T, d->act);
+    zt_llama_block_layout lay = zt_llama_block_layout_for(&m->cfg, zt_decoder_shape(d), d->act);
     int C = m->cfg.d_model, N = d->B * d->T;
     float eps = (float)m->cfg.norm_eps;
     ops->rmsnorm_fwd(s, A(rn1), F32(rstd1), x, W(LLAMA_ATTN_NORM_W), N, C, eps);
@@ -98,10 +113,12 @@ static void block_replay(zt_decoder *d, zt_stream *s, const zt_ops *ops, char *a
 static void block_backward(zt_decoder *d, zt_stream *s, const zt_ops *ops, const char *acts, const void *x,
                            const void *w, float *dw, int u, char *ws_base) {
     const zt_llama *m = d->family;
-    zt_llama_block_layout lay = zt_llama_block_layout_for(&m->cfg, d->B, d->T, d->act);
+    zt_llama_block_layout lay = zt_llama_block_layout_for(&m->cfg, zt_decoder_shape(d), d->act);
     llama_ws ws = carve_ws(d, ws_base);
-    int B = d->B, T = d->T, C = m->cfg.d_model, F = m->cfg.ffn_dim, NH = m->cfg.heads, N = B * T;
-    size_t NC = (size_t)N * C;
+    int B = d->B, C = m->cfg.d_model, F = m->cfg.ffn_dim, N = B * d->T;
+    /* attention on the head split: NH/P query and NKV/P kv heads over T_full */
+    int P = d->sp ? d->sp->P : 1, Tf = d->T_full, NH = m->cfg.heads / P, NKV = m->cfg.kv_heads / P;
+    size_t Nf = (size_t)B * Tf, part = (size_t)C, parts[3];
     /* res3 = res2 + down(swiglu(gate_up(rms(res2)))): dres passes through unchanged. */
     ops->matmul_bwd(s, ws.dsw, DW(LLAMA_DOWN_W), NULL, ws.dres, A(sw), W(LLAMA_DOWN_W), N, F, C);
     ops->swiglu_bwd(s, ws.dgu, A(gu), ws.dsw, N, F);
@@ -109,19 +126,21 @@ static void block_backward(zt_decoder *d, zt_stream *s, const zt_ops *ops, const
     ops->rmsnorm_bwd(s, ws.dres, DW(LLAMA_MLP_NORM_W), ws.drn, A(res2), W(LLAMA_MLP_NORM_W), F32(rstd2), N, C);
     /* res2 = x + attproj(attn(rope(qkv(rms(x))))) */
     ops->matmul_bwd(s, ws.datty, DW(LLAMA_ATTPROJ_W), NULL, ws.dres, A(atty), W(LLAMA_ATTPROJ_W), N, C, C);
-    zt_decoder_zero(s, ws.dqkv_full, NC * 3, ws.elem);
+    if (d->sp) zt_decoder_seq_to_heads(d, s, ws.dattyh, ws.datty, 1, &part);
+    zt_decoder_zero(s, ws.dqkv_full, Nf * 3 * (size_t)(C / P), ws.elem);
     /* dsw and dgu are dead once the MLP's backward is done: lent as scratch. */
     if (m->cfg.attention_fused)
-        ops->attention_fused_bwd(s, ws.dqkv_full, ws.datt, ws.datty, A(qkv_full), A(atty), F32(att), B, T, C, NH,
-                                 ws.dsw, ws.scratch_bytes);
+        ops->attention_fused_bwd(s, ws.dqkv_full, ws.datt, ws.dattyh, A(qkv_full), A(attyh), F32(att), B, Tf, C / P,
+                                 NH, ws.dsw, ws.scratch_bytes);
     else
-        ops->attention_bwd(s, ws.dqkv_full, ws.datt, ws.datty, A(qkv_full), A(att), B, T, C, NH, ws.dsw,
+        ops->attention_bwd(s, ws.dqkv_full, ws.datt, ws.dattyh, A(qkv_full), A(att), B, Tf, C / P, NH, ws.dsw,
                            ws.scratch_bytes);
     if (zt_llama_gqa(&m->cfg)) {
-        zt_decoder_zero(s, ws.dqkv, (size_t)N * m->qkv_dim, ws.elem);
-        ops->gqa_reduce(s, ws.dqkv, ws.dqkv_full, N, NH, m->cfg.kv_heads, m->head_dim);
+        zt_decoder_zero(s, ws.dqkvh, Nf * (size_t)(m->qkv_dim / P), ws.elem);
+        ops->gqa_reduce(s, ws.dqkvh, ws.dqkv_full, (int)Nf, NH, NKV, m->head_dim);
     }
-    ops->rope_bwd(s, ws.dqkv, B, T, NH, m->cfg.kv_heads, m->head_dim, (float)m->cfg.rope_theta);
+    ops->rope_bwd(s, ws.dqkvh, B, Tf, NH, NKV, m->head_dim, (float)m->cfg.rope_theta);
+    if (d->sp) zt_decoder_heads_to_seq(d, s, ws.dqkv, ws.dqkvh, 3, qkv_parts(m, parts));
     ops->matmul_bwd(s, ws.drn, DW(LLAMA_QKV_W), NULL, ws.dqkv, A(rn1), W(LLAMA_QKV_W), N, C, m->qkv_dim);
     ops->rmsnorm_bwd(s, ws.dres, DW(LLAMA_ATTN_NORM_W), ws.drn, x, W(LLAMA_ATTN_NORM_W), F32(rstd1), N, C);
 }
@@ -184,10 +203,10 @@ static void head_backward(zt_decoder *d, zt_stream *s, const zt_ops *ops, char *
 }
 
 static size_t block_acts_bytes(const zt_decoder *d) {
-    return zt_llama_block_layout_for(&d->cfg, d->B, d->T, d->act).total;
+    return zt_llama_block_layout_for(&d->cfg, zt_decoder_shape(d), d->act).total;
 }
 static size_t block_output_offset(const zt_decoder *d) {
-    return zt_llama_block_layout_for(&d->cfg, d->B, d->T, d->act).res3;
+    return zt_llama_block_layout_for(&d->cfg, zt_decoder_shape(d), d->act).res3;
 }
 static size_t head_acts_bytes(const zt_decoder *d) {
     return zt_llama_head_layout_for(&d->cfg, d->B, d->T, d->act).total;
@@ -196,7 +215,7 @@ static size_t head_losses_offset(const zt_decoder *d) {
     return zt_llama_head_layout_for(&d->cfg, d->B, d->T, d->act).losses;
 }
 static size_t backward_ws_bytes(const zt_decoder *d) {
-    return zt_llama_backward_workspace_bytes(&d->cfg, d->B, d->T, d->act);
+    return zt_llama_backward_workspace_bytes(&d->cfg, zt_decoder_shape(d), d->act);
 }
 
 const zt_decoder_ops llama_decoder_ops = {

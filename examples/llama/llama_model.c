@@ -33,33 +33,35 @@ json_t *zt_llama_model_describe(const zt_model_settings *s) {
 }
 
 /* Bytes of a block's kept part under its policy. */
-static size_t kept_bytes(const zt_model_settings *s, int B, int T, zt_dtype act, zt_keep keep) {
-    if (keep == ZT_KEEP_INPUT) return zt_decoder_input_bytes(s->d_model, B, T, act);
-    if (keep == ZT_KEEP_GEMM_OUTPUTS) return zt_llama_kept_bytes(s, B, T, act);
-    return zt_llama_block_layout_for(s, B, T, act).total;
+static size_t kept_bytes(const zt_model_settings *s, zt_act_shape sh, zt_dtype act, zt_keep keep) {
+    if (keep == ZT_KEEP_INPUT) return zt_decoder_input_bytes(s->d_model, sh.B, sh.T, act);
+    if (keep == ZT_KEEP_GEMM_OUTPUTS) return zt_llama_kept_bytes(s, sh, act);
+    return zt_llama_block_layout_for(s, sh, act).total;
 }
 
 void zt_llama_model_plan_walk(void *arg, zt_plan_sim *S) {
     const zt_model_plan *m = arg;
     const zt_model_settings *s = &m->s;
     zt_dtype act = zt_plan_compute_dtype(S);
-    int B = s->micro_batch, T = s->seq_len;
+    zt_act_shape sh = zt_model_plan_shape(m);
+    int B = sh.B, T = sh.T;
+    size_t QKV = (size_t)(s->heads + 2 * s->kv_heads) * (size_t)(s->d_model / s->heads);
     zt_decoder_plan_bytes b = {0};
     b.enc = zt_decoder_input_bytes(s->d_model, B, T, act);
     b.in = b.enc;
     b.offload = s->offload_activations;
-    b.blk_full = zt_llama_block_layout_for(s, B, T, act).total;
+    b.blk_full = zt_llama_block_layout_for(s, sh, act).total;
     b.head = zt_llama_head_layout_for(s, B, T, act).total;
     b.tokens = 2 * (size_t)B * T * 4;
-    b.ws_bwd = zt_llama_backward_workspace_bytes(s, B, T, act);
+    b.ws_bwd = zt_llama_backward_workspace_bytes(s, sh, act);
+    b.exchange = zt_decoder_exchange_bytes(sh, QKV, act); /* the projection (and its gradient) */
     for (int k = 0; k < s->layers; k++)
-        b.kept_before[k + 1] = b.kept_before[k] + kept_bytes(s, B, T, act, zt_recompute_keep(&s->recompute, k));
+        b.kept_before[k + 1] = b.kept_before[k] + kept_bytes(s, sh, act, zt_recompute_keep(&s->recompute, k));
     zt_decoder_plan_walk(m, &b, S);
 }
 
 size_t zt_llama_model_plan_offloaded_bytes(const zt_model_plan *m, zt_dtype act) {
     const zt_model_settings *s = &m->s;
-    return s->offload_activations ? (size_t)s->layers * zt_decoder_input_bytes(s->d_model, s->micro_batch,
-                                                                                  s->seq_len, act)
-                                  : 0;
+    zt_act_shape sh = zt_model_plan_shape(m);
+    return s->offload_activations ? (size_t)s->layers * zt_decoder_input_bytes(s->d_model, sh.B, sh.T, act) : 0;
 }

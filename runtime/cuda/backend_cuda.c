@@ -166,6 +166,16 @@ static zt_status cuda_memcpy(zt_backend *be, void *dst, const void *src, size_t 
     return ZT_OK;
 }
 
+static zt_status cuda_memcpy2d(zt_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                               size_t width, size_t rows, zt_copy_kind kind, zt_stream *s, zt_error *err) {
+    (void)kind;
+    zt_cuda_impl *im = be->impl;
+    if (!width || !rows) return ZT_OK;
+    CUDA_CHECK(cudaSetDevice(im->device));
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault, stream_of(be, s)));
+    return ZT_OK;
+}
+
 static zt_status cuda_memset(zt_backend *be, void *dst, int value, size_t bytes, zt_stream *s,
                              zt_error *err) {
     zt_cuda_impl *im = be->impl;
@@ -438,6 +448,7 @@ zt_status zt_backend_cuda_create(int nthreads, int device, zt_backend **out, zt_
     be->nthreads = nthreads;
     be->default_stream = im->stream;
     be->memcpy_async = cuda_memcpy;
+    be->memcpy2d_async = cuda_memcpy2d;
     be->memset_async = cuda_memset;
     be->stream_sync = cuda_sync;
     be->mem_info = cuda_mem_info;

@@ -33,6 +33,17 @@ Runs the 16-configuration sweep at np 2 on a small model twice:
    with the setting in the CSV's and the Markdown's quantize column, and
    each quantized one moves fewer collective bytes than its stage unquantized;
    --quantize-grads after `--` is refused.
+8. with --seq-parallel 1,2,4 (offload and recompute none, 2 steps): the dry
+   run names the configurations `...-sp2`, passes --seq-parallel 2 for them
+   and no flag at P 1, and leaves out P 4 (it divides neither np 2 nor the
+   model's 2 heads) with a note on stderr; a P that does not divide --heads
+   (or Llama's --kv-heads) is left out too, a sweep with no P left is
+   refused, and so is --seq-parallel after `--`. The 8 runs are ok with P in
+   the CSV's and the Markdown's seq-parallel column; at P 2 each rank holds
+   at most 0.55x the activation bytes of P 1, moves all-to-all bytes (and
+   P 1 none), keeps the same model state (sharded over both ranks at any
+   P), and a step counts half the tokens of P 1 (np 2 at P 2 is one
+   data-parallel replica).
 Also checks that a missing zt-train is a tooling error (exit 2).
 """
 import csv
@@ -333,6 +344,89 @@ def case_quantize_axis(ctx):
           f"CSV and Markdown, fewer collective bytes when quantized ({out})")
 
 
+def case_seq_parallel_axis(ctx):
+    def dry(own, extra=()):
+        cmd = ([sys.executable, ctx["ablate"], "--np", "2", "--steps", "2", "--out", os.path.join(ctx["work"], "dry"),
+                "--zt-train", ctx["zt"], "--zt-run", ctx["zt_run"], "--dry-run", "--offload", "none",
+                "--recompute", "none"] + list(own) + ["--"] + MODEL + list(extra))
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        return p, {name: line.split() for name, _, line in (l.partition(": ") for l in p.stdout.splitlines())}
+
+    p, cmds = dry(["--seq-parallel", "1,2,4"])
+    want = {f"s{s}{sp}" for s in range(4) for sp in ("", "-sp2")}
+    if p.returncode != 0 or set(cmds) != want:
+        fail(f"--seq-parallel 1,2,4 --dry-run: exit {p.returncode}, configurations {sorted(cmds)}, expected "
+             f"{sorted(want)}\n{p.stderr}")
+    for name, c in cmds.items():
+        got = [a for i, a in enumerate(c) if a == "--seq-parallel" or c[i - 1] == "--seq-parallel"]
+        if got != (["--seq-parallel", "2"] if name.endswith("-sp2") else []):
+            fail(f"{name}: the dry run passes {got}: {' '.join(c)}")
+    if "--seq-parallel 4 does not divide --np 2: left out" not in p.stderr:
+        fail(f"--seq-parallel 4 at np 2: no note that it is left out\n{p.stderr}")
+    # The heads rule, with np allowing P 2: only P 1 is left.
+    for own, extra, why in (([], ["--heads", "1"], "--heads 1"),
+                            (["--model", "llama"], ["--kv-heads", "1"], "--kv-heads 1")):
+        p, cmds = dry(["--seq-parallel", "1,2"] + own, extra)
+        if p.returncode != 0 or set(cmds) != {f"s{s}" for s in range(4)} \
+                or f"--seq-parallel 2 does not divide {why}: left out" not in p.stderr:
+            fail(f"--seq-parallel 1,2 with {' '.join(own + extra)}: exit {p.returncode}, configurations "
+                 f"{sorted(cmds)}\n{p.stderr}")
+    p, _ = dry(["--seq-parallel", "4"])
+    if p.returncode != 2 or "no group size is left to sweep" not in p.stderr:
+        fail(f"--seq-parallel 4 alone at np 2: exit {p.returncode}, expected 2 with a message\n{p.stderr}")
+    p = subprocess.run([sys.executable, ctx["ablate"], "--zt-train", ctx["zt"], "--zt-run", ctx["zt_run"],
+                        "--dry-run", "--", "--seq-parallel", "2"], capture_output=True, text=True, timeout=60)
+    if p.returncode != 2 or "use ablate.py --seq-parallel)" not in p.stderr:
+        fail(f"--seq-parallel after `--`: exit {p.returncode}, expected 2 with a hint\n{p.stderr}")
+
+    out = os.path.join(ctx["work"], "seq_parallel")
+    # stages 0 and 3 (no sharding, all of it) of the dry run's configurations
+    sweep(ctx, out, [], own=["--seq-parallel", "1,2,4", "--offload", "none", "--recompute", "none", "--stages", "0,3"],
+          steps=2)
+    with open(os.path.join(out, "ablation.csv"), newline="") as f:
+        rows = {r["name"]: r for r in csv.DictReader(f)}
+    if set(rows) != {n for n in want if n.startswith(("s0", "s3"))}:
+        fail(f"seq-parallel sweep rows: {sorted(rows)}")
+    md = check_files(out, rows)
+    if "| quantize | seq-parallel |" not in md or "Left out: `--seq-parallel 4` does not divide --np 2." not in md:
+        fail("ablation.md has no seq-parallel column or does not say that P 4 was left out")
+    B, T = int(MODEL[MODEL.index("--micro-batch") + 1]), int(MODEL[MODEL.index("--seq-len") + 1])
+    for name, r in rows.items():
+        P = 2 if name.endswith("-sp2") else 1
+        if r["status"] != "ok" or r["seq_parallel"] != str(P):
+            fail(f"{name}: {r['status']} {r.get('detail', '')}, seq_parallel {r['seq_parallel']!r}, expected ok at {P}")
+        check_ok_row(r)
+        if f"| {name} | ok | adamw | none | simple | none | {P} |" not in md:
+            fail(f"ablation.md has no row for {name} with its seq-parallel setting")
+        with open(os.path.join(out, "runs", name, "rank0.jsonl")) as f:
+            steps = [json.loads(line) for line in f if line.strip()]
+        a2a = num(r, "all_to_all_bytes_per_step")
+        if (a2a > 0) != (P > 1) or a2a > num(r, "comm_bytes_per_step"):
+            kinds = sorted({k for st in steps for k in st.get("comm", {})})
+            fail(f"{name}: {a2a} all-to-all bytes per step of {r['comm_bytes_per_step']} at P {P} (the kinds of "
+                 f"rank 0's step comm: {', '.join(kinds)})")
+        # Tokens per step, as tokens/s counts them: np 2 / P replicas of B x T.
+        want_tokens = B * T * 2 // P
+        for st in steps:
+            tokens = st["tokens_per_s"] * st["step_time_s"]
+            if abs(tokens - want_tokens) > 1e-6 * want_tokens:
+                fail(f"{name}: step {st['step']} counts {tokens:.3f} tokens, expected {want_tokens} (B x T x np / P)")
+        if P == 2:
+            plain = rows[name[:-len("-sp2")]]
+            # Every kept tensor of a block is per position or per head, so P 2
+            # halves them (docs/sequence_parallel.md, Memory); 0.55 leaves room
+            # for a per-rank constant.
+            if num(r, "peak_activations_mean_bytes") > 0.55 * num(plain, "peak_activations_mean_bytes"):
+                fail(f"{name}: activations {r['peak_activations_mean_bytes']} B per rank, more than 0.55x "
+                     f"{plain['name']}'s {plain['peak_activations_mean_bytes']} B")
+            for col in ("model_state_by_rank_bytes", "formula_bytes_per_param"):
+                if r[col] != plain[col]:
+                    fail(f"{name}: {col} {r[col]} differs from {plain['name']}'s {plain[col]}")
+    print(f"ok: --seq-parallel 1,2,4 sweep at np 2: P 4 left out, 8 configurations ok, P in the CSV and Markdown, "
+          f"at P 2 at most 0.55x the activation bytes, all-to-all bytes, the same model state and half the tokens "
+          f"per step ({out})")
+
+
 def dry_run_commands(ctx, own, extra=()):
     """{config name: its zt-train command as a list} from --dry-run."""
     cmd = ([sys.executable, ctx["ablate"], "--np", "2", "--steps", "2", "--out", os.path.join(ctx["work"], "dry"),
@@ -402,6 +496,7 @@ if __name__ == "__main__":
         case_recompute_axis(ctx, base)
         case_allocator_axis(ctx)
         case_quantize_axis(ctx)
+        case_seq_parallel_axis(ctx)
         ok = True
     finally:
         if ok:

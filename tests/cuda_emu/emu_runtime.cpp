@@ -500,6 +500,23 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     return cudaSuccess;
 }
 
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                              enum cudaMemcpyKind kind, cudaStream_t stream) {
+    if (width == 0 || height == 0) return cudaSuccess;
+    if (width > dpitch || width > spitch) return set_error(cudaErrorInvalidPitchValue);
+    size_t dspan = (height - 1) * dpitch + width, sspan = (height - 1) * spitch + width;
+    if (classify(dst, dspan) == MEM_OUT_OF_RANGE || classify(src, sspan) == MEM_OUT_OF_RANGE)
+        return set_error(cudaErrorInvalidValue); /* a span that leaves its allocation */
+    cudaError_t rc = check_copy(dst, src, dspan < sspan ? dspan : sspan, kind);
+    if (rc != cudaSuccess) return set_error(rc);
+    char *d = (char *)dst;
+    const char *sp = (const char *)src;
+    zt_emu_enqueue(stream, [=]() {
+        for (size_t i = 0; i < height; i++) memcpy(d + i * dpitch, sp + i * spitch, width);
+    });
+    return cudaSuccess;
+}
+
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
     cudaError_t rc = cudaMemcpyAsync(dst, src, bytes, kind, 0);
     if (rc != cudaSuccess) return rc;

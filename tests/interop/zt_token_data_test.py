@@ -14,8 +14,9 @@ usage: zt_token_data_test.py CASE ZT_TRAIN ZT_RUN
   epochs   a set shorter than the run: the stream wraps, logged
   eval     --val-data every 2 steps: val losses logged, training bitwise
            unchanged, stage 3 with recomputation
-  bad      malformed files and flags: a clear message naming file and
-           offset, non-zero exit, and ranks given different data refused"""
+  bad      malformed files and flags (--data and --val-data): a clear
+           message naming file and offset, exit 2, and ranks given
+           different data refused"""
 import json
 import os
 import struct
@@ -69,8 +70,24 @@ def expected_digest(stream, p, n):
     return sum(token_hash(i, stream[i % len(stream)]) for i in range(p, p + n)) & 0xFFFFFFFF
 
 
-def check_stream(s, stream, tokens_per_step, first_step=0, first_position=0):
-    """Every step's position and digest (rank 0's line; every rank's agree)."""
+def rows_digest(stream, p, world, rank, accum, B):
+    """One rank's rows of a step by the row rule: inputs at their stream
+    index, targets at the next one with the top bit set."""
+    n, total = len(stream), 0
+    for m in range(accum):
+        for b in range(B):
+            at = p + ((m * world + rank) * B + b) * T
+            for t in range(T):
+                total += token_hash(at + t, stream[(at + t) % n])
+                total += token_hash((at + t + 1) | (1 << 63), stream[(at + t + 1) % n])
+    return total & 0xFFFFFFFF
+
+
+def check_stream(s, stream, tokens_per_step, first_step=0, first_position=0, accum=1):
+    """Every step's position and digests: the world's (the same on every
+    rank) and each rank's own rows, against the files."""
+    world = len(s["steps"])
+    B = tokens_per_step // (world * accum * T)
     for k, line in enumerate(s["steps"][0]):
         p = first_position + k * tokens_per_step
         d = line["data"]
@@ -79,8 +96,11 @@ def check_stream(s, stream, tokens_per_step, first_step=0, first_position=0):
         assert d["epoch"] == p // len(stream), (d, len(stream))
         want = expected_digest(stream, p, tokens_per_step)
         assert d["tokens_digest"] == f"{want:08x}", (line["step"], d, f"{want:08x}")
-        for rank_lines in s["steps"][1:]:
-            assert rank_lines[k]["data"] == d, (rank_lines[k]["data"], d)
+        for r, rank_lines in enumerate(s["steps"]):
+            theirs = rank_lines[k]["data"]
+            assert (theirs["position"], theirs["tokens_digest"]) == (p, d["tokens_digest"]), (r, theirs, d)
+            rows = rows_digest(stream, p, world, r, accum, B)
+            assert theirs["rows_digest"] == f"{rows:08x}", (line["step"], r, theirs, f"{rows:08x}")
 
 
 def train(ctx, np_, args, name):
@@ -119,7 +139,7 @@ def case_uneven(ctx):
     write_llmc(f"{w}/d.bin", stream)
     s = train(ctx, 3, ["--data", f"{w}/d.bin", "--micro-batch", "2", "--grad-accum", "2", "--steps", "4",
                        "--stage", "3"], "np3")
-    check_stream(s, stream, 3 * 2 * 2 * T)
+    check_stream(s, stream, 3 * 2 * 2 * T, accum=2)
     print("uneven: np 3 x grad-accum 2 reads positions p + ((m x 3 + r) x 2 + b) x T")
 
 
@@ -171,10 +191,16 @@ def case_eval(ctx):
     print(f"eval: val loss {vals[0][1]:.4f} -> {vals[-1][1]:.4f}; training bitwise as without evaluation")
 
 
-def expect_error(ctx, np_, args, *needles):
-    p = h.launch(ctx, np_, MODEL + args, expect_rc=None)
+def expect_error(ctx, np_, args, *needles, rc=2):
+    """A run refused with exit rc (2: bad input; 1: a file that cannot be
+    read) and the needles in its output (one rank: the program alone, a
+    singleton MPI job, which starts faster)."""
+    if np_ == 1:
+        p = subprocess.run([ctx["zt"]] + MODEL + args, capture_output=True, text=True, timeout=120)
+    else:
+        p = h.launch(ctx, np_, MODEL + args, expect_rc=None)
     out = p.stdout + p.stderr
-    assert p.returncode != 0, (args, out[-2000:])
+    assert p.returncode == rc, (args, p.returncode, out[-2000:])
     for n in needles:
         assert n in out, (n, args, out[-3000:])
 
@@ -201,11 +227,29 @@ def case_bad(ctx):
     with open(f"{w}/odd.bin", "wb") as f:
         f.write(b"\x01\x00\x02")
     expect_error(ctx, 1, ["--data", f"{w}/odd.bin", "--data-dtype", "uint16"], "not a whole number")
-    expect_error(ctx, 1, ["--data", f"{w}/none_*.bin"], "no such file")
+    expect_error(ctx, 1, ["--data", f"{w}/none_*.bin"], "no such file", rc=1)
     write_llmc(f"{w}/set_000.bin", good)
     write_flat(f"{w}/set_001.bin", good, "H")  # a second shard without its header
     expect_error(ctx, 1, ["--data", f"{w}/set_*.bin"], f"{w}/set_001.bin", "wrong magic")
     expect_error(ctx, 1, ["--data", f"{w}/good.bin", "--eval-every", "2"], "--eval-every 2 needs --val-data")
+    write_llmc(f"{w}/v3.bin", good)
+    with open(f"{w}/v3.bin", "r+b") as f:
+        f.seek(4)
+        f.write(struct.pack("<i", 3))
+    expect_error(ctx, 1, ["--data", f"{w}/v3.bin", "--data-dtype", "llmc"], f"{w}/v3.bin",
+                 "version 3 at offset 4 does not go with magic 20240520")
+    write_llmc(f"{w}/mix_000.bin", good)
+    write_llmc(f"{w}/mix_001.bin", good, version=7)
+    expect_error(ctx, 1, ["--data", f"{w}/mix_*.bin"], f"{w}/mix_001.bin", "4-byte tokens", "one format")
+    write_llmc(f"{w}/one.bin", good[:1])
+    expect_error(ctx, 1, ["--data", f"{w}/one.bin"], "1 token(s); training needs at least 2")
+    expect_error(ctx, 1, ["--data", f"{w}/good.bin", "--val-data", f"{w}/short.bin", "--data-dtype", "llmc"],
+                 "--val-data", f"{w}/short.bin", "truncated header")
+    expect_error(ctx, 1, ["--data", f"{w}/good.bin", "--val-data", f"{w}/nomagic.bin"], "--val-data",
+                 "is read as bytes (vocabulary 256), but the model's vocabulary is 96")
+    write_flat(f"{w}/val32.bin", good, "I")
+    expect_error(ctx, 1, ["--data", f"{w}/good.bin", "--val-data", f"{w}/val32.bin", "--data-dtype", "llmc"],
+                 f"{w}/val32.bin", "wrong magic")
     # ranks given different data: the agreement names --data
     other = list(good)
     other[3000] = (other[3000] + 1) % VOCAB
@@ -215,8 +259,9 @@ def case_bad(ctx):
         cmd += ([":"] if i else []) + ["-np", "1", ctx["zt"]] + MODEL + ["--data", f"{w}/{data}.bin"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "--data" in p.stdout + p.stderr, (p.returncode, (p.stdout + p.stderr)[-2000:])
-    print("bad: truncated header, wrong magic, short shard, token >= vocab, odd size, no match, mixed set, "
-          "--eval-every alone, different data per rank")
+    print("bad: truncated header, wrong magic, wrong version, short shard, token >= vocab, odd size, no match, "
+          "a set of mixed formats or widths, too few tokens, --eval-every alone, bad --val-data, different data per "
+          "rank")
 
 
 if __name__ == "__main__":

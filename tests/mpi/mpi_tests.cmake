@@ -300,3 +300,17 @@ zt_label(asan zeropp_bad)
 if(ZT_CUDA_EMU)
   zt_script_cases(zt_zeropp_test.py zeropp "mpi;cuda;quick" 900 cuda_emu)
 endif()
+
+# Sequence parallelism (tests/mpi/zt_seq_parallel_test.py): np N at P
+# against np N/P at 1 for both families, stages 0 and 3, recomputation none
+# and full (equiv); the activations per rank at P 2 against P 1 at seq 1024
+# with zt-plan --rank exact (memory); 1000 positions over 3 ranks (uneven);
+# checkpoints across P (resume); refusals (bad). Quick: P 2 against P 1 at
+# stage 3 with selective recomputation and fused attention, the exchanges'
+# C paths under the sanitizers.
+zt_script_cases(zt_seq_parallel_test.py seqpar "mpi" 900 equiv quick memory uneven resume bad)
+zt_label(quick seqpar_quick)
+zt_label(full seqpar_equiv seqpar_memory seqpar_uneven seqpar_resume seqpar_bad)
+if(ZT_CUDA_EMU)
+  zt_script_cases(zt_seq_parallel_test.py seqpar "mpi;cuda;quick" 900 cuda_emu)
+endif()

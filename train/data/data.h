@@ -58,13 +58,21 @@ zt_status zt_data_identity(const char *flag, const char *value, zt_token_format 
 void zt_data_batch(const zt_data *d, uint64_t seed, int rank, int64_t step, int micro, int B, int T,
                    int32_t *tokens, int32_t *targets);
 
+/* What a step read, as sums mod 2^32 of zt_data_token_hash terms:
+ * `inputs` over every input (i, token) (summed over ranks: which tokens the
+ * step read, whatever the split); `rows` over this rank's inputs and its
+ * targets (i + 1 | 2^63, token), so a row read at the wrong place or a
+ * target off by one shows. */
+typedef struct {
+    uint32_t inputs, rows;
+} zt_data_digests;
+
 /* Token files: the B rows of micro-batch m of rank r of a step whose stream
  * position is p: row b's T inputs start at p + ((m x world + r) x B + b) x
  * stride (stride: the configured seq-len; T <= stride under jitter) and its
- * targets one token later. digest (may be NULL) gains zt_data_token_hash of
- * every input read. */
-zt_status zt_data_stream_batch(const zt_data *d, uint64_t p, int world, int rank, int micro, int B, int stride,
-                               int T, int32_t *tokens, int32_t *targets, uint32_t *digest, zt_error *err);
+ * targets one token later. dg (may be NULL) gains the rows' terms. */
+zt_status zt_data_stream_batch(zt_data *d, uint64_t p, int world, int rank, int micro, int B, int stride,
+                               int T, int32_t *tokens, int32_t *targets, zt_data_digests *dg, zt_error *err);
 
 /* The step's tokens digest term of the input at stream index i: the upper
  * half of splitmix64's finalizer of i ^ (token x 0xD1B54A32D192ED03).

@@ -21,8 +21,8 @@ uint32_t zt_data_token_hash(uint64_t index, int32_t token) {
     return (uint32_t)(z >> 32);
 }
 
-zt_status zt_data_stream_batch(const zt_data *d, uint64_t p, int world, int rank, int micro, int B, int stride,
-                               int T, int32_t *tokens, int32_t *targets, uint32_t *digest, zt_error *err) {
+zt_status zt_data_stream_batch(zt_data *d, uint64_t p, int world, int rank, int micro, int B, int stride,
+                               int T, int32_t *tokens, int32_t *targets, zt_data_digests *dg, zt_error *err) {
     for (int b = 0; b < B; b++) {
         uint64_t row = ((uint64_t)micro * (uint64_t)world + (uint64_t)rank) * (uint64_t)B + (uint64_t)b;
         uint64_t at = p + row * (uint64_t)stride;
@@ -30,7 +30,11 @@ zt_status zt_data_stream_batch(const zt_data *d, uint64_t p, int world, int rank
         ZT_TRY(zt_token_files_read(&d->files, at, (size_t)T, d->vocab, in, err));
         if (T > 1) memcpy(out, in + 1, (size_t)(T - 1) * sizeof *out);
         ZT_TRY(zt_token_files_read(&d->files, at + (uint64_t)T, 1, d->vocab, out + T - 1, err));
-        for (int t = 0; digest && t < T; t++) *digest += zt_data_token_hash(at + (uint64_t)t, in[t]);
+        for (int t = 0; dg && t < T; t++) {
+            uint32_t term = zt_data_token_hash(at + (uint64_t)t, in[t]);
+            dg->inputs += term;
+            dg->rows += term + zt_data_token_hash((at + (uint64_t)t + 1) | (1ull << 63), out[t]);
+        }
     }
     return ZT_OK;
 }

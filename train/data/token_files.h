@@ -27,7 +27,6 @@ typedef enum {
 
 typedef struct {
     char *path;
-    int fd;
     uint64_t header_bytes; /* before the first token */
     uint64_t ntokens;
     uint64_t first; /* its first token's index in an epoch */
@@ -40,6 +39,9 @@ typedef struct {
     int width; /* bytes per token: 1, 2 or 4 */
     zt_token_format format; /* resolved: never AUTO */
     uint64_t ntokens; /* one epoch */
+    /* One file open at a time (a set may have more files than the process
+     * may open): the one read last, and its descriptor (-1: none). */
+    int open_index, open_fd;
 } zt_token_files;
 
 /* "auto", "bytes", "uint16", "uint32", "llmc"; 0 for anything else. */
@@ -55,7 +57,8 @@ zt_token_format zt_token_format_resolve(const char *pattern, zt_token_format f);
 /* How many files the pattern (a path or a glob) names. */
 int zt_token_pattern_matches(const char *pattern);
 
-/* Opens every file the pattern matches (a path or a glob). Errors name the
+/* Opens every file the pattern matches (a path, taken as it is when it
+ * names a file, or a glob) to check it; reads reopen them one at a time. Errors name the
  * file and the byte offset: no match, a truncated header, a wrong magic or
  * version, a size that is not whole tokens or not what the header says,
  * formats that differ between files. */
@@ -66,13 +69,13 @@ void zt_token_files_close(zt_token_files *s);
 /* Tokens [index, index + n) of the endless stream (index counts across
  * epochs) into out[n]; a token >= vocab is an error naming its file and
  * byte offset. */
-zt_status zt_token_files_read(const zt_token_files *s, uint64_t index, size_t n, int vocab, int32_t *out,
+zt_status zt_token_files_read(zt_token_files *s, uint64_t index, size_t n, int vocab, int32_t *out,
                               zt_error *err);
 
 /* What the set holds, for the ranks to compare without reading it all:
  * "K file(s), N uint16 tokens (llmc), xxh3 HEX" over each file's size,
  * header and 17 sampled 4 KiB chunks (the first, the last, and evenly
  * between). */
-zt_status zt_token_files_identity(const zt_token_files *s, char *out, size_t cap, zt_error *err);
+zt_status zt_token_files_identity(zt_token_files *s, char *out, size_t cap, zt_error *err);
 
 #endif

@@ -159,6 +159,14 @@ static zt_status keep_block(zt_decoder *d, zt_ctx *ctx, int l) {
     return ZT_OK;
 }
 
+/* A failure inside the family's kernels (an exchange of sequence
+ * parallelism), taken once. */
+static zt_status kernels_status(zt_decoder *d) {
+    zt_status st = d->sp_status;
+    d->sp_status = ZT_OK;
+    return st;
+}
+
 /* Before block l's backward: its activations again, replayed from its input
  * x (the whole forward), or from the pieces it kept (the rest only). Same
  * kernels, same inputs: the same bits. What the block kept goes as soon as
@@ -174,7 +182,7 @@ static zt_status replay_block(zt_decoder *d, zt_ctx *ctx, const zt_ops *ops, int
     char *acts = d->block_acts[l].data;
     if (block_keep(d, l) == ZT_KEEP_INPUT) {
         d->ops->block_forward(d, s, ops, acts, x, w, u);
-        return ZT_OK;
+        return kernels_status(d);
     }
     size_t from[ZT_DECODER_MAX_PIECES], to[ZT_DECODER_MAX_PIECES], n[ZT_DECODER_MAX_PIECES], total;
     int pieces = d->ops->kept_pieces(d, from, to, n, &total);
@@ -183,7 +191,7 @@ static zt_status replay_block(zt_decoder *d, zt_ctx *ctx, const zt_ops *ops, int
                                      &ctx->err));
     zt_tensor_free(&d->block_out[l], &ctx->device_mem);
     d->ops->block_replay(d, s, ops, acts, x, w, u);
-    return ZT_OK;
+    return kernels_status(d);
 }
 
 /* The token ids through pinned staging onto the device: from the caller's
@@ -212,6 +220,7 @@ static zt_status blocks_forward(zt_decoder *d, zt_engine *eng, zt_ctx *ctx, cons
         ZT_TRY(decoder_alloc_bytes(ctx, &d->block_acts[l], acts_bytes, ZT_CAT_ACTIVATIONS, label));
         ZT_TRY(zt_engine_gather(eng, u, &w));
         d->ops->block_forward(d, &ctx->compute, ops, d->block_acts[l].data, block_input(d, l), w, u);
+        ZT_TRY(kernels_status(d));
         ZT_TRY(zt_engine_release(eng, u));
         ZT_TRY(decoder_input_retire(d, ctx, l));
         ZT_TRY(keep_block(d, ctx, l));
@@ -249,8 +258,19 @@ zt_status zt_decoder_forward(zt_decoder *d, zt_engine *eng, const int32_t *token
                        "forward: %d micro-batch loss(es) still pending; read them with take_losses first",
                        d->loss_micros);
     zt_decoder_free_activations(d, eng);
+    d->ctx = ctx;
     d->B = B;
     d->T = T;
+    d->T_full = T;
+    d->t0 = 0;
+    if (d->sp) {
+        int len;
+        d->T_full = d->sp->T;
+        zt_seq_span(d->T_full, d->sp->P, d->sp->index, &d->t0, &len);
+        if (len != T || d->T_full > d->cfg.seq_len)
+            return ZT_FAIL(&ctx->err, ZT_ERR_INVALID, "forward: this rank's span of a %d-position sequence over %d "
+                           "ranks is %d positions, not %d", d->T_full, d->sp->P, len, T);
+    }
     d->act = zt_engine_compute_dtype(eng);
     size_t N = (size_t)B * T;
     ZT_TRY(ids_to_device(d, ctx, tokens, targets, N));
@@ -314,6 +334,7 @@ static zt_status block_unit_backward(zt_decoder *d, zt_engine *eng, int l, char 
     }
     ZT_TRY(zt_engine_grad_buffer(eng, u, &dw));
     d->ops->block_backward(d, &ctx->compute, ops, d->block_acts[l].data, x, w, dw, u, ws);
+    ZT_TRY(kernels_status(d));
     ZT_TRY(zt_engine_release(eng, u));
     ZT_TRY(zt_engine_grads_ready(eng, u));
     zt_tensor_free(&d->block_acts[l], &ctx->device_mem);

@@ -3,6 +3,18 @@
  * the sizes (zt_decoder_plan_bytes). */
 #include "zt_decoder_plan.h"
 
+zt_act_shape zt_model_plan_shape(const zt_model_plan *m) {
+    int B = m->s.micro_batch, T = m->s.seq_len, P = m->seq_parallel > 1 ? m->seq_parallel : 1, t0, len;
+    zt_seq_span(T, P, m->seq_index % P, &t0, &len);
+    return (zt_act_shape){B, len, T, P};
+}
+
+size_t zt_decoder_exchange_bytes(zt_act_shape sh, size_t W, zt_dtype act) {
+    if (sh.P <= 1) return 0;
+    size_t e = zt_dtype_size(act), mine = (size_t)sh.B * sh.T * W * e, heads = (size_t)sh.B * sh.T_full * (W / sh.P) * e;
+    return (mine + 3) / 4 * 4 + (heads + 3) / 4 * 4;
+}
+
 /* The kept inputs on the device during block k's forward: blocks 0..k's
  * (the embedding's output and what blocks 0..k-1 keep), or under offload
  * only block k's (the scaffold frees each once its copy out is done
@@ -60,8 +72,9 @@ static void forward_moments(zt_plan_sim *S, const zt_model_plan *g, const zt_dec
             lo = L + 1;
         } else if (u == g->unit_embed) {
             F.c[ZT_CAT_ACTIVATIONS] = b->enc;
-        } else { /* block k = i - 1: its buffer, after what blocks 0..k-1 keep */
+        } else { /* block k = i - 1: its buffer, after what blocks 0..k-1 keep; its exchanges */
             F.c[ZT_CAT_ACTIVATIONS] = inputs_forward(b, i - 1) + b->blk_full;
+            F.c[ZT_CAT_COMM_BUFFERS] += b->exchange;
         }
         for (int j = lo; j <= i; j++) F.c[ZT_CAT_WORKSPACE] += zt_plan_view_bytes(S, order[j]);
         F.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
@@ -134,7 +147,7 @@ static void block_backward(zt_plan_sim *S, const zt_model_plan *g, const zt_deco
         R.c[ZT_CAT_OTHER] = b->tokens;
         R.c[ZT_CAT_ACTIVATIONS] = inputs_backward(b, k) + (keep == ZT_KEEP_GEMM_OUTPUTS ? own : 0) + b->blk_full;
         R.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, u);
-        R.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S);
+        R.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S) + b->exchange;
         zt_plan_add_waiting(S, &R, zt_plan_waiting(S));
         if (g->s.tied) zt_plan_open_grads(S, &R, g->unit_embed);
         R.c[ZT_CAT_GATHERED_PARAMS] = zt_plan_gathered(S);
@@ -145,7 +158,7 @@ static void block_backward(zt_plan_sim *S, const zt_model_plan *g, const zt_deco
     M.c[ZT_CAT_OTHER] = b->tokens;
     M.c[ZT_CAT_ACTIVATIONS] = inputs_backward(b, k) + (keep == ZT_KEEP_ALL ? own : b->blk_full);
     M.c[ZT_CAT_WORKSPACE] = b->ws_bwd + zt_plan_view_bytes(S, u);
-    M.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S);
+    M.c[ZT_CAT_COMM_BUFFERS] = zt_plan_in_flight(S) + b->exchange;
     zt_plan_add_waiting(S, &M, zt_plan_waiting(S));
     zt_plan_open_grads(S, &M, u);
     if (g->s.tied) zt_plan_open_grads(S, &M, g->unit_embed);
