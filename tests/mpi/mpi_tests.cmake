@@ -40,7 +40,7 @@ zt_label(full mpi_deferred_copies)
 # save, damaged checkpoints and `latest`, checkpoint retention.
 zt_script_cases(zt_failure_test.py fail "mpi" 900 disagree agree_negative kill_during_save latest damage keep)
 zt_label(quick fail_agree_negative fail_latest fail_keep)
-# 20 kill trials, 16 MPMD launches and 16 damaged checkpoints: the refusal
+# 8 kill trials, 11 MPMD launches and 10 damaged checkpoints: the refusal
 # and fallback paths are fail_latest's and fail_agree_negative's, and the
 # checks of damaged rank files and manifests (read.c, manifest.c) are the
 # fuzz pass's (fuzz_export, fuzz_manifest), both under the sanitizers.

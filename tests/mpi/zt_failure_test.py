@@ -73,14 +73,16 @@ DISAGREEMENTS = [
 
 
 def case_disagree(ctx):
-    """At np 2 and 3, one rank's --bucket-size, --prefetch, --lr,
-    --grad-accum, --offload, --dtype or --steps differs: every rank exits 2
-    within 30 s (no hang, no MPI_ERR_TRUNCATE, no silently wrong training),
-    and rank 0 alone prints one error naming the option and each rank's
-    value, with its source location relative to the source tree."""
+    """At np 2, one rank's --bucket-size, --prefetch, --lr, --grad-accum,
+    --offload, --dtype, --reduce-dtype or --steps differs (at np 3, the
+    first three: the agreement's C path is the same for every option):
+    every rank exits 2 within 30 s (no hang, no MPI_ERR_TRUNCATE, no
+    silently wrong training), and rank 0 alone prints one error naming the
+    option and each rank's value, with its source location relative to the
+    source tree."""
     for np_ in (2, 3):
         odd = np_ - 1  # the last rank differs: with np 3, ranks 0 and 1 agree
-        for opt, base, odd_value, value in DISAGREEMENTS:
+        for opt, base, odd_value, value in DISAGREEMENTS if np_ == 2 else DISAGREEMENTS[:3]:
             ranks = [base + ["--steps", "3", f"--{opt}", value] for _ in range(np_)]
             ranks[odd] = base + ["--steps", "3", f"--{opt}", odd_value]
             p, dt = mpmd(ctx, ranks)
@@ -148,7 +150,7 @@ def save_points(ctx, np_, args):
 def case_kill_during_save(ctx):
     """kill -9 of one rank at a seeded point of a save (before, between and
     after each file's write, fsync and rename, each directory rename and
-    removal), 12 trials, half of them re-saving a step that exists: the job
+    removal), 8 trials, half of them re-saving a step that exists: the job
     ends, and resuming from the directory continues bitwise to the digest of
     an uninterrupted run."""
     w, np_ = ctx["work"], 2
@@ -166,7 +168,7 @@ def case_kill_during_save(ctx):
     assert any("set aside" in p for p in kinds["resave"][0]), kinds["resave"][0]
     rng = random.Random(25)
     seen = set()
-    for trial in range(12):
+    for trial in range(8):
         kind = "fresh" if trial % 2 == 0 else "resave"
         rank = rng.randrange(np_)
         k = rng.randrange(len(kinds[kind][rank]))
@@ -184,7 +186,7 @@ def case_kill_during_save(ctx):
         seen.add(kinds[kind][rank][k])
         print(f"ok: trial {trial}: {kind}, rank {rank} killed at '{kinds[kind][rank][k]}'; resumed from step "
               f"{got['start_step']}, digest equal")
-    print(f"ok: 12 kills at {len(seen)} distinct save points: every checkpoint directory resumed bitwise")
+    print(f"ok: 8 kills at {len(seen)} distinct save points: every checkpoint directory resumed bitwise")
 
 
 def case_latest(ctx):
@@ -231,8 +233,9 @@ def flip(path, at):
 
 
 def case_damage(ctx):
-    """A flipped byte or a truncation in any file of a checkpoint (every rank
-    file at its header, a block, and the last byte; the manifest anywhere):
+    """A flipped byte or a truncation in any file of a checkpoint (each rank
+    file at its header or a seeded block, truncated, and rank 2's last
+    byte; the manifest anywhere):
     refused on every rank with one message naming that file and the newest
     older checkpoint that verifies, exit 2, nothing in the directory changed.
     At np 3 stage 1, and loaded at np 2 (resharding reads other files)."""
@@ -244,10 +247,11 @@ def case_damage(ctx):
     victims = []
     for r in range(3):
         size = os.path.getsize(os.path.join(step, f"rank{r}.bin"))
-        victims += [(f"rank{r}.bin", "flip", 9), (f"rank{r}.bin", "flip", rng.randrange(32, size)),
-                    (f"rank{r}.bin", "flip", size - 1), (f"rank{r}.bin", "truncate", size - 8)]
+        victims += [(f"rank{r}.bin", "flip", 9 if r == 0 else rng.randrange(32, size)),
+                    (f"rank{r}.bin", "truncate", size - 8)]
+    victims += [("rank2.bin", "flip", os.path.getsize(os.path.join(step, "rank2.bin")) - 1)]
     msize = os.path.getsize(os.path.join(step, "manifest.json"))
-    victims += [("manifest.json", "flip", rng.randrange(msize)) for _ in range(3)] + [("manifest.json", "truncate", msize // 2)]
+    victims += [("manifest.json", "flip", rng.randrange(msize)) for _ in range(2)] + [("manifest.json", "truncate", msize // 2)]
     for i, (name, how, at) in enumerate(victims):
         d = os.path.join(w, f"d{i}")
         shutil.copytree(base, d)

@@ -33,12 +33,23 @@ typedef struct {
     size_t send_total, recv_total;
 } exchange;
 
-static void lay_out(exchange *x, int P, const size_t *send_n, const size_t *recv_n) {
+/* The exchange of parts of widths w[nparts] (their sum W per position):
+ * to the head split (to_heads) this rank sends every group j its T
+ * positions, [B, T, W/P], and receives its own group of every rank's span,
+ * [B, len_j, W/P]; back, the reverse. Returns W. */
+static size_t lay_out(const zt_decoder *d, int nparts, const size_t *w, int to_heads, exchange *x) {
+    int P = d->sp->P;
+    size_t e = zt_dtype_size(d->act), W = 0;
+    for (int k = 0; k < nparts; k++) W += w[k];
     x->send_total = x->recv_total = 0;
     for (int j = 0; j < P; j++) {
-        x->send_n[j] = send_n[j], x->send_off[j] = x->send_total, x->send_total += send_n[j];
-        x->recv_n[j] = recv_n[j], x->recv_off[j] = x->recv_total, x->recv_total += recv_n[j];
+        int t0, len;
+        zt_seq_span(d->T_full, P, j, &t0, &len);
+        size_t mine = (size_t)d->B * d->T * (W / P) * e, theirs = (size_t)d->B * len * (W / P) * e;
+        x->send_n[j] = to_heads ? mine : theirs, x->send_off[j] = x->send_total, x->send_total += x->send_n[j];
+        x->recv_n[j] = to_heads ? theirs : mine, x->recv_off[j] = x->recv_total, x->recv_total += x->recv_n[j];
     }
+    return W;
 }
 
 /* Sends, waits for, and leaves in recv what send holds, laid out as x. */
@@ -61,17 +72,9 @@ static zt_status alloc_pair(zt_ctx *ctx, zt_tensor *send, zt_tensor *recv, const
 static zt_status seq_to_heads(zt_decoder *d, zt_ctx *ctx, zt_stream *s, char *dst, const char *src, int nparts,
                               const size_t *w) {
     int P = d->sp->P, B = d->B, T = d->T, Tf = d->T_full;
-    size_t e = zt_dtype_size(d->act), W = 0;
-    for (int k = 0; k < nparts; k++) W += w[k];
-    size_t Wp = W / (size_t)P, send_n[ZT_MAX_SP] = {0}, recv_n[ZT_MAX_SP] = {0};
-    for (int j = 0; j < P; j++) {
-        int t0, len;
-        zt_seq_span(Tf, P, j, &t0, &len);
-        send_n[j] = (size_t)B * T * Wp * e;   /* [B, T, Wp]: my positions, j's heads */
-        recv_n[j] = (size_t)B * len * Wp * e; /* [B, len_j, Wp]: j's positions, my heads */
-    }
+    size_t e = zt_dtype_size(d->act);
     exchange x;
-    lay_out(&x, P, send_n, recv_n);
+    size_t W = lay_out(d, nparts, w, 1, &x), Wp = W / (size_t)P;
     zt_tensor send = {0}, recv = {0};
     zt_status st = alloc_pair(ctx, &send, &recv, &x);
     for (int j = 0; st == ZT_OK && j < P; j++)
@@ -95,17 +98,9 @@ static zt_status seq_to_heads(zt_decoder *d, zt_ctx *ctx, zt_stream *s, char *ds
 static zt_status heads_to_seq(zt_decoder *d, zt_ctx *ctx, zt_stream *s, char *dst, const char *src, int nparts,
                               const size_t *w) {
     int P = d->sp->P, B = d->B, T = d->T, Tf = d->T_full;
-    size_t e = zt_dtype_size(d->act), W = 0;
-    for (int k = 0; k < nparts; k++) W += w[k];
-    size_t Wp = W / (size_t)P, send_n[ZT_MAX_SP] = {0}, recv_n[ZT_MAX_SP] = {0};
-    for (int j = 0; j < P; j++) {
-        int t0, len;
-        zt_seq_span(Tf, P, j, &t0, &len);
-        send_n[j] = (size_t)B * len * Wp * e; /* j's positions, my heads */
-        recv_n[j] = (size_t)B * T * Wp * e;   /* my positions, j's heads */
-    }
+    size_t e = zt_dtype_size(d->act);
     exchange x;
-    lay_out(&x, P, send_n, recv_n);
+    size_t W = lay_out(d, nparts, w, 0, &x), Wp = W / (size_t)P;
     zt_tensor send = {0}, recv = {0};
     zt_status st = alloc_pair(ctx, &send, &recv, &x);
     for (int i = 0; st == ZT_OK && i < P; i++) {
