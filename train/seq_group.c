@@ -52,10 +52,11 @@ int zt_seq_group_split(zt_seq_group *g, int B, int T_full, int32_t *tokens, int3
     return len;
 }
 
-const char *zt_seq_split_cause(int P, int seq_len, double jitter, zt_category top, char *detail, size_t cap) {
+const char *zt_seq_split_cause(int P, int seq_len, double jitter, zt_category top, size_t max_minus_min,
+                               char *detail, size_t cap) {
     if (cap) detail[0] = '\0';
     int per_position = top == ZT_CAT_ACTIVATIONS || top == ZT_CAT_WORKSPACE || top == ZT_CAT_COMM_BUFFERS;
-    if (P <= 1 || (seq_len % P == 0 && jitter <= 0) || !per_position) return NULL;
+    if (P <= 1 || max_minus_min == 0 || (seq_len % P == 0 && jitter <= 0) || !per_position) return NULL;
     int t0, longest, shortest;
     zt_seq_span(seq_len, P, 0, &t0, &longest);
     zt_seq_span(seq_len, P, P - 1, &t0, &shortest);

@@ -41,10 +41,11 @@ int zt_seq_group_split(zt_seq_group *g, int B, int T_full, int32_t *tokens, int3
 double zt_seq_group_loss_weight(const zt_seq_group *g, int T_full);
 
 /* The cause of a memory imbalance across ranks that the configuration
- * explains, or NULL: "seq_split" when sequences split unevenly over a
- * group (seq_len not a multiple of P, or jittered lengths) and the
- * category that differs most scales with a rank's positions. detail gets
- * the spans in words. */
-const char *zt_seq_split_cause(int P, int seq_len, double jitter, zt_category top, char *detail, size_t cap);
+ * explains, or NULL: "seq_split" when the ranks' peaks differ
+ * (max_minus_min > 0), sequences split unevenly over a group (seq_len not
+ * a multiple of P, or jittered lengths) and the category that differs most
+ * scales with a rank's positions. detail gets the spans in words. */
+const char *zt_seq_split_cause(int P, int seq_len, double jitter, zt_category top, size_t max_minus_min,
+                               char *detail, size_t cap);
 
 #endif

@@ -195,7 +195,7 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     json_object_set_new(imj, "top_category", json_string(zt_category_name(im.top_category)));
     char detail[160];
     const char *cause = zt_seq_split_cause(s->cfg->seq_parallel, s->cfg->seq_len, s->cfg->seq_len_jitter,
-                                           im.top_category, detail, sizeof detail);
+                                           im.top_category, im.peak_max_minus_min_bytes, detail, sizeof detail);
     if (cause) json_object_set_new(imj, "cause", json_pack("{s:s,s:s}", "name", cause, "detail", detail));
     json_object_set_new(o, "imbalance", imj);
     json_object_set_new(o, "nodes", json_integer(s->nnodes));

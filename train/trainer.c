@@ -283,8 +283,8 @@ static void print_rank_table(const zt_ctx *ctx, const zt_train_config *c, int N,
     }
     zt_imbalance im = zt_imbalance_compute(peaks, cats, N);
     char detail[160];
-    const char *cause = zt_seq_split_cause(c->seq_parallel, c->seq_len, c->seq_len_jitter, im.top_category, detail,
-                                           sizeof detail);
+    const char *cause = zt_seq_split_cause(c->seq_parallel, c->seq_len, c->seq_len_jitter, im.top_category,
+                                           im.peak_max_minus_min_bytes, detail, sizeof detail);
     char why[200] = "";
     if (cause) snprintf(why, sizeof why, " (cause: %s, %s)", cause, detail);
     printf("imbalance: max/mean %.4f, max-min %.3f MiB, highest rank %d, driven by %s%s\n", im.peak_max_over_mean,

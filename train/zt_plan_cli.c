@@ -236,7 +236,8 @@ static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
     j->in.world = world;
     j->in.stage = stage;
     j->in.rank = j->rank >= 0 && j->rank < world ? j->rank : fullest_rank(j);
-    j->model.seq_index = j->model.seq_parallel > 1 ? j->in.rank % j->model.seq_parallel : 0;
+    /* the span of the rank asked for (a world rank), else the longest, the first of a group's */
+    j->model.seq_index = j->model.seq_parallel > 1 && j->rank >= 0 ? j->rank % j->model.seq_parallel : 0;
     zt_plan_compute(&j->in, j->family->plan_walk, &j->model, out);
     add_offloaded_inputs(j, out);
     /* It outlives steps while its writer runs: beside any peak of the pool. */
@@ -244,12 +245,13 @@ static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
     out->host_bytes += out->checkpoint_staging_bytes;
 }
 
-/* Smallest world size at which the peak fits (0: none up to 2^20). */
+/* Smallest world size at which the peak fits (0: none up to 2^20); under
+ * sequence parallelism a multiple of its group size. */
 static int min_world(plan_job j, int stage, size_t device_mem) {
     zt_plan p;
-    int hi = 1;
+    int P = j.model.seq_parallel > 1 ? j.model.seq_parallel : 1, hi = 1;
     while (hi <= 1 << 20) {
-        plan_for(&j, hi, stage, &p);
+        plan_for(&j, hi * P, stage, &p);
         if (p.peak_bytes <= device_mem) break;
         hi *= 2;
     }
@@ -257,11 +259,11 @@ static int min_world(plan_job j, int stage, size_t device_mem) {
     int lo = hi / 2 + 1;
     while (lo < hi) { /* the peak falls as ranks are added */
         int mid = lo + (hi - lo) / 2;
-        plan_for(&j, mid, stage, &p);
+        plan_for(&j, mid * P, stage, &p);
         if (p.peak_bytes <= device_mem) hi = mid;
         else lo = mid + 1;
     }
-    return hi;
+    return hi * P;
 }
 
 /* Bytes for people: decimal GB for large sizes (as device capacities are

@@ -93,11 +93,14 @@ static void block_forward(zt_decoder *d, zt_stream *s, const zt_ops *ops, char *
  * activations, offset in the kept buffer, bytes). */
 static int kept_pieces(const zt_decoder *d, size_t *from, size_t *to, size_t *n, size_t *total) {
     const zt_gpt *g = d->family;
-    size_t NC = (size_t)d->B * d->T * g->cfg.d_model, e = zt_dtype_size(d->act);
     zt_gpt_block_layout lay = zt_gpt_block_layout_for(&g->cfg, zt_decoder_shape(d), d->act);
     zt_gpt_kept_layout k = zt_gpt_kept_layout_for(&g->cfg, zt_decoder_shape(d), d->act);
     size_t f[4] = {lay.qkv, lay.res2, lay.fch, lay.res3}, t[4] = {k.qkv, k.res2, k.fch, k.res3};
-    size_t m[4] = {3 * NC * e, NC * e, 4 * NC * e, NC * e};
+    /* each piece's bytes: up to the next one's place in the kept buffer
+     * (the head split's q, k, v is [B,T_full,3C/P], not [B,T,3C], when P
+     * does not divide T) */
+    size_t m[4] = {k.res2 - k.qkv, k.fch - k.res2, k.res3 - k.fch,
+                   (size_t)d->B * d->T * g->cfg.d_model * zt_dtype_size(d->act)};
     memcpy(from, f, sizeof f);
     memcpy(to, t, sizeof t);
     memcpy(n, m, sizeof m);
