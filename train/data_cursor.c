@@ -3,6 +3,14 @@
 
 #include <string.h>
 
+int zt_train_data_vocab(const zt_train_config *c) {
+    /* files not here (zt-plan on another machine): --vocab, as given */
+    if (strcmp(c->data, "markov") == 0 || !zt_token_pattern_matches(c->data)) return c->vocab;
+    zt_token_format f = ZT_TOKENS_AUTO;
+    zt_token_format_parse(c->data_dtype, &f);
+    return zt_token_format_resolve(c->data, f) == ZT_TOKENS_BYTES ? 256 : c->vocab;
+}
+
 void zt_data_cursor_init(zt_data_cursor *k, const zt_data *d, const zt_train_config *c, int world) {
     memset(k, 0, sizeof *k);
     k->active = d->kind == ZT_DATA_TOKENS;

@@ -13,7 +13,6 @@
 #include "zt_mem.h"
 #include "zt_optim.h"
 #include "zt_recompute.h"
-#include "token_files.h"
 
 #define CONFIG_FILE_MAX ((size_t)16 << 20) /* a --config file larger than this is refused */
 
@@ -61,7 +60,8 @@ static const opt_spec options[] = {
      "tokens (nanoGPT's train.bin), bytes; auto: llmc when the first file has its header, else bytes"},
     {"val-data", OPT_STRING, S(val_data), 0, 0, NULL,
      "token files (or bytes) for an evaluation loss every --eval-every steps, read from their start each time"},
-    {"eval-every", OPT_INT, F(eval_every), 0, 0, INT_MAX, NULL, "with --val-data: evaluate every K steps (0: after the last)"},
+    {"eval-every", OPT_INT, F(eval_every), 0, 0, INT_MAX, NULL,
+     "with --val-data: evaluate every K steps (0: after the last)"},
     {"eval-batches", OPT_INT, F(eval_batches), 0, 1, 1 << 20, NULL,
      "with --val-data: micro-batches per rank per evaluation"},
     {"markov-order", OPT_INT, F(markov_order), 0, 1, 8, NULL, "tokens of context of the Markov source"},
@@ -747,8 +747,8 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
     if (c->layers < 0) return ZT_FAIL(err, ZT_ERR_INVALID, "--layers must be >= 0");
     if (strcmp(c->data, "markov") == 0 && c->markov_branch > c->vocab)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--markov-branch %d exceeds --vocab %d", c->markov_branch, c->vocab);
-    if (strcmp(c->data, "markov") != 0 && zt_train_config_given(c, "vocab") && zt_token_pattern_matches(c->data) &&
-        zt_train_data_vocab(c) != c->vocab)
+    if (strcmp(c->data, "markov") != 0 && zt_train_config_given(c, "vocab") && c->vocab != 256 &&
+        strcmp(c->data_dtype, "bytes") == 0)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--data FILE reads bytes, so --vocab must be 256 (got %d; token files: "
                        "--data-dtype llmc, uint16 or uint32)", c->vocab);
     if (c->seq_parallel > c->seq_len)
@@ -768,13 +768,6 @@ zt_status zt_train_config_validate(zt_train_config *c, zt_error *err) {
     return ZT_OK;
 }
 
-int zt_train_data_vocab(const zt_train_config *c) {
-    /* files not here (zt-plan on another machine): --vocab, as given */
-    if (strcmp(c->data, "markov") == 0 || !zt_token_pattern_matches(c->data)) return c->vocab;
-    zt_token_format f = ZT_TOKENS_AUTO;
-    zt_token_format_parse(c->data_dtype, &f);
-    return zt_token_format_resolve(c->data, f) == ZT_TOKENS_BYTES ? 256 : c->vocab;
-}
 
 /* PCIe 4.0 x16 moves 24-28 GB/s in practice (32 in theory): the middle; 5.0 doubles it. */
 #define ZT_LINK_PCIE4_GBS 26.0

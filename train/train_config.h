@@ -146,7 +146,8 @@ void zt_settings_as_flags(const char *msg, char *out, size_t cap);
  * data's vocabulary; refuses a recompute policy it cannot read. */
 zt_status zt_train_config_model(const zt_train_config *cfg, int vocab, zt_model_settings *s, zt_error *err);
 /* The vocabulary the data implies: 256 for a file read as bytes, else
- * --vocab (it may sniff --data's first file for an llm.c header). */
+ * --vocab (it may sniff --data's first file for an llm.c header; files
+ * that are not there: --vocab). In data_cursor.c, beside the data. */
 int zt_train_data_vocab(const zt_train_config *cfg);
 /* The settings every rank must share (zt_agree_settings), resolved: every
  * option except the per-rank ones named in train_config.c. Options that name

@@ -385,6 +385,9 @@ static zt_status open_data(run_state *r) {
     if (file_data && zt_token_format_resolve(c->data, format) != ZT_TOKENS_BYTES) {
         ZT_TRY(zt_data_tokens_create(&t->data, "--data", c->data, format, c->vocab, err));
     } else if (file_data) {
+        if (zt_train_config_given(c, "vocab") && c->vocab != 256)
+            return ZT_FAIL(err, ZT_ERR_INVALID, "--data %s reads bytes, so --vocab must be 256 (got %d; token files: "
+                           "llm.c shards, or --data-dtype uint16 or uint32)", c->data, c->vocab);
         ZT_TRY(zt_data_file_create(&t->data, c->data, err));
         if (t->data.nbytes < (size_t)c->seq_len + 1)
             return ZT_FAIL(err, ZT_ERR_INVALID, "--data %s has %zu bytes; need at least seq-len + 1 = %d", c->data,

@@ -137,7 +137,8 @@ zt_llama_head_layout zt_llama_head_layout_for(const zt_model_settings *s, int B,
 void zt_llama_kept_sizes(const zt_model_settings *s, zt_act_shape sh, zt_dtype act, size_t n[4]) {
     size_t N = (size_t)sh.B * sh.T, C = (size_t)s->d_model, d = zt_dtype_size(act);
     size_t QKV = (size_t)(s->heads + 2 * s->kv_heads) * (C / (size_t)s->heads);
-    n[0] = (size_t)sh.B * sh.T_full * (QKV / (size_t)sh.P) * d, n[1] = N * C * d, n[2] = N * 2 * (size_t)s->ffn_dim * d, n[3] = N * C * d;
+    n[0] = (size_t)sh.B * sh.T_full * (QKV / (size_t)sh.P) * d; /* the head split's */
+    n[1] = N * C * d, n[2] = N * 2 * (size_t)s->ffn_dim * d, n[3] = N * C * d;
 }
 
 size_t zt_llama_kept_bytes(const zt_model_settings *s, zt_act_shape sh, zt_dtype act) {
@@ -149,7 +150,8 @@ size_t zt_llama_kept_bytes(const zt_model_settings *s, zt_act_shape sh, zt_dtype
 
 zt_llama_ws_layout zt_llama_ws_layout_for(const zt_model_settings *s, zt_act_shape sh, zt_dtype act) {
     size_t N = (size_t)sh.B * sh.T, C = (size_t)s->d_model, F = (size_t)s->ffn_dim, d = zt_dtype_size(act), o = 0;
-    size_t P = (size_t)sh.P, Nf = (size_t)sh.B * sh.T_full, QKV = (size_t)(s->heads + 2 * s->kv_heads) * (C / (size_t)s->heads);
+    size_t P = (size_t)sh.P, Nf = (size_t)sh.B * sh.T_full;
+    size_t QKV = (size_t)(s->heads + 2 * s->kv_heads) * (C / (size_t)s->heads);
     zt_llama_ws_layout w;
     w.dres = zt_decoder_place(&o, N * C, d);
     w.drn = zt_decoder_place(&o, N * C, d);

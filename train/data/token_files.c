@@ -247,7 +247,8 @@ static zt_status read_run(zt_token_files *s, int file, uint64_t k, size_t n, int
     int fd;
     ZT_TRY(file_fd(s, file, &fd, err));
     uint64_t offset = f->header_bytes + (k - f->first) * (uint64_t)s->width;
-    unsigned char *raw = (unsigned char *)out + n * (sizeof *out - (size_t)s->width); /* widened in place, from the front */
+    /* read into out's tail, then widened in place from the front */
+    unsigned char *raw = (unsigned char *)out + n * (sizeof *out - (size_t)s->width);
     int rc = read_at(fd, raw, n * (size_t)s->width, offset);
     if (rc != 0)
         return ZT_FAIL(err, ZT_ERR_IO, "%s %s: %s at byte offset %llu", s->flag, f->path,
@@ -291,7 +292,8 @@ static zt_status hash_file(zt_token_files *s, int file, XXH3_state_t *h, zt_erro
     int fd;
     ZT_TRY(file_fd(s, file, &fd, err));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) return ZT_FAIL(err, ZT_ERR_IO, "%s %s: cannot stat: %s", s->flag, f->path, strerror(errno));
+    if (fstat(fd, &sb) != 0)
+        return ZT_FAIL(err, ZT_ERR_IO, "%s %s: cannot stat: %s", s->flag, f->path, strerror(errno));
     uint64_t size = (uint64_t)sb.st_size;
     XXH3_64bits_update(h, &size, sizeof size);
     unsigned char buf[SAMPLE_CHUNK];

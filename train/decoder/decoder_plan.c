@@ -11,7 +11,8 @@ zt_act_shape zt_model_plan_shape(const zt_model_plan *m) {
 
 size_t zt_decoder_exchange_bytes(zt_act_shape sh, size_t W, zt_dtype act) {
     if (sh.P <= 1) return 0;
-    size_t e = zt_dtype_size(act), mine = (size_t)sh.B * sh.T * W * e, heads = (size_t)sh.B * sh.T_full * (W / sh.P) * e;
+    size_t e = zt_dtype_size(act), mine = (size_t)sh.B * sh.T * W * e;
+    size_t heads = (size_t)sh.B * sh.T_full * (W / sh.P) * e;
     return (mine + 3) / 4 * 4 + (heads + 3) / 4 * 4;
 }
 
