@@ -25,7 +25,7 @@
 #      4b. the same with --attention fused (memory saved,
 #      speed paid, losses within 1%);
 #   5. compute-sanitizer's racecheck and memcheck on the kernel test, for at
-#      most 150 s (where the machine lets the sanitizer attach).
+#      most 240 s (where the machine lets the sanitizer attach).
 # Budget: under 8 minutes.
 #
 # On a machine without zerotrain's dependencies (Open MPI, OpenBLAS,
@@ -394,7 +394,7 @@ PY
 stamp "5. compute-sanitizer (racecheck, memcheck) on the kernel test"
 # What the emulator cannot show: shared-memory races under the GPU's real
 # thread scheduling, and out-of-bounds accesses in the compiled kernels.
-# After the measurements, for at most 150 s and within the budget (7.5
+# After the measurements, for at most 240 s and within the budget (7.5
 # minutes in all). The sanitizer attaches on Firecracker machines, not
 # on gVisor ("Device not supported"): that, a missing sanitizer or too little
 # time is an INFO row, not a failure; a hazard or bad access it reported
@@ -402,26 +402,37 @@ stamp "5. compute-sanitizer (racecheck, memcheck) on the kernel test"
 # the groups that fail a launch on purpose (sticky_error) or only move
 # 64 MiB around (stream_ordering) are left out.
 sanitize() { # tool seconds
-  local log="$out/sanitizer-$1.log" rc summary found
-  local groups=embedding,layernorm,matmul,attention,pointwise,softmax_xent,adamw,casts,sum_squares,gemm_bf16
+  local log="$out/sanitizer-$1.log" rc summary found libs
+  # Our shared-memory kernels first, so that a run the budget stops has
+  # checked them; the GEMM groups (mostly cuBLAS) last.
+  local groups=layernorm,softmax_xent,attention,sum_squares,embedding,adamw,casts,pointwise,matmul,gemm_bf16
+  # Hazards inside cuBLAS's own kernels (nvjet_*, cutlass, xmma) are not
+  # ours, and its barriers order them: counted apart, not failed. (Leaving
+  # them out with --kernel-name-exclude made racecheck fail internally on
+  # an H200, "failed to handle a hardware exception", at a cuBLAS GEMM.)
+  local lib='nvjet|cutlass|xmma|cublas|gemv|splitKreduce'
   timeout -k 10 "$2" "$san" --tool "$1" --report-api-errors no --error-exitcode 9 \
     $bdir/tests/test_cuda_ops $groups > "$log" 2>&1
   rc=$?
   summary=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$log" | tail -1 | sed 's/^=* *//')
   found=$(grep -E "^=+ +(Error|Invalid|Race|Misaligned|Out-of-range|Barrier)" "$log" |
-          grep -v -e "Device not supported" -e "terminate successfully" | head -1 | sed 's/^=* *//' | tr '|' ' ')
+          grep -v -E -e "Device not supported" -e "terminate successfully" -e "$lib" | head -1 | sed 's/^=* *//' |
+          tr '|' ' ')
+  libs=$(grep -E "^=+ +(Error|Invalid|Race)" "$log" | grep -c -E "$lib")
   if grep -q "Device not supported" "$log"; then
     result "compute-sanitizer $1 on test_cuda_ops" INFO "cannot attach on this machine: Device not supported"
+  elif grep -q "Internal Sanitizer Error" "$log"; then
+    result "compute-sanitizer $1 on test_cuda_ops" INFO "the sanitizer itself failed: $(grep -m1 'Internal Sanitizer Error' "$log" | sed 's/^=* *//' | tr '|' ' ') (sanitizer-$1.log)"
   elif [ -n "$found" ]; then
     result "compute-sanitizer $1 on test_cuda_ops" FAIL "exit $rc: $found (sanitizer-$1.log)"
   elif [ $rc = 124 ] || [ $rc = 137 ]; then
-    result "compute-sanitizer $1 on test_cuda_ops" INFO "stopped after $2 s (the budget), nothing reported; $summary"
+    result "compute-sanitizer $1 on test_cuda_ops" INFO "stopped after $2 s (the budget), nothing reported in our kernels ($libs reports inside cuBLAS's) up to: $(grep -E '^(ok|FAIL) ' "$log" | tail -1 | cut -c1-60 | tr '|' ' ')"
   elif [ $rc = 77 ]; then
     result "compute-sanitizer $1 on test_cuda_ops" INFO "the test saw no GPU under the sanitizer"
   elif [ -z "$summary" ]; then
     result "compute-sanitizer $1 on test_cuda_ops" INFO "did not run here (exit $rc): $(grep -v '^ok' "$log" | head -2 | tr '\n|' '  ')"
-  elif [ $rc = 0 ]; then
-    result "compute-sanitizer $1 on test_cuda_ops" PASS "$summary; $(grep -E '^[0-9]+ checks' "$log" | tail -1)"
+  elif [ $rc = 0 ] || { [ $rc = 9 ] && [ "$libs" -gt 0 ] && ! grep -q -E '^FAIL ' "$log"; }; then
+    result "compute-sanitizer $1 on test_cuda_ops" PASS "nothing in our kernels ($libs reports inside cuBLAS's); $(grep -E '^[0-9]+ checks' "$log" | tail -1)"
   else
     result "compute-sanitizer $1 on test_cuda_ops" FAIL "exit $rc: $summary (sanitizer-$1.log)"
   fi
@@ -430,9 +441,11 @@ if [ "$emu" = 1 ]; then
   result "compute-sanitizer on test_cuda_ops" INFO "GPU only"
 else
   san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-  # At most 150 s in all, ending by 450 s: the device time of a session must
-  # leave room for a rerun after a fix.
-  san_end=$(( $(date +%s) - start + 150 ))
+  # At most 240 s in all, ending by 450 s: the device time of a session must
+  # leave room for a rerun after a fix. On an H200 the checks above take
+  # about 60 s and memcheck over the whole test about 10 s; racecheck, which
+  # instruments every cuBLAS kernel too, takes the rest.
+  san_end=$(( $(date +%s) - start + 240 ))
   [ $san_end -gt 450 ] && san_end=450
   left=$(( san_end - ($(date +%s) - start) ))
   if [ -z "$san" ]; then
@@ -441,7 +454,7 @@ else
     result "compute-sanitizer on test_cuda_ops" INFO "skipped: $left s left of the budget"
   else
     # racecheck first: races are what the emulator cannot show at all.
-    sanitize racecheck $(( left / 2 ))
+    sanitize racecheck $(( left - 40 ))
     left=$(( san_end - ($(date +%s) - start) ))
     if [ $left -ge 30 ]; then sanitize memcheck $left
     else result "compute-sanitizer memcheck on test_cuda_ops" INFO "skipped: $left s left of the budget"; fi

@@ -13,7 +13,7 @@
 #              repository root, where gpu_check.sh looks for them)
 #
 # What goes in (.gpu-kit/, then packed):
-#   build/   zt-train with its CUDA module (lib/libzt_cuda.so), test_cuda_ops, test_staged_pool, bench_kernels and bench_gemm, built
+#   build/   zt-train (and zt-plan) with its CUDA module (lib/libzt_cuda.so), test_cuda_ops, test_staged_pool, bench_kernels and bench_gemm, built
 #            here by nvcc for sm_CUDA_ARCH (Release), laid out as in a build
 #            directory;
 #   lib/     every shared library those programs, Open MPI's mpirun and its
@@ -49,19 +49,19 @@ if [ -z "$bdir" ]; then
   bdir=$PWD/build-gpu-kit
   echo "make_gpu_kit: building for sm_$arch in $bdir"
   cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" > /dev/null
-  cmake --build "$bdir" -j "$(nproc)" --target zt-train zt_cuda test_cuda_ops test_staged_pool bench_kernels bench_gemm > /dev/null
+  cmake --build "$bdir" -j "$(nproc)" --target zt-train zt-plan zt_cuda test_cuda_ops test_staged_pool bench_kernels bench_gemm > /dev/null
 else
   arch=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$bdir/CMakeCache.txt")
   [ -n "$arch" ] || { echo "make_gpu_kit: $bdir is not a CUDA build (configure it with -DZT_CUDA=ON)" >&2; exit 1; }
 fi
-for p in examples/zt-train lib/libzt_cuda.so tests/test_cuda_ops tests/test_staged_pool bench/bench_kernels bench/bench_gemm; do
+for p in examples/zt-train examples/zt-plan lib/libzt_cuda.so tests/test_cuda_ops tests/test_staged_pool bench/bench_kernels bench/bench_gemm; do
   [ -f "$bdir/$p" ] || { echo "make_gpu_kit: $bdir/$p is missing (build it first)" >&2; exit 1; }
 done
 
 kit=$outdir/.gpu-kit
 rm -rf "$kit" "$outdir/.gpu-kit.tar.gz"
 mkdir -p "$kit/build/examples" "$kit/build/lib" "$kit/build/tests" "$kit/build/bench" "$kit/lib" "$kit/root"
-cp "$bdir/examples/zt-train" "$kit/build/examples/"
+cp "$bdir/examples/zt-train" "$bdir/examples/zt-plan" "$kit/build/examples/"
 cp "$bdir/lib/libzt_cuda.so" "$kit/build/lib/" # the CUDA module zt-train opens (../lib from examples/)
 cp "$bdir/tests/test_cuda_ops" "$bdir/tests/test_staged_pool" "$kit/build/tests/"
 cp "$bdir/bench/bench_kernels" "$bdir/bench/bench_gemm" "$kit/build/bench/"
@@ -106,6 +106,10 @@ zt_kit=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)
 unset OPAL_PREFIX OPAL_EXEC_PREFIX OPAL_BINDIR OPAL_LIBDIR OPAL_PKGLIBDIR OPAL_DATADIR OPAL_PKGDATADIR \\
       OPAL_SYSCONFDIR PMIX_INSTALL_PREFIX PMIX_EXEC_PREFIX PMIX_LIBDIR PMIX_DATADIR PMIX_SYSCONFDIR
 for zt_v in \${!OMPI_MCA_@} \${!PMIX_MCA_@}; do unset "\$zt_v"; done
+# A machine without ssh or rsh (the lent GPU machine has neither): Open MPI
+# refuses to start, even a singleton or one node's ranks, which it forks
+# without the agent, unless the agent names a program that exists.
+if ! command -v ssh >/dev/null && ! command -v rsh >/dev/null; then export OMPI_MCA_plm_rsh_agent=false; fi
 export OPAL_DESTDIR=\$zt_kit/root
 export PMIX_PREFIX=\$zt_kit/root$pmix_prefix
 export PMIX_PKGLIBDIR=\$PMIX_PREFIX/lib/pmix PMIX_PKGDATADIR=\$PMIX_PREFIX/share/pmix

@@ -83,6 +83,9 @@ static inline ZT_WIRE_HD int zt_wire_code(float v, float scale, int bits) {
 }
 
 static inline ZT_WIRE_HD float zt_wire_value(int code, float scale) {
+    /* A block holding NaN decodes to its scale's own NaN: x86 keeps a NaN
+     * operand's bits through the product, a GPU returns its canonical NaN. */
+    if (scale != scale) return scale;
 #ifdef __CUDA_ARCH__
     return __fmul_rn((float)code, scale);
 #else

@@ -202,7 +202,7 @@ static zt_status element_offset(zt_engine *e, int u, zt_nvme_array a, size_t i, 
 
 /* The buffers serve as the bounce: no step is in flight when these run. */
 zt_status zt_engine_nvme_get(zt_engine *e, int u, zt_nvme_array a, size_t i, size_t n, void *dst) {
-    size_t off;
+    size_t off = 0;
     ZT_TRY(element_offset(e, u, a, i, n, &off));
     struct zt_nvme_state *nv = e->nvme;
     return zt_nvme_read_any(&nv->file, off, dst, n * array_elem_size(e, a), nv->base, (size_t)nv->K * nv->slot_bytes,
@@ -210,7 +210,7 @@ zt_status zt_engine_nvme_get(zt_engine *e, int u, zt_nvme_array a, size_t i, siz
 }
 
 zt_status zt_engine_nvme_put(zt_engine *e, int u, zt_nvme_array a, size_t i, size_t n, const void *src) {
-    size_t off;
+    size_t off = 0;
     ZT_TRY(element_offset(e, u, a, i, n, &off));
     struct zt_nvme_state *nv = e->nvme;
     return zt_nvme_write_any(&nv->file, off, src, n * array_elem_size(e, a), nv->base, (size_t)nv->K * nv->slot_bytes,
@@ -323,7 +323,7 @@ zt_status zt_engine_nvme_copy_shard(zt_engine *e, int u, void *dst, zt_copy_kind
     ZT_TRY(zt_event_sync(ctx->be, nv->stage_done[k], &ctx->err)); /* its copy two gathers ago has read it */
     zt_event_destroy(ctx->be, nv->stage_done[k]);
     nv->stage_done[k] = NULL;
-    size_t off;
+    size_t off = 0;
     ZT_TRY(element_offset(e, u, ZT_NVME_PARAMS, 0, e->spec->units[u].shard_numel, &off));
     double t0 = zt_now_s();
     zt_status s = zt_nvme_request(&nv->file, 0, nv->stage_at[k], off, zt_nvme_round(bytes), &ctx->err);

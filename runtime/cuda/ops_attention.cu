@@ -44,6 +44,7 @@
 #include "cuda_common.cuh"
 
 #define ATT_THREADS 128
+#define ATT_SMEM_PAD 4
 
 /* Forward step 2: att rows (b, h, t) hold scale * q . k for all T keys; make
  * them the causal softmax probabilities in place. A warp per row: lane l
@@ -370,7 +371,11 @@ static void attention_bwd(zt_stream *s, S *dqkv, float *datt, const S *dout, con
     }
     cudaStream_t st = zt_cuda_enter(s);
     float scale = 1.0f / sqrtf((float)(C / NH));
-    size_t smem_q = (size_t)T * sizeof(float), smem_kv = 2 * (size_t)T * sizeof(float);
+    /* ATT_SMEM_PAD floats past the row: nvcc unrolls the dq kernel's loop
+     * over dpre with wide shared loads that reach up to 3 floats past t
+     * (compute-sanitizer's memcheck on an H200: a 12-byte read at T = 1). */
+    size_t smem_q = ((size_t)T + ATT_SMEM_PAD) * sizeof(float);
+    size_t smem_kv = (2 * (size_t)T + ATT_SMEM_PAD) * sizeof(float);
     void (*kq)(S *, float *, const S *, const S *, const S *, int, int, int, float) = attention_bwd_dq_kernel<S>;
     if (ZT_ALLOW_SMEM(s, kq, smem_q)) return;
     kq<<<(unsigned int)blocks, ATT_THREADS, smem_q, st>>>(dqkv, datt, dout, qkv, att, T, C, NH, scale);

@@ -98,8 +98,17 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)zt_emu_shfl(m
 
 /* ---- intrinsics (round-to-nearest forms are plain IEEE operations; the
  * emulator builds with -ffp-contract=off, so nothing is fused) ----------- */
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline float __fmul_rn(float a, float b) { return a * b; }
+/* A GPU's arithmetic returns its one canonical NaN (0x7fffffff), where x86
+ * keeps a NaN operand's sign and payload: the emulator does as the GPU, so
+ * code that relies on NaN bits differs here as it would on a GPU. */
+static inline float zt_emu_gpu_nan(float r) {
+    if (r == r) return r;
+    unsigned int u = 0x7fffffffu;
+    memcpy(&r, &u, sizeof r);
+    return r;
+}
+static inline float __fadd_rn(float a, float b) { return zt_emu_gpu_nan(a + b); }
+static inline float __fmul_rn(float a, float b) { return zt_emu_gpu_nan(a * b); }
 static inline void __nanosleep(unsigned ns) {
     struct timespec ts = {0, (long)ns};
     nanosleep(&ts, NULL);
