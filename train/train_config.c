@@ -264,6 +264,17 @@ static const opt_spec options[] = {
     {"quiet", OPT_BOOL, F(quiet), 0, 0, 1, NULL, "print only warnings and errors"},
     {"print-config", OPT_BOOL, F(print_config), 0, 0, 1, NULL,
      "print the resolved configuration as a --config file (JSON) and exit"},
+    {"auto", OPT_BOOL, F(auto_config), 0, 0, 1, NULL,
+     "choose stage, offload, recompute, attention, micro-batch and knobs for the fastest predicted step that fits "
+     "--mem-limit (docs/auto.md)"},
+    {"global-batch", OPT_INT, F(global_batch), 0, 0, 1 << 30, NULL,
+     "--auto: sequences per optimizer step over the world (0: world x micro-batch x grad-accum)"},
+    {"auto-axes", OPT_STRING, S(auto_axes), 0, 0, NULL,
+     "--auto: the axes searched, comma-separated (default all: stage, offload, offload-params, recompute, attention, "
+     "offload-activations, micro-batch, prefetch, bucket-size, reduce-dtype, reshard-after-forward, quantize-grads, "
+     "seq-parallel); the others keep the value given"},
+    {"profile", OPT_STRING, S(profile), 0, 0, NULL,
+     "the step-time model's machine profile (zt-plan --calibrate writes one; default: the device's built-in table)"},
 };
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
 _Static_assert(sizeof options / sizeof options[0] <= sizeof(((zt_train_config *)0)->given), "grow zt_train_config.given");

@@ -57,6 +57,12 @@ typedef struct {
     int64_t persist_threshold, max_live_params, max_reuse_distance, sub_group_size;
     /* runtime */
     int stage, prefetch, threads, quiet, overlap_comm, trace, report_every, offload_delay, print_config;
+    /* --auto: the configuration chosen by the step-time model under
+     * --mem-limit, for --global-batch sequences per step (0: as given); the
+     * model's machine profile ("": the device's built-in table). */
+    int auto_config, global_batch;
+    char profile[512];
+    char auto_axes[256]; /* --auto-axes: the axes searched ("": all) */
     double seq_len_jitter; /* each rank's T per step drawn in [(1 - F) seq_len, seq_len] */
     int64_t trace_max_events;
     /* Interop with users' tools: a folder for each rank's PyTorch

@@ -156,6 +156,8 @@ zt_status zt_summary_write(const zt_summary *s, const char *dir, zt_error *err) 
     json_object_set_new(o, "data_entropy", real_or_null(s->data_entropy));
     json_object_set_new(o, "tokens_per_s", real_or_null(s->tokens_per_s));
     json_object_set_new(o, "step_time_s", real_or_null(s->step_time_median_s));
+    json_object_set_new(o, "predicted_step_s", real_or_null(s->predicted_step_s));
+    json_object_set_new(o, "predicted_profile", s->predicted_profile ? json_string(s->predicted_profile) : json_null());
     json_object_set_new(o, "params_digest", json_string(s->params_digest));
     if (s->muon_owners) json_object_set(o, "muon_owners", s->muon_owners);
     if (!isnan(s->val_loss))

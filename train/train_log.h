@@ -53,6 +53,8 @@ typedef struct {
     json_t *muon_owners; /* each whole matrix's owner rank (matrix_owners.h), or NULL: none */
     double val_loss; /* the last evaluation's (--val-data), NaN: none */
     int val_step;    /* the step it followed */
+    double predicted_step_s;       /* the step-time model's (plan_time.h) for this run, NaN: none */
+    const char *predicted_profile; /* the rates it used */
 } zt_summary;
 
 /* Writes DIR/summary.json (via a temporary file and a rename). */

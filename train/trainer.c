@@ -1,5 +1,6 @@
 #include "zt_time.h"
 #include "trainer.h"
+#include "plan_auto.h"
 #include "matrix_owners.h"
 
 #include <math.h>
@@ -1086,7 +1087,17 @@ static zt_status write_summary(const run_state *r, const size_t *table, const ch
     zt_summary s = {c,      N,    r->t->family->spec(r->t->model)->total_numel, c->steps, r->start, r->end,
                     r->stop_signo ? zt_signal_name(r->stop_signo) : "completed", r->t->losses, r->floor, tps, median, digest, peak, cat, host, osp, hcat, node, local, hosts, r->comm->nnodes,
                     json_object_get(r->t->run_info, "model"), process, limits, zt_bill_overhead(&r->bill), device,
-                    zt_matrix_owners_json(&r->t->eng), r->val_loss, r->val_step};
+                    zt_matrix_owners_json(&r->t->eng), r->val_loss, r->val_step, NAN, NULL};
+    /* The step-time model's prediction for this configuration, beside the measured median. */
+    zt_time_profile prof;
+    zt_plan plan;
+    zt_time_pred pred;
+    zt_error perr = {0};
+    zt_train_config pc = *c;
+    s.predicted_step_s = NAN;
+    if (zt_auto_profile(c, &prof, &perr) == ZT_OK &&
+        zt_auto_predict(&pc, r->t->family, N, r->comm->nnodes, &prof, &plan, &pred, &perr) == ZT_OK)
+        s.predicted_step_s = pred.step_s, s.predicted_profile = prof.source;
     zt_status st = zt_summary_write(&s, c->log_dir, &r->ctx->err);
     json_decref(s.muon_owners);
     json_decref(process);

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "plan_fit.h"
+#include "plan_auto_out.h"
+#include "plan_job.h"
 #include "plan_process.h"
 #include "trainer.h"
 #include "zt_checkpoint.h"
@@ -26,6 +28,9 @@ typedef struct {
     int no_replay;                    /* --no-replay: reserved from the closed form's band */
     int rank;                         /* --rank: whose memory (-1: the rank with the most state) */
     int nodes;                        /* --nodes: the world's nodes, for inter-node bytes (0: one) */
+    size_t host_mem;                  /* --auto: host memory per node (0: not checked) */
+    int top;                          /* --auto: candidates printed */
+    const char *calibrate;            /* --calibrate FILE: measure this machine, write its profile */
 } plan_flags;
 
 static int take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *nrest, zt_error *err) {
@@ -55,6 +60,20 @@ static int take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *n
             pf->rank = (int)r;
             i++;
         }
+        else if (strcmp(a, "--calibrate") == 0) {
+            if (!has_value) return ZT_FAIL(err, ZT_ERR_INVALID, "--calibrate needs the profile file to write"), 0;
+            pf->calibrate = argv[++i];
+        } else if (strcmp(a, "--host-mem") == 0) {
+            if (!has_value) return ZT_FAIL(err, ZT_ERR_INVALID, "--host-mem needs a size"), 0;
+            if (zt_parse_size(argv[++i], &pf->host_mem, err) != ZT_OK) return 0;
+        } else if (strcmp(a, "--top") == 0) {
+            char *end = NULL;
+            long k = has_value ? strtol(argv[i + 1], &end, 10) : 0;
+            if (!has_value || *end || k < 1 || k > 64)
+                return ZT_FAIL(err, ZT_ERR_INVALID, "--top needs a count in [1, 64]"), 0;
+            pf->top = (int)k;
+            i++;
+        }
         else if (strcmp(a, "--world") == 0 || strcmp(a, "--device-mem") == 0 || strcmp(a, "--params") == 0 ||
                  strcmp(a, "--largest-unit-params") == 0) {
             if (!has_value) return ZT_FAIL(err, ZT_ERR_INVALID, "%s needs a value", a), 0;
@@ -77,118 +96,9 @@ static int take_flags(int argc, char **argv, plan_flags *pf, char **rest, int *n
     return 1;
 }
 
-/* A GPT-shaped model from its totals: embedding V x C + T x C, head 2C (+ V x C
- * untied), and the rest split evenly into L blocks (or blocks of
- * --largest-unit-params when given). */
-/* A block of n parameters as a GPT block's four weight matrices of width
- * C (hidden, qkv as q, k, v: what Muon transforms) and the rest as one
- * vector; the MLP's width F is 4C, or less where n is smaller than 12 C^2
- * (the seed's 100B of 80 blocks at C = 10240: F = 40105); one vector where
- * not even the attention's fit. */
-static zt_status synth_block(zt_model_spec *spec, int u, int64_t n, int64_t C, zt_error *err) {
-    int idx;
-    int64_t F = C >= 2 && n > 4 * C * C ? (n - 4 * C * C) / (2 * C) : 0;
-    if (F > 4 * C) F = 4 * C;
-    if (F < 2) return zt_spec_add_param(spec, u, "block", 1, &n, 1, &idx, err);
-    const int64_t shapes[4][2] = {{3 * C, C}, {C, C}, {F, C}, {C, F}}, qkv[3] = {C, C, C};
-    const char *names[4] = {"qkv_w", "attproj_w", "fc_w", "fcproj_w"};
-    for (int k = 0; k < 4; k++) {
-        ZT_TRY(zt_spec_add_param(spec, u, names[k], 2, shapes[k], 1, &idx, err));
-        ZT_TRY(zt_spec_set_hidden(spec, u, idx, k == 0 ? 3 : 1, k == 0 ? qkv : NULL, err));
-    }
-    int64_t rest = n - 4 * C * C - 2 * F * C;
-    return rest > 0 ? zt_spec_add_param(spec, u, "rest", 1, &rest, 0, &idx, err) : ZT_OK;
-}
-
-static zt_status synth_spec(zt_model_spec *spec, const zt_train_config *c, const plan_flags *pf, int *ue, int *ub,
-                            int *uh, zt_error *err) {
-    memset(spec, 0, sizeof *spec);
-    double C = c->d_model, V = c->vocab, T = c->seq_len, L = c->layers;
-    double emb = V * C + T * C, head = 2 * C + (c->tied ? 0 : V * C);
-    double per_block = L > 0 ? (pf->params - emb - head) / L : 0;
-    if (pf->largest_unit_params > 0 && L > 0) per_block = pf->largest_unit_params;
-    if (L > 0 && per_block < 1)
-        return ZT_FAIL(err, ZT_ERR_INVALID,
-                       "--params %.3g is too small for embedding + head of this shape (%.3g); check --vocab/--d-model",
-                       pf->params, emb + head);
-    int idx;
-    int64_t shape[1];
-    ZT_TRY(zt_spec_add_unit(spec, "embedding", ue, err));
-    shape[0] = (int64_t)emb;
-    ZT_TRY(zt_spec_add_param(spec, *ue, "embedding", 1, shape, 1, &idx, err));
-    for (int l = 0; l < c->layers; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "block%d", l);
-        int u;
-        ZT_TRY(zt_spec_add_unit(spec, name, &u, err));
-        if (l == 0) *ub = u;
-        ZT_TRY(synth_block(spec, u, (int64_t)per_block, (int64_t)C, err));
-    }
-    ZT_TRY(zt_spec_add_unit(spec, "head", uh, err));
-    shape[0] = (int64_t)head;
-    return zt_spec_add_param(spec, *uh, "head", 1, shape, 1, &idx, err);
-}
-
-/* What zt-plan plans: the engine's levers and the model's shape. */
-typedef struct {
-    zt_plan_input in;
-    const zt_train_model *family; /* --model */
-    zt_model_plan model;          /* the settings and unit indices the family's walk reads */
-    zt_model_spec *spec;
-    int rank; /* --rank (-1: the rank with the most optimizer state) */
-    int shard_group; /* --shard-group G (0: the world): the state is a G-rank group's */
-    int secondary;   /* --reshard-after-forward G' (hpZ; 0: none) */
-    int async_save;  /* --async-save: the rank file staged in the host pool while it is written */
-} plan_job;
-
-/* The rank with the most optimizer state: Adafactor's and 8-bit Adam's
- * depend on which parameters a rank's slices touch (every rank of a large
- * world is not tried: 1024 spread over it, and the last). */
-static int fullest_rank(const plan_job *j) {
-    if (zt_optim_elementwise(zt_optim_or_default(j->in.optimizer))) return 0; /* every rank keeps as much */
-    zt_engine_config c = {.stage = j->in.stage, .dtype = j->in.dtype, .offload = j->in.offload,
-                          .offload_params = j->in.offload_params,
-                          .persist_threshold = j->in.persist_threshold, .optimizer = j->in.optimizer,
-                          .adafactor_beta1 = j->in.adafactor_beta1};
-    int W = j->in.world, step = W > 1024 ? W / 1024 : 1, best = 0;
-    size_t most = 0;
-    for (int r = 0; r < W; r = r + step < W || r == W - 1 ? r + step : W - 1) {
-        zt_state_bytes b = zt_engine_state_bytes(j->spec, &c, r);
-        if (b.optimizer + b.host_optimizer > most) most = b.optimizer + b.host_optimizer, best = r;
-        if (r == W - 1) break;
-    }
-    return best;
-}
-
-/* The host pool with the kept inputs of --offload-activations cpu (all L
- * blocks' at the end of forward): alone without --offload; with it, beside
- * the engine's persistent host state (master, Adam, shards) in forward,
- * against the engine's own peak at the step, when every input is back. The
- * engine's gradients reach the host during backward as their buckets
- * complete, when inputs may still be there: zt-plan takes them to arrive
- * after the blocks' backward (one bucket, as on small models) and, under
- * the delayed update, whose previous step's gradients live through the
- * whole step, adds the two. */
-static void add_offloaded_inputs(const plan_job *j, zt_plan *p) {
-    size_t act = j->family->plan_offloaded_bytes(&j->model, j->in.compute_dtype);
-    if (!act) return;
-    if (!j->in.offload) {
-        p->host_bytes += act; /* beside a GPU's matrix staging, if any */
-        return;
-    }
-    if (j->in.offload_delay) {
-        p->host_bytes += act;
-        return;
-    }
-    zt_engine_config ec = {.stage = j->in.stage, .dtype = j->in.dtype, .offload = j->in.offload,
-                           .offload_params = j->in.offload_params, .persist_threshold = j->in.persist_threshold,
-                           .optimizer = j->in.optimizer, .adafactor_beta1 = j->in.adafactor_beta1,
-                           .nvme_optimizer = j->in.nvme_optimizer, .nvme_params = j->in.nvme_params,
-                           .nvme = {.block_bytes = j->in.nvme_block_bytes, .buffers = j->in.nvme_buffers}};
-    zt_state_bytes sb = zt_engine_state_bytes(j->spec, &ec, j->in.rank);
-    size_t stage, nvme = zt_nvme_buffer_bytes(j->spec, &ec, &stage); /* the NVMe tier's buffers, from init on */
-    size_t forward = sb.host_master_params + sb.host_optimizer + sb.host_params + nvme + stage + act;
-    if (forward > p->host_bytes) p->host_bytes = forward;
+static zt_status model_units(zt_plan_job *j, zt_train_config *c, const plan_flags *pf, zt_error *err) {
+    zt_plan_synth s = {pf->params, pf->largest_unit_params};
+    return zt_plan_job_units(j, c, &s, err);
 }
 
 /* Bytes one rank receives per step from ranks on other nodes (each
@@ -200,7 +110,7 @@ static void add_offloaded_inputs(const plan_job *j, zt_plan *p) {
  * of them under hybrid sharding; stage 0's all-gather of the reduced
  * gradients), stages 1-2's all-gather of the new parameters, and the
  * loss's and norm's sums. */
-static double inter_node_bytes(const plan_job *j, const zt_plan *p, const zt_train_config *c, int world, int nodes) {
+static double inter_node_bytes(const zt_plan_job *j, const zt_plan *p, const zt_train_config *c, int world, int nodes) {
     int L = nodes > 0 && world % nodes == 0 ? world / nodes : world; /* ranks per node */
     int G = j->shard_group > 0 && j->shard_group < world && world % j->shard_group == 0 ? j->shard_group : world;
     int R = world / G;
@@ -225,33 +135,13 @@ static double inter_node_bytes(const plan_job *j, const zt_plan *p, const zt_tra
     return bytes;
 }
 
-/* The plan of rank pf->rank (-1: the rank with the most state). */
-static void plan_for(plan_job *j, int world, int stage, zt_plan *out) {
-    /* Hybrid sharding: every rank holds what a rank of a G-rank world does
-     * (the replicas' sum reuses the bucket's buffers: shard/reduce.c). */
-    if (j->shard_group > 0 && j->shard_group < world && world % j->shard_group == 0) world = j->shard_group;
-    j->in.secondary = j->secondary > 1 && world % j->secondary == 0 ? j->secondary : 0;
-    int coded = j->in.quant_weights_bits || j->in.quant_grads_bits;
-    zt_spec_layout_aligned(j->spec, world, coded ? j->in.quant_block : world > 1 ? 16 : 1);
-    j->in.world = world;
-    j->in.stage = stage;
-    j->in.rank = j->rank >= 0 && j->rank < world ? j->rank : fullest_rank(j);
-    /* the span of the rank asked for (a world rank), else the longest, the first of a group's */
-    j->model.seq_index = j->model.seq_parallel > 1 && j->rank >= 0 ? j->rank % j->model.seq_parallel : 0;
-    zt_plan_compute(&j->in, j->family->plan_walk, &j->model, out);
-    add_offloaded_inputs(j, out);
-    /* It outlives steps while its writer runs: beside any peak of the pool. */
-    out->checkpoint_staging_bytes = j->async_save ? zt_ckpt_rank_file_bytes_for(j->spec, j->in.dtype) : 0;
-    out->host_bytes += out->checkpoint_staging_bytes;
-}
-
 /* Smallest world size at which the peak fits (0: none up to 2^20); under
  * sequence parallelism a multiple of its group size. */
-static int min_world(plan_job j, int stage, size_t device_mem) {
+static int min_world(zt_plan_job j, int stage, size_t device_mem) {
     zt_plan p;
     int P = j.model.seq_parallel > 1 ? j.model.seq_parallel : 1, hi = 1;
     while (hi <= 1 << 20) {
-        plan_for(&j, hi * P, stage, &p);
+        zt_plan_job_plan(&j, hi * P, stage, &p);
         if (p.peak_bytes <= device_mem) break;
         hi *= 2;
     }
@@ -259,7 +149,7 @@ static int min_world(plan_job j, int stage, size_t device_mem) {
     int lo = hi / 2 + 1;
     while (lo < hi) { /* the peak falls as ranks are added */
         int mid = lo + (hi - lo) / 2;
-        plan_for(&j, mid * P, stage, &p);
+        zt_plan_job_plan(&j, mid * P, stage, &p);
         if (p.peak_bytes <= device_mem) hi = mid;
         else lo = mid + 1;
     }
@@ -315,86 +205,24 @@ static int read_options(int argc, char **argv, plan_flags *pf, zt_train_config *
     return 0;
 }
 
-/* The units: the family's model, or one shaped like it (embedding, blocks,
- * head) from its totals. */
-static zt_status model_units(plan_job *j, zt_train_config *c, const plan_flags *pf, zt_error *err) {
-    if (c->heads <= 0 || c->d_model % c->heads) c->heads = c->d_model >= 64 ? c->d_model / 64 : 1;
-    zt_model_settings *s = &j->model.s;
-    ZT_TRY(zt_train_config_model(c, zt_train_data_vocab(c), s, err));
-    j->model.seq_parallel = c->seq_parallel;
-    ZT_TRY(j->family->resolve(s, err));
-    j->spec = calloc(1, sizeof *j->spec);
-    if (!j->spec) return ZT_FAIL(err, ZT_ERR_OOM, "no memory");
-    if (pf->params > 0)
-        return synth_spec(j->spec, c, pf, &j->model.unit_embed, &j->model.first_block, &j->model.unit_head, err);
-    void *model = NULL;
-    zt_status st = j->family->create(&model, s, err);
-    if (st == ZT_OK) st = j->family->freeze(model, c->freeze, err);
-    if (st == ZT_OK) {
-        memcpy(j->spec, j->family->spec(model), sizeof *j->spec);
-        j->family->plan_units(model, &j->model);
-    }
-    if (model) j->family->destroy(model);
-    return st;
-}
-
-/* The engine's levers from the options. Activations in the compute dtype,
- * as both backends and DeepSpeed's and FSDP's mixed precision keep them. */
-static void engine_levers(zt_plan_input *in, const zt_train_config *c, const zt_model_spec *spec) {
-    memset(in, 0, sizeof *in);
-    in->offload = strcmp(c->offload, "none") != 0;
-    in->offload_params = strcmp(c->offload_params, "none") != 0;
-    in->nvme_optimizer = strcmp(c->offload, "nvme") == 0;
-    in->nvme_params = strcmp(c->offload_params, "nvme") == 0;
-    in->nvme_block_bytes = c->nvme_block_size;
-    in->nvme_buffers = c->nvme_buffers;
-    in->offload_delay = c->offload_delay;
-    in->optimizer = zt_optim_find(c->optimizer); /* the options table allows no other */
-    in->adafactor_beta1 = (float)c->adafactor_beta1;
-    in->master_none = strcmp(c->master_dtype, "none") == 0;
-    in->state_bf16 = strcmp(c->optim_state_dtype, "bf16") == 0;
-    in->gpu = strcmp(c->device, "cuda") == 0;
-    in->prefetch = c->prefetch;
-    in->prefetch_params = (long long)c->prefetch_bucket_size;
-    in->overlap_comm = c->overlap_comm;
-    (void)zt_dtype_parse(c->dtype, &in->dtype);
-    (void)zt_dtype_parse(c->reduce_dtype, &in->reduce_dtype);
-    in->compute_dtype = in->dtype;
-    in->bucket_bytes = c->bucket_size;
-    in->persist_threshold = (size_t)c->persist_threshold;
-    in->max_live_params = (size_t)c->max_live_params;
-    in->max_reuse_distance = (size_t)c->max_reuse_distance;
-    in->sub_group_size = (size_t)c->sub_group_size;
-    in->quant_weights_bits = zt_train_code_bits(c->quantize_weights);
-    in->quant_grads_bits = zt_train_code_bits(c->quantize_grads);
-    in->quant_block = (unsigned)c->quant_block;
-    in->quant_feedback = c->quantize_grads_feedback;
-    (void)zt_dtype_parse(c->quantize_grads_feedback_dtype, &in->feedback_dtype);
-    in->spec = spec;
-}
-
-/* What the allocator reserves beyond the planned (allocated) peak: each
- * live block rounded up to zt_mem's 512 bytes, for at most this many
- * blocks at once (a step of the decoder families holds far fewer). */
-#define ZT_PLAN_BLOCKS_MARGIN(nunits) ((size_t)(64 + 16 * (nunits)) * 512)
 
 /* Does the configuration with `what` = value fit in `budget` by the closed
  * form, with the allocator's rounding? */
-static int fits_with(plan_job j, const zt_train_config *c, const plan_flags *pf, size_t budget, int value,
+static int fits_with(zt_plan_job j, const zt_train_config *c, const plan_flags *pf, size_t budget, int value,
                      zt_scan_what what, zt_error *err) {
     zt_train_config v = *c;
     if (what == ZT_SCAN_SEQ_LEN) v.seq_len = value;
     else if (what == ZT_SCAN_LAYERS) v.layers = value;
     else v.micro_batch = value;
     zt_plan p;
-    plan_job k = j;
+    zt_plan_job k = j;
     k.spec = NULL;
     if (model_units(&k, &v, pf, err) != ZT_OK) {
         free(k.spec);
         return 0;
     }
     k.in.spec = k.spec;
-    plan_for(&k, pf->world, c->stage, &p);
+    zt_plan_job_plan(&k, pf->world, c->stage, &p);
     int fits = p.peak_bytes + ZT_PLAN_BLOCKS_MARGIN(k.spec->nunits) <= budget;
     free(k.spec);
     return fits;
@@ -403,7 +231,7 @@ static int fits_with(plan_job j, const zt_train_config *c, const plan_flags *pf,
 /* The largest value of `what` in [1, hi] that fits `budget` by the closed
  * form; 0 when even 1 does not. Allocated bytes grow with each, so a
  * bisection finds it: the replay's walk starts here. */
-static int largest_fitting(plan_job j, const zt_train_config *c, const plan_flags *pf, size_t budget,
+static int largest_fitting(zt_plan_job j, const zt_train_config *c, const plan_flags *pf, size_t budget,
                            zt_scan_what what, int hi) {
     zt_error err = {0};
     if (!fits_with(j, c, pf, budget, 1, what, &err)) return 0;
@@ -433,7 +261,7 @@ typedef struct {
     int link_given; /* --link or --link-gbs; else PCIe 4.0's figure is assumed */
 } plan_transfers;
 
-static plan_transfers transfers_of(const plan_job *j, const zt_plan *p, const zt_train_config *c) {
+static plan_transfers transfers_of(const zt_plan_job *j, const zt_plan *p, const zt_train_config *c) {
     plan_transfers t;
     memset(&t, 0, sizeof t);
     double BT = (double)c->micro_batch * c->seq_len, accum = c->grad_accum;
@@ -494,7 +322,7 @@ static zt_replay_setup replay_setup(const plan_flags *pf, const zt_train_config 
 /* The replay under the budget: 0, or 2 when it could not run (options
  * zt-train would refuse too, such as an NVMe tier it cannot run, or a
  * failure of this host), with the error printed. */
-static int reserved_of(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
+static int reserved_of(const zt_plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
                        plan_reserved *out) {
     memset(out, 0, sizeof *out);
     out->bytes = zt_plan_expected_reserved(p->peak_bytes, allocator_of(c));
@@ -519,7 +347,7 @@ static const int scan_hi[3] = {65536, 65536, 4096};
 
 /* The largest value that fits: the closed form's, and with a replay, the
  * replay's walk from it (plan_fit.h). 2 on an error. */
-static int largest_answer(plan_job j, const zt_train_config *c, const plan_flags *pf, const plan_reserved *res,
+static int largest_answer(zt_plan_job j, const zt_train_config *c, const plan_flags *pf, const plan_reserved *res,
                           zt_scan_what what, int *answer) {
     *answer = largest_fitting(j, c, pf, res->budget, what, scan_hi[what]);
     if (!res->replayed) return 0;
@@ -600,8 +428,9 @@ static json_t *reserved_json(const plan_reserved *res, const zt_train_config *c)
 }
 
 /* largest[3]: the largest micro-batch, sequence length and layer count that fit (-1: not asked). */
-static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
-                       const plan_reserved *res, const int *minw, int fits, const int *largest) {
+static void print_json(const zt_plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
+                       const plan_reserved *res, const int *minw, int fits, const int *largest,
+                       const zt_time_pred *tp, const zt_time_profile *prof) {
     json_t *o = json_object(), *cats = json_object(), *cat_peaks = json_object(), *mw = json_object();
     for (int cc = 0; cc < ZT_NUM_CATEGORIES; cc++) {
         json_object_set_new(cats, zt_category_name(cc), json_integer((json_int_t)p->by_category[cc]));
@@ -643,6 +472,7 @@ static void print_json(const plan_job *j, const zt_plan *p, const plan_flags *pf
     if (largest[2] >= 0) json_object_set_new(o, "max_layers", json_integer(largest[2]));
     zt_plan_process q = process_of(p, pf, c, res);
     json_object_set_new(o, "process", process_json(&q));
+    json_object_set_new(o, "time", zt_time_pred_json(tp, prof));
     char *text = json_dumps(o, JSON_INDENT(1));
     printf("%s\n", text);
     free(text);
@@ -707,7 +537,7 @@ static void print_reserved(const plan_reserved *res, const zt_train_config *c) {
 /* The optimizer's state per parameter over the whole model (its closed
  * form, unsharded): AdamW's 8, Muon's 4 on hidden matrices and 8 elsewhere,
  * half that in bf16. */
-static double optimizer_bytes_per_param(const plan_job *j) {
+static double optimizer_bytes_per_param(const zt_plan_job *j) {
     zt_engine_config ec = {.dtype = j->in.dtype, .optimizer = j->in.optimizer, .adafactor_beta1 = j->in.adafactor_beta1,
                            .state_bf16 = j->in.state_bf16};
     const zt_optim *opt = zt_optim_or_default(j->in.optimizer);
@@ -719,8 +549,9 @@ static double optimizer_bytes_per_param(const plan_job *j) {
     return j->spec->total_numel ? bytes / (double)j->spec->total_numel : 0.0;
 }
 
-static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
-                       const plan_reserved *res, const int *minw, int fits, const int *largest) {
+static void print_text(const zt_plan_job *j, const zt_plan *p, const plan_flags *pf, const zt_train_config *c,
+                       const plan_reserved *res, const int *minw, int fits, const int *largest,
+                       const zt_time_pred *tp, const zt_time_profile *prof) {
     char a[64], b2[64], c2[64];
     double P = (double)j->spec->total_numel;
     zt_dtype dt = j->in.dtype;
@@ -778,10 +609,34 @@ static void print_text(const plan_job *j, const zt_plan *p, const plan_flags *pf
            1e3 * t.seconds[ZT_LINK_H2D], 1e3 * t.seconds[ZT_LINK_D2H]);
     zt_plan_process q = process_of(p, pf, c, res);
     print_process(&q);
+    zt_time_pred_print(tp, prof);
     if (pf->device_mem || res->budget) print_verdict(p, pf, res, &j->model.s.recompute, j->model.s.attention_fused, minw, fits);
     if (largest[0] >= 0) printf("  the largest micro-batch that fits: %d\n", largest[0]);
     if (largest[1] >= 0) printf("  the longest sequence that fits: %d\n", largest[1]);
     if (largest[2] >= 0) printf("  the most layers that fit: %d\n", largest[2]);
+}
+
+/* --auto: the search, printed; 0 when something fits, 1 when nothing does. */
+static int auto_main(zt_train_config *c, const zt_train_model *family, const plan_flags *pf,
+                     const zt_plan_synth *synth, const zt_time_profile *prof) {
+    zt_auto_setup s = {.device_mem = pf->device_mem, .mem_limit = c->mem_limit, .host_mem = pf->host_mem,
+                       .world = pf->world, .nodes = pf->nodes, .global_batch = c->global_batch,
+                       .top = pf->top ? pf->top : 5, .replay = !pf->no_replay, .nvme_path = c->nvme_path,
+                       .synth = *synth, .axes = c->auto_axes};
+    zt_auto_result r;
+    zt_error err = {0};
+    memset(&r, 0, sizeof r);
+    if (zt_auto_axes_check(c->auto_axes, &err) != ZT_OK || zt_auto_search(c, family, &s, prof, &r, &err) != ZT_OK) {
+        print_plan_error(&err);
+        zt_auto_result_free(&r);
+        return 2;
+    }
+    if (pf->json) zt_auto_print_json(&r, prof);
+    else zt_auto_print_text(&r, prof);
+    if (!r.nbest) fprintf(stderr, "zt-plan: error: %s\n", r.none_fits);
+    int rc = r.nbest ? 0 : 1;
+    zt_auto_result_free(&r);
+    return rc;
 }
 
 int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int nmodels) {
@@ -791,7 +646,7 @@ int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int
     if (rc == 0) zt_train_print_families(stdout, models, nmodels); /* after --help */
     if (rc >= 0) return rc;
     zt_error err = {0};
-    plan_job j;
+    zt_plan_job j;
     memset(&j, 0, sizeof j);
     if (!zt_train_config_given(&c, "model") && nmodels > 0) /* the program's first family */
         snprintf(c.model, sizeof c.model, "%s", models[0]->family);
@@ -811,37 +666,22 @@ int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int
         fprintf(stderr, "zt-plan: error: --max-layers needs a family's model, not --params\n");
         return 2;
     }
-    if (model_units(&j, &c, &pf, &err) != ZT_OK) {
+    zt_plan_synth synth = {pf.params, pf.largest_unit_params};
+    zt_time_profile prof;
+    if (zt_auto_profile(&c, &prof, &err) != ZT_OK ||
+        zt_plan_job_init(&j, &c, j.family, &synth, pf.world, pf.nodes, pf.rank, &err) != ZT_OK) {
         print_plan_error(&err);
-        free(j.spec);
+        zt_plan_job_free(&j);
         return 2;
     }
-    engine_levers(&j.in, &c, j.spec);
-    j.rank = pf.rank;
-    if (strcmp(c.shard_group, "node") == 0) {
-        fprintf(stderr, "zt-plan: error: --shard-group node: give the ranks per node as a number here\n");
-        free(j.spec);
-        return 2;
+    if (c.auto_config) {
+        zt_plan_job_free(&j);
+        return auto_main(&c, j.family, &pf, &synth, &prof);
     }
-    j.shard_group = strcmp(c.shard_group, "world") == 0 ? 0 : atoi(c.shard_group);
-    /* hpZ's group: a number, or a node's ranks given --nodes */
-    if (strcmp(c.reshard_after_forward, "node") == 0) {
-        if (pf.nodes < 1 || pf.world % pf.nodes) {
-            fprintf(stderr, "zt-plan: error: --reshard-after-forward node needs --nodes M dividing --world\n");
-            free(j.spec);
-            return 2;
-        }
-        j.secondary = pf.world / pf.nodes;
-    } else if (strcmp(c.reshard_after_forward, "none") != 0) {
-        j.secondary = atoi(c.reshard_after_forward);
-    }
-    j.async_save = c.async_save;
-    /* quantized gradients reduce by hops over the nodes, as zt-train does on equal nodes */
-    if (j.in.quant_grads_bits && pf.nodes > 1 && pf.world % pf.nodes == 0) j.in.grad_nodes = pf.nodes;
     zt_plan p;
     int minw[4] = {0, 0, 0, 0};
     for (int s = 0; s < 4 && pf.device_mem; s++) minw[s] = min_world(j, s, pf.device_mem);
-    plan_for(&j, pf.world, c.stage, &p); /* after min_world, which re-lays the spec */
+    zt_plan_job_plan(&j, pf.world, c.stage, &p); /* after min_world, which re-lays the spec */
     plan_reserved res;
     int largest[3] = {-1, -1, -1};
     const int asked[3] = {pf.max_micro_batch, pf.max_seq_len, pf.max_layers};
@@ -855,10 +695,14 @@ int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int
         free(j.spec);
         return rc;
     }
-    plan_for(&j, pf.world, c.stage, &p); /* the scans re-lay the spec */
+    zt_plan_job_plan(&j, pf.world, c.stage, &p); /* the scans re-lay the spec */
     int fits = res.replayed ? !res.r.oom : !res.budget || p.peak_bytes <= res.budget;
-    if (pf.json) print_json(&j, &p, &pf, &c, &res, minw, fits, largest);
-    else print_text(&j, &p, &pf, &c, &res, minw, fits, largest);
+    zt_time_input ti;
+    zt_time_pred tp;
+    zt_auto_time_input(&j, &c, pf.world, pf.nodes, &ti);
+    zt_time_predict(&ti, &p, j.spec, &prof, &tp);
+    if (pf.json) print_json(&j, &p, &pf, &c, &res, minw, fits, largest, &tp, &prof);
+    else print_text(&j, &p, &pf, &c, &res, minw, fits, largest, &tp, &prof);
     free(j.spec);
     return fits ? 0 : 1;
 }

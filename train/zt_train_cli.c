@@ -24,6 +24,7 @@
 #include "train_config.h"
 #include "train_log.h"
 #include "stop_signals.h"
+#include "plan_auto.h"
 #include "trainer.h"
 #include "zt_train.h"
 #include "zt_agree.h"
@@ -497,6 +498,58 @@ static void resolve_device(const job *j, zt_train_config *cfg) {
     if (j->rank == 0 && !cfg->quiet) printf("device auto: %s (%d CUDA device(s) visible)\n", cfg->device, gpus);
 }
 
+/* The world's nodes: the ranks sharing memory with rank 0 make one node's
+ * count (equal nodes, as zt-train's groups assume). */
+static int nodes_of(const job *j) {
+    MPI_Comm local;
+    int here = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+        MPI_Comm_size(local, &here);
+        MPI_Comm_free(&local);
+    }
+    MPI_Bcast(&here, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return here > 0 && j->world % here == 0 ? j->world / here : 1;
+}
+
+/* --auto: every rank runs the same search (the same options and profile give
+ * the same choice) and takes the fastest configuration predicted to fit
+ * --mem-limit; rank 0 prints it as explicit flags, with the reasons. A bad
+ * --profile is refused with or without --auto. */
+static int choose_config(job *j, zt_train_config *cfg, const zt_train_model *family) {
+    zt_error err = {0};
+    zt_time_profile prof;
+    zt_auto_result r;
+    memset(&r, 0, sizeof r);
+    zt_status st = zt_auto_profile(cfg, &prof, &err);
+    if (st == ZT_OK && cfg->auto_config && !cfg->mem_limit)
+        st = ZT_FAIL(&err, ZT_ERR_INVALID, "--auto needs --mem-limit: the device budget it chooses under");
+    zt_auto_setup s = {.mem_limit = cfg->mem_limit, .world = j->world, .nodes = cfg->auto_config ? nodes_of(j) : 1,
+                       .global_batch = cfg->global_batch, .top = 3, .replay = 1, .nvme_path = cfg->nvme_path,
+                       .axes = cfg->auto_axes};
+    if (st == ZT_OK) st = zt_auto_axes_check(cfg->auto_axes, &err);
+    if (st == ZT_OK && cfg->auto_config) st = zt_auto_search(cfg, family, &s, &prof, &r, &err);
+    if (st == ZT_OK && cfg->auto_config && !r.nbest) st = ZT_FAIL(&err, ZT_ERR_OOM, "--auto: %s", r.none_fits);
+    int code = settle(j, st, &err, "");
+    if (!code && cfg->auto_config) {
+        zt_auto_apply(&r.best[0], cfg);
+        cfg->auto_config = 0; /* what --print-config shows reproduces the run without --auto */
+        if (j->rank == 0) { /* beside a --print-config file on stdout, on stderr */
+            FILE *f = cfg->print_config ? stderr : stdout;
+            fprintf(f, "auto: chosen: %s\n", r.best[0].flags);
+            if (!cfg->quiet) {
+                fprintf(f, "auto: predicted %.3f ms a step, %.0f tokens/s (rates from %s); %d configurations, %d fit\n",
+                        1e3 * r.best[0].time.step_s, r.best[0].time.tokens_per_s, prof.source, r.evaluated,
+                        r.fitting);
+                for (int i = 0; i < r.nreasons; i++) fprintf(f, "auto:   %s\n", r.reasons[i]);
+            }
+            fflush(f);
+        }
+        code = settle(j, zt_train_config_validate(cfg, &err), &err, "");
+    }
+    zt_auto_result_free(&r);
+    return code;
+}
+
 /* --print-config: rank 0 prints the resolved configuration as JSON. */
 static int print_config(const job *j, const zt_train_config *cfg) {
     if (j->rank != 0) return 0;
@@ -552,8 +605,10 @@ int zt_train_main(int argc, char **argv, const zt_train_model *const *models, in
         if (j.rank == 0) zt_train_print_families(stdout, models, nmodels);
         return finish(&j, 0);
     }
-    if (cfg.print_config) return finish(&j, print_config(&j, &cfg));
+    if (cfg.print_config && !cfg.auto_config) return finish(&j, print_config(&j, &cfg));
     resolve_device(&j, &cfg);
+    if ((code = choose_config(&j, &cfg, family)) != 0) return finish(&j, code);
+    if (cfg.print_config) return finish(&j, print_config(&j, &cfg));
     if ((code = agree_on_settings(&j, &cfg)) != 0) return finish(&j, code);
 
     zt_comm comm;

@@ -314,3 +314,14 @@ zt_label(full seqpar_equiv seqpar_memory seqpar_uneven seqpar_resume seqpar_bad)
 if(ZT_CUDA_EMU)
   zt_script_cases(zt_seq_parallel_test.py seqpar "mpi;cuda;quick" 900 cuda_emu)
 endif()
+
+# Automatic configuration (tests/mpi/zt_auto_test.py): the search's choice
+# against the brute-force optimum of a grid planned one configuration at a
+# time with a made-up profile (search); bad profiles, budgets and axes
+# (bad); zt-train --auto at np 2 and 3 and its flags reproducing it bitwise
+# (train): quick, so the search and the profile reader run under the
+# sanitizers. A budget nothing fits (none_fits) and --calibrate's profile
+# (calibrate): full.
+zt_script_cases(zt_auto_test.py auto "mpi" 600 search bad train none_fits calibrate)
+zt_label(quick auto_search auto_bad auto_train)
+zt_label(full auto_none_fits auto_calibrate)
