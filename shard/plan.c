@@ -73,7 +73,9 @@ static zt_engine_config state_settings(const zt_plan_input *in) {
     return c;
 }
 
+/* The persistent state's closed form, once per plan: every moment's base. */
 static zt_state_bytes state_bytes(const zt_plan_sim *S) {
+    if (S->state_ready) return S->state;
     zt_engine_config c = state_settings(&S->in);
     return zt_engine_state_bytes(S->in.spec, &c, S->in.rank);
 }
@@ -436,7 +438,9 @@ void zt_plan_compute(const zt_plan_input *in, zt_plan_walk_fn walk, void *walk_a
      * its bucket is packed: comm buffers at stages 2-3, a workspace at stages
      * 0-1 in a 16-bit dtype; at stages 0-1 in fp32 they are the persistent
      * grads themselves. */
-    S.feedback = state_bytes(&S).feedback;
+    S.state = state_bytes(&S);
+    S.state_ready = 1;
+    S.feedback = S.state.feedback;
     S.waits = in->stage >= 2 || in->dtype != ZT_FP32;
     S.wait_cat = in->stage >= 2 ? ZT_CAT_COMM_BUFFERS : ZT_CAT_WORKSPACE;
     walk(walk_arg, &S);

@@ -113,6 +113,8 @@ typedef struct {
     size_t wire_live;       /* quantized weights: the gathered units' codes (comm_buffers, with their full copy) */
     size_t feedback;        /* quantized gradients' error feedback (comm_buffers, every moment) */
     unsigned char has_secondary[ZT_MAX_UNITS];
+    zt_state_bytes state; /* the persistent state (the plan's inputs fix it), once state_ready */
+    int state_ready;
 } zt_plan_sim;
 
 /* The model's half: walks its forward and backward passes on S. */

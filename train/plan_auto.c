@@ -142,6 +142,16 @@ static int sensible(const space *sp, const unsigned char *ax) {
     return 1;
 }
 
+/* The nearest sensible configuration to ax: the axes a value makes
+ * meaningless (prefetch and hpZ below stage 3, and so on) at their first value. */
+static void normalize(const space *sp, unsigned char *ax) {
+    int stage = atoi(sp->v[AX_STAGE][ax[AX_STAGE]]);
+    if (stage != 3) ax[AX_PREFETCH] = ax[AX_HPZ] = ax[AX_PARAMS] = 0;
+    if (stage < 2) ax[AX_QUANT] = 0;
+    if (strcmp(sp->v[AX_OFFLOAD][ax[AX_OFFLOAD]], "none") == 0) ax[AX_PARAMS] = 0;
+    if (strcmp(sp->v[AX_RECOMPUTE][ax[AX_RECOMPUTE]], "full") != 0) ax[AX_ACTS] = 0;
+}
+
 static void set_str(char *dst, size_t cap, const char *v) { snprintf(dst, cap, "%s", v); }
 
 /* The base config with the axes' values; micro-batch and accumulation
@@ -284,17 +294,25 @@ static void reasons_for(const space *sp, const unsigned char *chosen, double ste
             unsigned char alt[NAX];
             memcpy(alt, chosen, NAX);
             alt[a] = (unsigned char)k;
-            const visited *v = k == chosen[a] ? NULL : find_visit(L, alt);
+            normalize(sp, alt);
+            const visited *v = k == chosen[a] || !memcmp(alt, chosen, NAX) ? NULL : find_visit(L, alt);
             if (!v || !v->valid) continue;
+            /* Not fitting is said where it is certain: allocated bytes above the
+             * budget, or a replay the cap refused; else the time alone. */
+            int over = v->peak > v->budget, refused = v->replayed && !v->fits;
             char need[32], have[32];
-            mib(need, sizeof need, (double)v->reserved);
+            mib(need, sizeof need, (double)(over ? v->peak : v->reserved));
             mib(have, sizeof have, (double)v->budget);
-            if (v->step_s >= step)
-                at += (size_t)snprintf(line + at, cap - at, "%s %s %.2fx slower", said ? ";" : "", sp->v[a][k],
-                                       v->step_s / step);
+            if (over)
+                at += (size_t)snprintf(line + at, cap - at, "%s %s needs %s > %s", said ? ";" : "", sp->v[a][k],
+                                       need, have);
+            else if (refused)
+                at += (size_t)snprintf(line + at, cap - at, "%s %s refused by the allocator's replay under %s",
+                                       said ? ";" : "", sp->v[a][k], have);
             else
-                at += (size_t)snprintf(line + at, cap - at, "%s %s needs %s%s > %s", said ? ";" : "", sp->v[a][k],
-                                       need, v->replayed ? " (replayed)" : " (planned)", have);
+                at += (size_t)snprintf(line + at, cap - at, "%s %s %.2fx %s", said ? ";" : "", sp->v[a][k],
+                                       v->step_s >= step ? v->step_s / step : step / v->step_s,
+                                       v->step_s >= step ? "slower" : "faster, not fitting");
             said = 1;
         }
         if (said) r->nreasons++;
