@@ -291,6 +291,25 @@ for name, a, b in (("--offload nvme vs cpu", "tier-host", "tier-nvme"),
 sys.exit(0 if ok else 1)
 PY
 
+stamp "3g. the step-time model's profile of this GPU (zt-plan --calibrate; docs/auto.md)"
+# The measured profile replaces the built-in cuda table (vendor peaks x 0.6):
+# zt-plan --profile OUT/profile.json and zt-train --auto --profile use it.
+if [ "$emu" = 1 ]; then
+  result "zt-plan --calibrate --device cuda" INFO "GPU only"
+elif timeout 60 $bdir/examples/zt-plan --calibrate "$out/profile.json" --device cuda > "$out/calibrate.log" 2>&1; then
+  result "zt-plan --calibrate --device cuda (profile.json)" PASS "$(python3 - "$out/profile.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+g, a = p["gemm_flops"], p["attention_flops"]["materialized"]["forward"]
+print("bf16 GEMM %.0f TFLOP/s large, fp32 %.0f; attention %.1f TFLOP/s; pointwise %.0f GB/s; launch %.1f us; "
+      "Adam %.3g elements/s" % (g["bf16"]["large"] / 1e12, g["fp32"]["large"] / 1e12, a / 1e12,
+                                 p["pointwise_gbs"], 1e6 * p["kernel_overhead_s"], p["adam_device_eps"]))
+PY
+)"
+else
+  result "zt-plan --calibrate --device cuda" FAIL "$(tail -2 "$out/calibrate.log" | tr '\n|' '  ')"
+fi
+
 stamp "3c. per-kernel times at GPT-2-small block shapes"
 if timeout 120 $bdir/bench/bench_kernels $kernel_shape > "$out/kernels_time.md" 2>&1; then
   result "per-kernel times ($(head -1 "$out/kernels_time.md"))" INFO "table in kernels_time.md"

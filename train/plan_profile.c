@@ -25,6 +25,7 @@ static void cpu_table(zt_time_profile *p) {
     p->adam_device_eps = p->adam_host_eps = 4e8;
     p->coll_gbs[0] = 4, p->coll_gbs[1] = 1, p->coll_latency_s[0] = 5e-6, p->coll_latency_s[1] = 50e-6;
     p->nvme_gbs[0] = 2, p->nvme_gbs[1] = 1, p->copy_gbs = 8, p->overlap = 0, p->efficiency = 1;
+    p->step_overhead_s = 2e-4, p->unit_overhead_s = 5e-6; /* fitted to the default model's runs at np 2 */
     p->threads = 1;
 }
 
@@ -45,6 +46,7 @@ static void cuda_table(zt_time_profile *p) {
     p->adam_host_eps = 1e9;
     p->coll_gbs[0] = 450 * e, p->coll_gbs[1] = 50 * e, p->coll_latency_s[0] = 20e-6, p->coll_latency_s[1] = 40e-6;
     p->nvme_gbs[0] = 6, p->nvme_gbs[1] = 4, p->copy_gbs = 26, p->overlap = 0.9, p->efficiency = e;
+    p->step_overhead_s = 1e-3, p->unit_overhead_s = 3e-5; /* the host's share: as on the CPU */
     p->threads = 1;
 }
 
@@ -88,8 +90,9 @@ zt_status zt_time_profile_check(const zt_time_profile *p, zt_error *err) {
         if (!rate_ok(rates[i].v))
             return ZT_FAIL(err, ZT_ERR_INVALID, "time profile: %s must be positive and finite (got %g)", rates[i].name,
                            rates[i].v);
-    const double lat[3] = {p->kernel_overhead_s, p->coll_latency_s[0], p->coll_latency_s[1]};
-    for (int i = 0; i < 3; i++)
+    const double lat[5] = {p->kernel_overhead_s, p->coll_latency_s[0], p->coll_latency_s[1], p->step_overhead_s,
+                           p->unit_overhead_s};
+    for (int i = 0; i < 5; i++)
         if (!isfinite(lat[i]) || lat[i] < 0 || lat[i] > 1)
             return ZT_FAIL(err, ZT_ERR_INVALID, "time profile: a latency or overhead must be in [0, 1] s (got %g)",
                            lat[i]);
@@ -126,7 +129,8 @@ static json_t *profile_json(const zt_time_profile *p) {
         {"pointwise_gbs", p->pointwise_gbs}, {"kernel_overhead_s", p->kernel_overhead_s},
         {"adam_device_eps", p->adam_device_eps}, {"adam_host_eps", p->adam_host_eps},
         {"nvme_read_gbs", p->nvme_gbs[0]}, {"nvme_write_gbs", p->nvme_gbs[1]}, {"copy_gbs", p->copy_gbs},
-        {"overlap", p->overlap}, {"efficiency", p->efficiency}};
+        {"overlap", p->overlap}, {"efficiency", p->efficiency}, {"step_overhead_s", p->step_overhead_s},
+        {"unit_overhead_s", p->unit_overhead_s}};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) json_object_set_new(o, rest[i].k, json_real(rest[i].v));
     return o;
 }
@@ -166,6 +170,7 @@ static void read_fields(json_t *o, zt_time_profile *p) {
     p->adam_device_eps = num(o, "adam_device_eps"), p->adam_host_eps = num(o, "adam_host_eps");
     p->nvme_gbs[0] = num(o, "nvme_read_gbs"), p->nvme_gbs[1] = num(o, "nvme_write_gbs");
     p->copy_gbs = num(o, "copy_gbs"), p->overlap = num(o, "overlap"), p->efficiency = num(o, "efficiency");
+    p->step_overhead_s = num(o, "step_overhead_s"), p->unit_overhead_s = num(o, "unit_overhead_s");
     double rpn = num(o, "ranks_per_node"), th = num(o, "threads");
     p->ranks_per_node = rpn >= 1 && rpn < 1e6 ? (int)rpn : 1;
     p->threads = th >= 1 && th < 1e6 ? (int)th : 1;

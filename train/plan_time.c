@@ -208,7 +208,9 @@ void zt_time_predict(const zt_time_input *t, const zt_plan *p, const zt_model_sp
     o->comm_exposed_s = A * (c.exposed + fmax(0, c.hidden - prof->overlap * micro_compute)) + c.step;
     o->transfer_exposed_s = A * fmax(0, micro_in + nvme_micro - fmax(0, prof->overlap * micro_compute - c.hidden)) +
                             (t->offload_delay ? 0 : step_io);
-    o->step_s = o->compute_s + A * exposed_micro + c.step + opt_path;
+    double units = spec->nunits, passes = 2 + (t->model->recompute.kind != ZT_RECOMPUTE_NONE);
+    o->step_s = o->compute_s + A * exposed_micro + c.step + opt_path + prof->step_overhead_s +
+                A * passes * units * prof->unit_overhead_s;
     double P = t->seq_parallel > 1 ? t->seq_parallel : 1;
     double tokens = (double)t->world / P * t->model->micro_batch * t->model->seq_len * A;
     o->tokens_per_s = o->step_s > 0 ? tokens / o->step_s : 0;

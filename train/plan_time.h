@@ -47,6 +47,10 @@ typedef struct {
     double nvme_gbs[2];   /* the swap file's read and write GB/s */
     double copy_gbs;      /* host-device copies where no link is modelled (cpu: memcpy) */
     double overlap;       /* fraction of overlappable transfers hidden behind compute, 0..1 */
+    /* The host's bookkeeping: per optimizer step (the loss's and norm's
+     * reductions, logging, memory accounting) and per unit per pass of a
+     * micro-batch (the engine's gathers, releases and bucket entries). */
+    double step_overhead_s, unit_overhead_s;
     double efficiency;    /* built-in cuda: the factor applied to the vendor's peaks (1 when measured) */
 } zt_time_profile;
 

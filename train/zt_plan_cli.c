@@ -3,6 +3,7 @@
  * GPT-shaped model (--params, --largest-unit-params with the shape flags).
  * Exit codes: 0 fits, 1 does not fit, 2 bad input. */
 #include <jansson.h>
+#include <mpi.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "plan_fit.h"
 #include "plan_auto_out.h"
+#include "plan_calibrate.h"
 #include "plan_job.h"
 #include "plan_process.h"
 #include "trainer.h"
@@ -616,6 +618,28 @@ static void print_text(const zt_plan_job *j, const zt_plan *p, const plan_flags 
     if (largest[2] >= 0) printf("  the most layers that fit: %d\n", largest[2]);
 }
 
+/* --calibrate FILE: every rank measures (under mpirun, the collectives
+ * between them), rank 0 writes the profile. 0, or 2 on a failure. */
+static int calibrate_main(int argc, char **argv, const plan_flags *pf, const zt_train_config *c) {
+    MPI_Init(&argc, &argv);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    zt_calibrate_setup s = {strcmp(c->device, "cuda") == 0 ? "cuda" : "cpu", c->threads,
+                            c->nvme_path[0] ? c->nvme_path : NULL, 0};
+    zt_time_profile prof;
+    zt_error err = {0};
+    zt_status st = zt_time_calibrate(&s, &prof, &err);
+    if (st == ZT_OK && rank == 0) st = zt_time_profile_save(pf->calibrate, &prof, &err);
+    if (rank == 0) {
+        if (st != ZT_OK) print_plan_error(&err);
+        else printf("zt-plan --calibrate: wrote %s (%s)\n", pf->calibrate, prof.source);
+    }
+    int bad = st != ZT_OK, any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any ? 2 : 0;
+}
+
 /* --auto: the search, printed; 0 when something fits, 1 when nothing does. */
 static int auto_main(zt_train_config *c, const zt_train_model *family, const plan_flags *pf,
                      const zt_plan_synth *synth, const zt_time_profile *prof) {
@@ -645,6 +669,7 @@ int zt_plan_main(int argc, char **argv, const zt_train_model *const *models, int
     int rc = read_options(argc, argv, &pf, &c);
     if (rc == 0) zt_train_print_families(stdout, models, nmodels); /* after --help */
     if (rc >= 0) return rc;
+    if (pf.calibrate) return calibrate_main(argc, argv, &pf, &c);
     zt_error err = {0};
     zt_plan_job j;
     memset(&j, 0, sizeof j);

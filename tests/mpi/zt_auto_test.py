@@ -29,6 +29,7 @@ PROFILE = {
     "collectives": {"intra_node": {"gbs": 2.0, "latency_s": 2e-5}, "inter_node": {"gbs": 0.5, "latency_s": 1e-4}},
     "pointwise_gbs": 5.0, "kernel_overhead_s": 3e-5, "adam_device_eps": 2e8, "adam_host_eps": 1e8,
     "nvme_read_gbs": 1.0, "nvme_write_gbs": 0.5, "copy_gbs": 4.0, "overlap": 0.3, "efficiency": 1.0,
+    "step_overhead_s": 2e-3, "unit_overhead_s": 5e-5,
 }
 GRID_AXES = "stage,recompute,micro-batch"
 BUDGET = "12MiB"
