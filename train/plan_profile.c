@@ -13,18 +13,19 @@ static const char *const attn_key[2] = {"materialized", "fused"};
 static const char *const dir_key[2] = {"forward", "backward"};
 static const char *const link_key[2] = {"intra_node", "inter_node"};
 
-/* This kind of machine (2 cores, OpenBLAS, MPI over shared memory) with one
- * rank per core, as `zt-plan --calibrate` measured it on 2026-12-04. */
+/* This kind of machine (2 cores with AVX-512, OpenBLAS, MPI over shared
+ * memory) with one rank per core, as `zt-plan --calibrate` measured it on
+ * 2026-12-04 (the inter-node link: a 10 GbE guess, not measured). */
 static void cpu_table(zt_time_profile *p) {
     static const double gemm[ZT_TIME_DTYPES][ZT_GEMM_CLASSES] = {
-        {20e9, 50e9, 55e9}, {8e9, 16e9, 18e9}, {5e9, 10e9, 12e9}};
+        {100e9, 120e9, 118e9}, {48e9, 60e9, 69e9}, {29e9, 36e9, 38e9}};
     memcpy(p->gemm_flops, gemm, sizeof gemm);
-    p->attn_flops[0][0] = 8e9, p->attn_flops[0][1] = 6e9;
-    p->attn_flops[1][0] = 5e9, p->attn_flops[1][1] = 3e9;
-    p->pointwise_gbs = 10, p->kernel_overhead_s = 2e-6;
-    p->adam_device_eps = p->adam_host_eps = 4e8;
-    p->coll_gbs[0] = 4, p->coll_gbs[1] = 1, p->coll_latency_s[0] = 5e-6, p->coll_latency_s[1] = 50e-6;
-    p->nvme_gbs[0] = 2, p->nvme_gbs[1] = 1, p->copy_gbs = 8, p->overlap = 0, p->efficiency = 1;
+    p->attn_flops[0][0] = 97e9, p->attn_flops[0][1] = 148e9;
+    p->attn_flops[1][0] = 97e9, p->attn_flops[1][1] = 105e9;
+    p->pointwise_gbs = 6.8, p->kernel_overhead_s = 0.4e-6;
+    p->adam_device_eps = 3.3e8, p->adam_host_eps = 2.3e9;
+    p->coll_gbs[0] = 3.5, p->coll_gbs[1] = 1, p->coll_latency_s[0] = 1.2e-6, p->coll_latency_s[1] = 50e-6;
+    p->nvme_gbs[0] = 2, p->nvme_gbs[1] = 1, p->copy_gbs = 18, p->overlap = 0.05, p->efficiency = 1;
     p->step_overhead_s = 2e-4, p->unit_overhead_s = 5e-6; /* fitted to the default model's runs at np 2 */
     p->threads = 1;
 }
