@@ -10,6 +10,7 @@ x quantized communication x sequence parallelism).
                              [--allocator simple[,caching,expandable]]
                              [--dtype fp32[,bf16,fp16]] [--quantize none[,w8,g4,w8g4,g8,w8g8]] [--stages 0,1,2,3]
                              [--seq-parallel 1[,2,4,...]]
+                             [--predict [PROFILE]]
                              [--dry-run] [--build build | --zt-train PATH] [--zt-run PATH]
                              [-- EXTRA ZT-TRAIN FLAGS ...]
 
@@ -45,6 +46,30 @@ Writes
 (with the gnuplot data files and scripts beside them, so the plots can be
 redrawn with `cd OUT && gnuplot ablation_memory.gp`). Every run's console
 output is kept in OUT/runs/NAME/console.log.
+
+Predictions. With --predict [PROFILE], each configuration is also planned,
+before it runs, by the zt-plan beside the zt-train the sweep uses:
+
+    zt-plan ZT-TRAIN FLAGS OF THE RUN --world NP --json [--profile PROFILE]
+
+(zt-plan takes every zt-train option, the run-only ones such as --steps,
+--log-dir and --quiet included, and ignores those; without PROFILE it uses
+its built-in table for the --device). Its JSON gives three more columns,
+each beside what it predicts: predicted_peak_bytes, zt-plan's `peak_bytes`
+(the allocated peak of the rank it plans, the one with the most optimizer
+state), beside the measured peak_max_bytes; predicted_reserved_bytes, its
+`expected_reserved.bytes` (the allocator's replayed reserved bytes, what
+--mem-limit caps), beside reserved_peak_max_bytes; predicted_step_s, its
+`time.predicted_step_s`, beside step_time_median_s. A configuration
+zt-plan refuses or fails on keeps those cells empty (a plan that does not
+fit a --mem-limit still predicts, and is kept). Over the configurations
+that ran, the sweep prints and writes in ablation.md the Spearman rank
+correlation and the median absolute relative error, |predicted -
+measured| / measured, of the step times, and plots them:
+
+    OUT/ablation_predicted.png        predicted against measured step time, log-log, beside y = x
+
+Without --predict nothing of this is run or written.
 
 Axes. --optimizer and --allocator names go to zt-train as they are
 (zt-train refuses the ones it does not have; that configuration is then a
@@ -90,7 +115,8 @@ flag given twice, so `-- --layers 4` overrides the preset's model too):
 Flags after `--` go to every run (model size, --mem-limit, --threads, ...);
 the flags the sweep sets itself (--model among them: the family a row
 records must be the one that ran) are refused there. --dry-run prints each
-configuration's command and runs none. The exit status is 0 when the sweep
+configuration's command (with --predict, its zt-plan command on a second
+`NAME (zt-plan): COMMAND` line) and runs none. The exit status is 0 when the sweep
 ran, whatever the configurations did; 2 for bad arguments or a missing
 program; 1 when writing the results or plotting fails.
 
@@ -222,6 +248,16 @@ COLUMNS = (["name", "model", "stage", "offload", "recompute", "optimizer", "free
               "model_state_max_bytes", "formula_bytes_per_param",
               "step_time_median_s", "tokens_per_s", "final_loss", "comm_bytes_per_step",
               "all_to_all_bytes_per_step", "wall_s", "exit_code", "run_dir", "detail"])
+# --predict's columns, each put right after the measured column it predicts.
+PREDICTED_AFTER = {"peak_max_bytes": "predicted_peak_bytes", "reserved_peak_max_bytes": "predicted_reserved_bytes",
+                   "step_time_median_s": "predicted_step_s"}
+
+
+def columns(predict):
+    """The CSV's columns: COLUMNS, with the predicted ones under --predict."""
+    if not predict:
+        return COLUMNS
+    return [x for c in COLUMNS for x in ([c, PREDICTED_AFTER[c]] if c in PREDICTED_AFTER else [c])]
 
 # Colours of the categories in the memory plot (same order as CATEGORIES).
 CATEGORY_COLOURS = ["#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c",
@@ -363,8 +399,12 @@ def build_parser(here):
                    help="comma-separated sequence-parallel group sizes to sweep, passed to zt-train's --seq-parallel "
                         "(DeepSpeed-Ulysses: P ranks share each sequence, so a step trains on 1/P of the tokens; "
                         "1: off); a P that does not divide --np or the model's heads is left out [default: 1]")
+    p.add_argument("--predict", nargs="?", const="", default=None, metavar="PROFILE",
+                   help="also plan each configuration with the zt-plan beside zt-train (--world NP --json, "
+                        "--profile PROFILE when given) and tabulate and plot its predicted step time and peaks "
+                        "beside the measured ones")
     p.add_argument("--dry-run", action="store_true",
-                   help="print each configuration's command and run nothing")
+                   help="print each configuration's command (and zt-plan command, with --predict) and run nothing")
     p.add_argument("--gnuplot", default="gnuplot", help="gnuplot program [default: gnuplot]")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="seconds one configuration may run before it is stopped and marked failed "
@@ -443,7 +483,15 @@ def parse_args(argv):
                 "give --optimizer, --freeze and --allocator values that differ in letters or digits")
     args.zt_train = os.path.abspath(args.zt_train or os.path.join(args.build, "examples", "zt-train"))
     args.zt_run = os.path.abspath(args.zt_run)
-    for what, path in (("zt-train", args.zt_train), ("zt-run", args.zt_run)):
+    args.zt_plan = os.path.join(os.path.dirname(args.zt_train), "zt-plan") if args.predict is not None else None
+    programs = [("zt-train", args.zt_train), ("zt-run", args.zt_run)]
+    if args.predict is not None:
+        programs.append(("zt-plan (for --predict: the one beside zt-train)", args.zt_plan))
+        if args.predict:
+            args.predict = os.path.abspath(args.predict)
+            if not os.path.isfile(args.predict):
+                p.error(f"--predict: profile not found: {args.predict}")
+    for what, path in programs:
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             p.error(f"{what} not found or not executable: {path}")
     return args
@@ -557,17 +605,56 @@ def seq_parallel_flags(seq_parallel):
     return [] if seq_parallel == 1 else ["--seq-parallel", str(seq_parallel)]
 
 
-def config_command(args, out, config):
+def train_flags(args, out, config, run_dir):
+    """zt-train's flags for one configuration (after the program's name)."""
     stage, offload, recompute, dtype, optimizer, freeze, allocator, quantize, seq_parallel = config
-    name = config_name(stage, offload, recompute, dtype, optimizer, freeze, allocator, quantize, seq_parallel)
+    return (["--model", args.model, "--stage", str(stage)] + tier_flags(offload, out)
+            + ["--recompute", recompute, "--dtype", dtype,
+               "--optimizer", optimizer, "--freeze", freeze, "--allocator", allocator] + QUANTIZE[quantize]
+            + seq_parallel_flags(seq_parallel) + ["--steps", str(args.steps)]
+            + args.extra + ["--log-dir", run_dir, "--quiet"])
+
+
+def config_command(args, out, config):
+    name = config_name(*config)
     run_dir = os.path.join(out, "runs", name)
-    cmd = ([args.zt_run, "-np", str(args.np), args.zt_train, "--model", args.model,
-            "--stage", str(stage)] + tier_flags(offload, out)
-           + ["--recompute", recompute, "--dtype", dtype,
-            "--optimizer", optimizer, "--freeze", freeze, "--allocator", allocator] + QUANTIZE[quantize]
-           + seq_parallel_flags(seq_parallel) + ["--steps", str(args.steps)]
-           + args.extra + ["--log-dir", run_dir, "--quiet"])
+    cmd = [args.zt_run, "-np", str(args.np), args.zt_train] + train_flags(args, out, config, run_dir)
     return name, run_dir, cmd
+
+
+def plan_command(args, out, config):
+    """--predict: zt-plan on the run's own flags (it takes every zt-train
+    option and ignores the run-only ones) at the sweep's world size."""
+    run_dir = os.path.join(out, "runs", config_name(*config))
+    return ([args.zt_plan] + train_flags(args, out, config, run_dir) + ["--world", str(args.np), "--json"]
+            + (["--profile", args.predict] if args.predict else []))
+
+
+def predict(args, out, config):
+    """zt-plan's prediction for one configuration: the predicted_* cells, or
+    none and `predict_detail` when zt-plan failed. A plan that does not fit
+    a --mem-limit among the flags is zt-plan's exit 1, with the plan: kept."""
+    cmd = plan_command(args, out, config)
+    row = {"plan_command": shlex.join(cmd)}
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return dict(row, predict_detail=f"zt-plan stopped after {args.timeout:g} s")
+    except OSError as e:
+        raise ToolError(f"cannot run {cmd[0]}: {e}")
+    try:
+        if p.returncode not in (0, 1):
+            raise ValueError("no plan")
+        plan = json.loads(p.stdout)
+        cells = {"predicted_step_s": float(plan["time"]["predicted_step_s"]),
+                 "predicted_peak_bytes": int(plan["peak_bytes"])}
+        reserved = (plan.get("expected_reserved") or {}).get("bytes")
+        if reserved is not None:
+            cells["predicted_reserved_bytes"] = int(reserved)
+        return dict(row, predicted_profile=str(plan["time"].get("profile", "")), **cells)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        why = last_error_line(p.stderr) or p.stderr.strip()[-200:] or f"{type(e).__name__}: {e}"
+        return dict(row, predict_detail=f"zt-plan exit {p.returncode}: {why}")
 
 
 def run_config(args, out, config, index, total):
@@ -583,6 +670,8 @@ def run_config(args, out, config, index, total):
     if offload == "none" and freeze == "none":
         row["formula_bytes_per_param"] = model_state_formula(stage, args.np, dtype, optimizer)
     print(f"[{index:2d}/{total}] {name:<30s} ", end="", flush=True)
+    if args.predict is not None:
+        row.update(predict(args, out, config))
     t0 = time.monotonic()
     try:
         # A session of its own, so that a run past --timeout is ended with
@@ -639,11 +728,17 @@ def run_config(args, out, config, index, total):
         except (OSError, ValueError, KeyError, TypeError, statistics.StatisticsError) as e:
             row["status"] = "failed: bad logs"
             row["detail"] = f"{type(e).__name__}: {e}"
+    forecast = ""
+    if "predicted_step_s" in row:
+        forecast = f"  predicted {row['predicted_step_s'] * 1e3:.2f} ms/step"
+    elif "predict_detail" in row:
+        forecast = f"  no prediction: {row['predict_detail'][:100]}"
     if row["status"] == "ok":
+        measured = f"  {row['step_time_median_s'] * 1e3:.2f} ms/step" if forecast else ""
         print(f"ok      peak {row['peak_mean_bytes'] / MIB:9.3f} MiB  {row['tokens_per_s']:12.0f} tok/s  "
-              f"({row['wall_s']:.1f} s)")
+              f"({row['wall_s']:.1f} s)" + measured + forecast)
     else:
-        print(f"{row['status']}  ({row['wall_s']:.1f} s)  {row['detail'][:120]}")
+        print(f"{row['status']}  ({row['wall_s']:.1f} s)  {row['detail'][:120]}" + forecast)
     return row
 
 
@@ -659,12 +754,74 @@ def csv_value(v):
     return str(v)
 
 
-def write_csv(path, rows):
+def write_csv(path, rows, predict=False):
+    cols = columns(predict)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(COLUMNS)
+        w.writerow(cols)
         for r in rows:
-            w.writerow([csv_value(r.get(c)) for c in COLUMNS])
+            w.writerow([csv_value(r.get(c)) for c in cols])
+
+
+# ---------------------------------------------------------------- predicted against measured
+
+def ranks(values):
+    """1-based ranks of the values, ties given the mean of the ranks they span."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    result = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            result[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return result
+
+
+def spearman(xs, ys):
+    """Spearman's rank correlation: Pearson's correlation of the ranks (so
+    ties count as they should); None for fewer than 2 pairs or a constant side."""
+    if len(xs) != len(ys) or len(xs) < 2:
+        return None
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return None if sxx == 0 or syy == 0 else sxy / math.sqrt(sxx * syy)
+
+
+def predicted_pairs(rows):
+    """(row, predicted, measured step time) for the configurations that ran and were predicted."""
+    return [(r, r["predicted_step_s"], r["step_time_median_s"]) for r in rows
+            if r["status"] == "ok" and r.get("predicted_step_s") is not None and r["step_time_median_s"] > 0]
+
+
+def prediction_stats(rows):
+    """How many configurations compare, the Spearman rank correlation of
+    predicted and measured step times, and the median of |predicted -
+    measured| / measured (None where undefined)."""
+    pairs = predicted_pairs(rows)
+    rho = spearman([p for _, p, _ in pairs], [m for _, _, m in pairs])
+    mdre = statistics.median(abs(p - m) / m for _, p, m in pairs) if pairs else None
+    return len(pairs), rho, mdre
+
+
+def stats_text(stats):
+    n, rho, mdre = stats
+    return ("Spearman rank correlation " + ("-" if rho is None else f"{rho:.3f}")
+            + ", median absolute relative error " + ("-" if mdre is None else f"{mdre * 100:.1f}%")
+            + f" (over the {n} configuration(s) that ran and were predicted)")
+
+
+def log_tics(lo, hi):
+    """gnuplot tics at 1, 2, 3, 5 x 10^k between lo and hi: a log axis
+    spanning less than a decade gets a labelled tic or two otherwise."""
+    tics = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+            for m in (1, 2, 3, 5)]
+    return "(" + ", ".join(f"'{t:g}' {t:g}" for t in tics if lo <= t <= hi) + ")"
 
 
 def mib(v, digits=3):
@@ -750,8 +907,11 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
             + CATEGORIES + ["host peak", "reserved peak", "frag at peak", "state B/param", "formula B/param",
                             "step ms", "tokens/s", "final loss", "comm MiB/step", "a2a MiB/step"])
     text_cols = 7  # config .. seq-parallel, left-aligned; the rest are numbers
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "|".join(["---"] * text_cols + ["---:"] * (len(head) - text_cols)) + "|")
+    predict = args.predict is not None
+    shown = with_predicted(head, head, ["predicted peak", "predicted reserved", "predicted step ms"]) \
+        if predict else head
+    lines.append("| " + " | ".join(shown) + " |")
+    lines.append("|" + "|".join(["---"] * text_cols + ["---:"] * (len(shown) - text_cols)) + "|")
     for r in rows:
         good = r["status"] == "ok"
         cells = [r["name"], r["status"], r["optimizer"], r["freeze"], r["allocator"], r["quantize"],
@@ -770,6 +930,11 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
                       mib(r.get("comm_bytes_per_step")), mib(r.get("all_to_all_bytes_per_step"))]
         else:
             cells += ["-"] * (len(head) - text_cols)
+        if predict:  # a run that failed may still have been predicted
+            step = r.get("predicted_step_s")
+            cells = with_predicted(head, cells, [mib(r.get("predicted_peak_bytes")) or "-",
+                                           mib(r.get("predicted_reserved_bytes")) or "-",
+                                           "-" if step is None else f"{step * 1e3:.2f}"])
         lines.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
@@ -778,20 +943,60 @@ def write_markdown(path, rows, args, invocation, plot_cmds, cap):
             detail = r["detail"].split("; by category:")[0]  # the breakdown is in the run's oom_rank<r>.txt
             lines.append(f"- `{r['name']}`: {r['status']}" + (f" — {md_escape(detail)}" if detail else "")
                          + f" (console output: `{os.path.join(r['run_dir'], 'console.log')}`)")
+    if predict:
+        lines += ["", prediction_markdown(rows, args)]
     lines += ["", "Plots: `ablation_memory.png` (stacked per-category peaks per configuration, dot = "
-              "mean per-rank peak), `ablation_throughput.png` (tokens/s against mean peak) and "
+              "mean per-rank peak), `ablation_throughput.png` (tokens/s against mean peak)"
+              + ("," if predict else "") + " and "
               "`ablation_bytes_per_param.png` (model state per parameter on each rank against the stage, "
-              "beside the closed form).", ""]
+              "beside the closed form)"
+              + (" and `ablation_predicted.png` (predicted against measured step time, log-log, beside y = x)"
+                 if predict else "") + ".", ""]
     lines += ["## Commands", "", "The sweep:", "", "```sh", invocation, "```", "",
               "Each configuration:", "", "```sh"]
     lines += [r["command"] for r in rows]
     lines += ["```", ""]
+    if predict:
+        lines += ["Each prediction:", "", "```sh"] + [r["plan_command"] for r in rows if "plan_command" in r]
+        lines += ["```", ""]
     first = next((r for r in rows if r["mpirun"]), None)
     if first:
         lines += [f"zt-run ran each under mpirun; for `{first['name']}`:", "", "```sh", first["mpirun"], "```", ""]
     lines += [ "Plots (in the output directory):", "", "```sh"] + plot_cmds + ["```", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
+
+
+# The Markdown's measured columns that --predict's three follow, in order.
+PREDICTED_AFTER_MD = ["peak max", "reserved peak", "step ms"]
+
+
+def with_predicted(head, cells, predicted):
+    """A Markdown row (of the table whose header is head, without the
+    predicted columns) with the three predicted cells put right after the
+    measured ones they predict (PREDICTED_AFTER_MD)."""
+    out = list(cells)
+    for shift, (after, value) in enumerate(zip(PREDICTED_AFTER_MD, predicted)):
+        out.insert(head.index(after) + 1 + shift, value)
+    return out
+
+
+def prediction_markdown(rows, args):
+    """--predict's paragraph: what the predicted columns are, the agreement
+    figures, and the configurations zt-plan failed on."""
+    profiles = sorted({r["predicted_profile"] for r in rows if r.get("predicted_profile")})
+    text = ("*predicted* columns are `zt-plan ... --world %d --json`'s for the same flags" % args.np
+            + (f" with `--profile {args.predict}`" if args.predict else "")
+            + " (rates: " + ("; ".join(profiles) if profiles else "-") + "): *predicted peak* is its `peak_bytes` "
+            "(the allocated peak of the rank it plans, beside *peak max*), *predicted reserved* its "
+            "`expected_reserved.bytes` (beside *reserved peak*), *predicted step ms* its `time.predicted_step_s` "
+            "(beside the measured median *step ms*). Step time, predicted against measured: "
+            + stats_text(prediction_stats(rows)) + ".")
+    failed = [r for r in rows if "predict_detail" in r]
+    if failed:
+        text += "\n\nNo prediction:\n\n" + "\n".join(f"- `{r['name']}`: {md_escape(r['predict_detail'])}"
+                                                     for r in failed)
+    return text
 
 
 def gp_string(text):
@@ -983,6 +1188,72 @@ def write_throughput_plot(out, rows, subtitle):
     return "ablation_throughput.gp"
 
 
+def write_predicted_plot(out, rows, subtitle):
+    """--predict: zt-plan's predicted step time against the measured one, one
+    labelled point per configuration that ran and was predicted, coloured by
+    stage, on log-log axes with the same range on both, beside y = x."""
+    pairs = predicted_pairs(rows)
+    size = throughput_size(len(pairs))
+    unplotted = [r["name"] for r in rows if r["status"] != "ok" or r.get("predicted_step_s") is None]
+    gp = [
+        "# zt-plan's predicted step time against the measured one, one labelled point per configuration;",
+        "# data: ablation_predicted.dat (label_x/label_y/align: where the label goes, kept clear of",
+        "# other labels and points; moved = 1: joined to its point by a line)",
+        "set terminal pngcairo size %d,%d enhanced font 'Sans,11'" % size,
+        "set output 'ablation_predicted.png'",
+        "set lmargin at screen %g\nset rmargin at screen %g\nset bmargin at screen %g\nset tmargin at screen %g"
+        % THR_AREA,
+        f"set title {gp_string('Predicted against measured step time')} . \"\\n\" . {gp_string(subtitle)} "
+        f". \"\\n\" . {gp_string(stats_text(prediction_stats(rows)))} noenhanced",
+        "set xlabel 'measured step time, median over steps (ms)'",
+        "set ylabel 'predicted step time, zt-plan (ms)'",
+        "set logscale xy",
+        "set grid xtics ytics mxtics mytics",
+        "set key outside right top noenhanced",
+    ]
+    if unplotted:
+        note = "not shown (failed or not predicted): " + ", ".join(unplotted)
+        gp.append(f"set label {gp_string(note)} at screen 0.01, screen 0.02 left textcolor rgb '#c00000' "
+                  "noenhanced font ',9'")
+    with open(os.path.join(out, "ablation_predicted.dat"), "w") as f:
+        f.write("# config measured_ms predicted_ms stage label_x label_y align moved\n")
+        if pairs:
+            values = [v * 1e3 for _, p, m in pairs for v in (p, m)]
+            lo, hi = min(values) / 1.25, max(values) * 1.6  # room for labels on the right
+            span = (math.log10(lo), math.log10(hi))
+            # Labels are placed on the logarithms, which the axes draw evenly.
+            points = [(math.log10(m * 1e3), math.log10(p * 1e3)) for _, p, m in pairs]
+            labels = place_labels(points, [r["name"] for r, _, _ in pairs], span, span, size)
+            for (r, p, m), (lx, ly, align, moved) in zip(pairs, labels):
+                f.write(f"{r['name']} {m * 1e3:.6g} {p * 1e3:.6g} {r['stage']} {10 ** lx:.6g} {10 ** ly:.6g} "
+                        f"{align} {int(moved)}\n")
+    if pairs:
+        colours = " ".join(STAGE_COLOURS)
+        gp += [
+            f"set xrange [{lo:.6g}:{hi:.6g}]",
+            f"set yrange [{lo:.6g}:{hi:.6g}]",
+            f"set xtics {log_tics(lo, hi)}",
+            f"set ytics {log_tics(lo, hi)}",
+            f"colours = {gp_string(colours)}",
+            "plot x with lines dashtype 2 linewidth 2 linecolor rgb '#404040' title 'y = x', \\",
+            "     'ablation_predicted.dat' using 2:($8 != 0 ? $3 : NaN):($5-$2):($6-$3) with vectors nohead "
+            "linecolor rgb '#a0a0a0' notitle, \\",
+            "     for [s=0:3] 'ablation_predicted.dat' using ($4 == s ? $2 : NaN):3 with points "
+            "pointtype 7 pointsize 1.6 linecolor rgb word(colours, s+1) title sprintf('stage %d', s), \\",
+            "     'ablation_predicted.dat' using 5:6:(strcol(7) eq 'left' ? strcol(1) : '') with labels left "
+            "font ',9' noenhanced notitle, \\",
+            "     'ablation_predicted.dat' using 5:6:(strcol(7) eq 'right' ? strcol(1) : '') with labels right "
+            "font ',9' noenhanced notitle",
+        ]
+    else:
+        gp += ["unset logscale", "set xrange [0:1]", "set yrange [0:1]",
+               "set label 'no configuration both ran and was predicted' at 0.5,0.5 center font ',16'",
+               "plot NaN notitle"]
+    with open(os.path.join(out, "ablation_predicted.gp"), "w") as f:
+        f.write("\n".join(gp) + "\n")
+    return "ablation_predicted.gp"
+
+
 def paper_formula_text(stage):
     """The ZeRO paper's bytes per parameter for mixed-precision Adam, as written there."""
     return ["16", "4 + 12/N", "2 + 14/N", "16/N"][stage]
@@ -1098,13 +1369,17 @@ def main(argv):
         for config in configs:
             name, _, cmd = config_command(args, out, config)
             print(f"{name}: {shlex.join(cmd)}")
+            if args.predict is not None:
+                print(f"{name} (zt-plan): {shlex.join(plan_command(args, out, config))}")
         return 0
     try:
         os.makedirs(os.path.join(out, "runs"), exist_ok=True)
         print(f"ablate: {len(configs)} configurations of {args.model}, np {args.np}, {args.steps} steps, "
               f"zt-train {args.zt_train}"
               + (f", preset {args.preset}" if args.preset else "")
-              + (f", extra flags: {shlex.join(args.extra)}" if args.extra else ""), flush=True)
+              + (f", extra flags: {shlex.join(args.extra)}" if args.extra else "")
+              + (f", predicted by {args.zt_plan}" + (f" --profile {args.predict}" if args.predict else "")
+                 if args.predict is not None else ""), flush=True)
         rows = [run_config(args, out, c, i + 1, len(configs)) for i, c in enumerate(configs)]
 
         subtitle = (f"{args.model}, np {args.np}, {args.steps} steps"
@@ -1112,8 +1387,10 @@ def main(argv):
                     + (f", {shlex.join(args.extra)}" if args.extra else f", default {args.model}"))
         scripts = [write_memory_plot(out, rows, subtitle, cap), write_throughput_plot(out, rows, subtitle),
                    write_bytes_per_param_plot(out, rows, args.np, subtitle)]
+        if args.predict is not None:
+            scripts.append(write_predicted_plot(out, rows, subtitle))
         plot_cmds = [f"cd {shlex.quote(out)}"] + [f"{args.gnuplot} {s}" for s in scripts]
-        write_csv(os.path.join(out, "ablation.csv"), rows)
+        write_csv(os.path.join(out, "ablation.csv"), rows, args.predict is not None)
         write_markdown(os.path.join(out, "ablation.md"), rows, args, invocation, plot_cmds, cap)
         for s in scripts:
             run_gnuplot(args.gnuplot, out, s)
@@ -1126,12 +1403,19 @@ def main(argv):
 
     ok = sum(r["status"] == "ok" for r in rows)
     print(f"ablate: {ok} of {len(rows)} configurations ok, {len(rows) - ok} failed")
+    if args.predict is not None:
+        unpredicted = sum("predict_detail" in r for r in rows)
+        print("ablate: step time, predicted against measured: " + stats_text(prediction_stats(rows))
+              + (f"; zt-plan failed on {unpredicted} configuration(s)" if unpredicted else ""))
     if ok == 0:
         print("ablate: warning: no configuration ran to the end; see the console.log of each run under "
               + os.path.join(out, "runs"), file=sys.stderr)
-    for what, f in (("table (CSV)", "ablation.csv"), ("table (Markdown)", "ablation.md"),
-                    ("memory plot", "ablation_memory.png"), ("throughput plot", "ablation_throughput.png"),
-                    ("bytes/param plot", "ablation_bytes_per_param.png"), ("run logs", "runs")):
+    written = [("table (CSV)", "ablation.csv"), ("table (Markdown)", "ablation.md"),
+               ("memory plot", "ablation_memory.png"), ("throughput plot", "ablation_throughput.png"),
+               ("bytes/param plot", "ablation_bytes_per_param.png")]
+    if args.predict is not None:
+        written.append(("predicted plot", "ablation_predicted.png"))
+    for what, f in written + [("run logs", "runs")]:
         print(f"  {what:<17s} {os.path.join(out, f)}")
     return 0
 

@@ -76,8 +76,8 @@ static void mib(char *b, size_t cap, double bytes) {
 }
 
 void zt_auto_print_text(const zt_auto_result *r, const zt_time_profile *prof) {
-    printf("zt-plan --auto: %d configurations planned in %.3f s, %d fit; rates from %s\n", r->evaluated,
-           r->seconds, r->fitting, prof->source);
+    printf("zt-plan --auto: %d configurations planned in %.3f s, %d fit by the closed form, %d replayed; rates "
+           "from %s\n", r->evaluated, r->seconds, r->fitting, r->replays, prof->source);
     if (!r->nbest) {
         printf("  %s\n", r->none_fits);
         return;

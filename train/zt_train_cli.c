@@ -537,9 +537,9 @@ static int choose_config(job *j, zt_train_config *cfg, const zt_train_model *fam
             FILE *f = cfg->print_config ? stderr : stdout;
             fprintf(f, "auto: chosen: %s\n", r.best[0].flags);
             if (!cfg->quiet) {
-                fprintf(f, "auto: predicted %.3f ms a step, %.0f tokens/s (rates from %s); %d configurations, %d fit\n",
+                fprintf(f, "auto: predicted %.3f ms a step, %.0f tokens/s (rates from %s); %d configurations, %d replayed\n",
                         1e3 * r.best[0].time.step_s, r.best[0].time.tokens_per_s, prof.source, r.evaluated,
-                        r.fitting);
+                        r.replays);
                 for (int i = 0; i < r.nreasons; i++) fprintf(f, "auto:   %s\n", r.reasons[i]);
             }
             fflush(f);

@@ -457,6 +457,36 @@ def case_model_flag(ctx):
           "--model after `--` is refused")
 
 
+def case_predict(ctx):
+    """--predict: zt-plan's predicted step and peaks beside the measured ones
+    for every configuration, the agreement figures in the Markdown, the
+    plot; each predicted step is summary.json's predicted_step_s."""
+    out = os.path.join(ctx["work"], "predict")
+    cmd = ([sys.executable, ctx["ablate"], "--np", "2", "--steps", str(STEPS), "--out", out, "--zt-train", ctx["zt"],
+            "--zt-run", ctx["zt_run"], "--stages", "0,3", "--offload", "none", "--recompute", "none,full",
+            "--predict", "--"] + MODEL)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        fail(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    with open(os.path.join(out, "ablation.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) != 4:
+        fail(f"--predict sweep: {len(rows)} rows, expected 4")
+    for r in rows:
+        for c in ("predicted_step_s", "predicted_peak_bytes", "predicted_reserved_bytes"):
+            if not r.get(c) or float(r[c]) <= 0:
+                fail(f"{r['name']}: no {c} ({r})")
+        with open(os.path.join(r["run_dir"], "summary.json")) as f:
+            s = json.load(f)
+        if abs(s["predicted_step_s"] - float(r["predicted_step_s"])) > 1e-9 * s["predicted_step_s"]:
+            fail(f"{r['name']}: zt-plan predicts {r['predicted_step_s']} s, the run's summary {s['predicted_step_s']}")
+    with open(os.path.join(out, "ablation.md")) as f:
+        md = f.read()
+    if "Spearman" not in md or not open(os.path.join(out, "ablation_predicted.png"), "rb").read(8) == PNG_SIGNATURE:
+        fail("--predict: no Spearman figure in ablation.md or no ablation_predicted.png")
+    print("ok: --predict: predicted step, peak and reserved beside the measured ones in 4 configurations")
+
+
 def case_tool_error(ctx):
     cmd = [sys.executable, ctx["ablate"], "--out", os.path.join(ctx["work"], "none"),
            "--zt-train", os.path.join(ctx["work"], "no-such-zt-train"), "--zt-run", ctx["zt_run"]]
@@ -497,6 +527,7 @@ if __name__ == "__main__":
         case_allocator_axis(ctx)
         case_quantize_axis(ctx)
         case_seq_parallel_axis(ctx)
+        case_predict(ctx)
         ok = True
     finally:
         if ok:
