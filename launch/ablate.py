@@ -1130,6 +1130,20 @@ def place_labels(points, names, xlim, ylim, size=THR_SIZE):
     return result
 
 
+def scatter_head(size, png, title, xlabel, ylabel, grid, unplotted, why):
+    """The gnuplot lines both scatter plots open with: terminal, margins,
+    title, axes, key, and a red note naming the configurations not shown."""
+    gp = ["set terminal pngcairo size %d,%d enhanced font 'Sans,11'" % size, f"set output '{png}'",
+          "set lmargin at screen %g\nset rmargin at screen %g\nset bmargin at screen %g\nset tmargin at screen %g"
+          % THR_AREA, title, f"set xlabel '{xlabel}'", f"set ylabel '{ylabel}'", grid,
+          "set key outside right top noenhanced"]
+    if unplotted:
+        note = f"not shown ({why}): " + ", ".join(unplotted)
+        gp.append(f"set label {gp_string(note)} at screen 0.01, screen 0.02 left textcolor rgb '#c00000' "
+                  "noenhanced font ',9'")
+    return gp
+
+
 def write_throughput_plot(out, rows, subtitle):
     ok = [r for r in rows if r["status"] == "ok"]
     failed = [r["name"] for r in rows if r["status"] != "ok"]
@@ -1138,20 +1152,10 @@ def write_throughput_plot(out, rows, subtitle):
         "# tokens/s against the mean per-rank peak, one labelled point per configuration;",
         "# data: ablation_throughput.dat (label_x/label_y/align: where the label goes,",
         "# kept clear of other labels and points; moved = 1: joined to its point by a line)",
-        "set terminal pngcairo size %d,%d enhanced font 'Sans,11'" % size,
-        "set output 'ablation_throughput.png'",
-        "set lmargin at screen %g\nset rmargin at screen %g\nset bmargin at screen %g\nset tmargin at screen %g"
-        % THR_AREA,
-        f"set title {gp_string('Throughput against memory')} . \"\\n\" . {gp_string(subtitle)} noenhanced",
-        "set xlabel 'peak device memory per rank, mean over ranks (MiB)'",
-        "set ylabel 'tokens/s (all ranks)'",
-        "set grid",
-        "set key outside right top noenhanced",
-    ]
-    if failed:
-        note = "not shown (failed): " + ", ".join(failed)
-        gp.append(f"set label {gp_string(note)} at screen 0.01, screen 0.02 left textcolor rgb '#c00000' "
-                  "noenhanced font ',9'")
+    ] + scatter_head(size, "ablation_throughput.png",
+                     f"set title {gp_string('Throughput against memory')} . \"\\n\" . {gp_string(subtitle)} noenhanced",
+                     "peak device memory per rank, mean over ranks (MiB)", "tokens/s (all ranks)", "set grid",
+                     failed, "failed")
     with open(os.path.join(out, "ablation_throughput.dat"), "w") as f:
         f.write("# config peak_mean_MiB tokens_per_s stage label_x label_y align moved\n")
         if ok:
@@ -1199,22 +1203,11 @@ def write_predicted_plot(out, rows, subtitle):
         "# zt-plan's predicted step time against the measured one, one labelled point per configuration;",
         "# data: ablation_predicted.dat (label_x/label_y/align: where the label goes, kept clear of",
         "# other labels and points; moved = 1: joined to its point by a line)",
-        "set terminal pngcairo size %d,%d enhanced font 'Sans,11'" % size,
-        "set output 'ablation_predicted.png'",
-        "set lmargin at screen %g\nset rmargin at screen %g\nset bmargin at screen %g\nset tmargin at screen %g"
-        % THR_AREA,
-        f"set title {gp_string('Predicted against measured step time')} . \"\\n\" . {gp_string(subtitle)} "
-        f". \"\\n\" . {gp_string(stats_text(prediction_stats(rows)))} noenhanced",
-        "set xlabel 'measured step time, median over steps (ms)'",
-        "set ylabel 'predicted step time, zt-plan (ms)'",
-        "set logscale xy",
-        "set grid xtics ytics mxtics mytics",
-        "set key outside right top noenhanced",
-    ]
-    if unplotted:
-        note = "not shown (failed or not predicted): " + ", ".join(unplotted)
-        gp.append(f"set label {gp_string(note)} at screen 0.01, screen 0.02 left textcolor rgb '#c00000' "
-                  "noenhanced font ',9'")
+    ] + scatter_head(size, "ablation_predicted.png",
+                     f"set title {gp_string('Predicted against measured step time')} . \"\\n\" . {gp_string(subtitle)} "
+                     f". \"\\n\" . {gp_string(stats_text(prediction_stats(rows)))} noenhanced",
+                     "measured step time, median over steps (ms)", "predicted step time, zt-plan (ms)",
+                     "set logscale xy\nset grid xtics ytics mxtics mytics", unplotted, "failed or not predicted")
     with open(os.path.join(out, "ablation_predicted.dat"), "w") as f:
         f.write("# config measured_ms predicted_ms stage label_x label_y align moved\n")
         if pairs:
