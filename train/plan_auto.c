@@ -14,14 +14,14 @@
 
 /* The axes, each a list of values as zt-train's options spell them. */
 enum { AX_STAGE, AX_OFFLOAD, AX_PARAMS, AX_RECOMPUTE, AX_ATTENTION, AX_ACTS, AX_MICRO, AX_PREFETCH, AX_BUCKET,
-       AX_REDUCE, AX_HPZ, AX_QUANT, AX_SP, NAX };
+       AX_REDUCE, AX_HPZ, AX_QUANT, AX_SP, AX_LIVE, NAX };
 static const char *const axis_name[NAX] = {"stage", "offload", "offload-params", "recompute", "attention",
                                            "offload-activations", "micro-batch", "prefetch", "bucket-size",
                                            "reduce-dtype", "reshard-after-forward", "quantize-grads",
-                                           "seq-parallel"};
+                                           "seq-parallel", "max-live-params"};
 const char zt_auto_axis_names[] = "stage,offload,offload-params,recompute,attention,offload-activations,"
                                   "micro-batch,prefetch,bucket-size,reduce-dtype,reshard-after-forward,"
-                                  "quantize-grads,seq-parallel";
+                                  "quantize-grads,seq-parallel,max-live-params";
 
 static int axis_index(const char *name, size_t len) {
     for (int a = 0; a < NAX; a++)
@@ -84,9 +84,10 @@ static void base_values(const zt_train_config *b, space *sp) {
     add(sp, AX_PREFETCH, b->prefetch), add(sp, AX_BUCKET, (long long)b->bucket_size);
     add_s(sp, AX_REDUCE, b->reduce_dtype), add_s(sp, AX_HPZ, b->reshard_after_forward);
     add_s(sp, AX_QUANT, b->quantize_grads), add(sp, AX_SP, b->seq_parallel > 0 ? b->seq_parallel : 1);
+    add(sp, AX_LIVE, (long long)b->max_live_params);
 }
 
-static void all_values(const zt_train_config *b, const zt_auto_setup *s, int seqs, space *sp) {
+static void all_values(const zt_train_config *b, const zt_auto_setup *s, int seqs, size_t largest, space *sp) {
     int nvme = s->nvme_path && s->nvme_path[0];
     for (int st = 0; st < 4; st++) add(sp, AX_STAGE, st);
     add_s(sp, AX_OFFLOAD, "none"), add_s(sp, AX_OFFLOAD, "cpu");
@@ -113,12 +114,14 @@ static void all_values(const zt_train_config *b, const zt_auto_setup *s, int seq
     if (s->nodes > 1) add_s(sp, AX_HPZ, "node");
     add_s(sp, AX_QUANT, "none");
     if (s->nodes > 1) add_s(sp, AX_QUANT, "int8");
+    /* Stage 3's cap on live gathered parameters: none, or two of the largest units. */
+    add(sp, AX_LIVE, 0), add(sp, AX_LIVE, (long long)(2 * largest));
 }
 
-static void build_space(const zt_train_config *b, const zt_auto_setup *s, int seqs, space *sp) {
+static void build_space(const zt_train_config *b, const zt_auto_setup *s, int seqs, size_t largest, space *sp) {
     space all, own;
     memset(&all, 0, sizeof all), memset(&own, 0, sizeof own), memset(sp, 0, sizeof *sp);
-    all_values(b, s, seqs, &all);
+    all_values(b, s, seqs, largest, &all);
     base_values(b, &own);
     int on[NAX];
     searched_axes(s->axes, on);
@@ -137,7 +140,8 @@ static int sensible(const space *sp, const unsigned char *ax) {
     if (strcmp(par, "none") != 0 && (stage != 3 || strcmp(off, "none") == 0)) return 0;
     if (strcmp(par, "nvme") == 0 && strcmp(off, "nvme") != 0) return 0;
     if (strcmp(sp->v[AX_ACTS][ax[AX_ACTS]], "none") != 0 && !full) return 0;
-    if (stage != 3 && (ax[AX_PREFETCH] || ax[AX_HPZ])) return 0; /* no gathers to prefetch or keep */
+    /* below stage 3 there are no gathers to prefetch, keep or cap */
+    if (stage != 3 && (ax[AX_PREFETCH] || ax[AX_HPZ] || ax[AX_LIVE])) return 0;
     if (stage < 2 && ax[AX_QUANT]) return 0;
     return 1;
 }
@@ -146,7 +150,7 @@ static int sensible(const space *sp, const unsigned char *ax) {
  * meaningless (prefetch and hpZ below stage 3, and so on) at their first value. */
 static void normalize(const space *sp, unsigned char *ax) {
     int stage = atoi(sp->v[AX_STAGE][ax[AX_STAGE]]);
-    if (stage != 3) ax[AX_PREFETCH] = ax[AX_HPZ] = ax[AX_PARAMS] = 0;
+    if (stage != 3) ax[AX_PREFETCH] = ax[AX_HPZ] = ax[AX_PARAMS] = ax[AX_LIVE] = 0;
     if (stage < 2) ax[AX_QUANT] = 0;
     if (strcmp(sp->v[AX_OFFLOAD][ax[AX_OFFLOAD]], "none") == 0) ax[AX_PARAMS] = 0;
     if (strcmp(sp->v[AX_RECOMPUTE][ax[AX_RECOMPUTE]], "full") != 0) ax[AX_ACTS] = 0;
@@ -176,6 +180,7 @@ static int candidate_cfg(const zt_train_config *b, const space *sp, const unsign
     set_str(c->reshard_after_forward, sizeof c->reshard_after_forward, sp->v[AX_HPZ][ax[AX_HPZ]]);
     set_str(c->quantize_grads, sizeof c->quantize_grads, sp->v[AX_QUANT][ax[AX_QUANT]]);
     c->seq_parallel = P;
+    c->max_live_params = atoll(sp->v[AX_LIVE][ax[AX_LIVE]]);
     c->offload_delay = 0;
     c->auto_config = 0;
     return 1;
@@ -185,10 +190,10 @@ static void flags_of(const zt_train_config *c, char *out, size_t cap) {
     snprintf(out, cap,
              "--stage %d --offload %s --offload-params %s --recompute %s --attention %s --offload-activations %s "
              "--micro-batch %d --grad-accum %d --prefetch %d --bucket-size %zu --reduce-dtype %s "
-             "--reshard-after-forward %s --quantize-grads %s --seq-parallel %d",
+             "--reshard-after-forward %s --quantize-grads %s --seq-parallel %d --max-live-params %lld",
              c->stage, c->offload, c->offload_params, c->recompute, c->attention, c->offload_activations,
              c->micro_batch, c->grad_accum, c->prefetch, c->bucket_size, c->reduce_dtype, c->reshard_after_forward,
-             c->quantize_grads, c->seq_parallel);
+             c->quantize_grads, c->seq_parallel, (long long)c->max_live_params);
 }
 
 zt_status zt_auto_profile(const zt_train_config *c, zt_time_profile *p, zt_error *err) {
@@ -421,7 +426,7 @@ zt_status zt_auto_search(const zt_train_config *base, const zt_train_model *fami
     zt_plan_job j;
     ZT_TRY(zt_plan_job_init(&j, &b, family, &s->synth, s->world, s->nodes, -1, err));
     space sp;
-    build_space(base, s, seqs, &sp);
+    build_space(base, s, seqs, j.spec->largest_unit_numel, &sp);
     r->best = calloc((size_t)(s->top > 0 ? s->top : 1), sizeof *r->best);
     visit_log L = {0};
     unsigned char ax[NAX] = {0};
@@ -455,7 +460,7 @@ void zt_auto_apply(const zt_auto_candidate *c, zt_train_config *cfg) {
     const zt_train_config *k = &c->cfg;
     cfg->stage = k->stage, cfg->micro_batch = k->micro_batch, cfg->grad_accum = k->grad_accum;
     cfg->prefetch = k->prefetch, cfg->prefetch_bucket_size = 0, cfg->bucket_size = k->bucket_size;
-    cfg->seq_parallel = k->seq_parallel, cfg->offload_delay = 0;
+    cfg->seq_parallel = k->seq_parallel, cfg->offload_delay = 0, cfg->max_live_params = k->max_live_params;
     memcpy(cfg->offload, k->offload, sizeof cfg->offload);
     memcpy(cfg->offload_params, k->offload_params, sizeof cfg->offload_params);
     memcpy(cfg->recompute, k->recompute, sizeof cfg->recompute);
