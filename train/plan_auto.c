@@ -414,9 +414,17 @@ static void none_fits(const visit_log *L, const search_ctx *x, zt_auto_result *r
              "memory per rank, above the %s budget", flags, need, have);
 }
 
+/* The model's half of the planner: a family without it is neither planned nor timed. */
+static zt_status plannable(const zt_train_model *family, zt_error *err) {
+    if (family->plan_walk && family->plan_units && family->plan_offloaded_bytes) return ZT_OK;
+    return ZT_FAIL(err, ZT_ERR_UNSUPPORTED, "--model %s has no planner hooks: its memory and step time cannot be "
+                   "predicted", family->family);
+}
+
 zt_status zt_auto_search(const zt_train_config *base, const zt_train_model *family, const zt_auto_setup *s,
                          const zt_time_profile *prof, zt_auto_result *r, zt_error *err) {
     memset(r, 0, sizeof *r);
+    ZT_TRY(plannable(family, err));
     if (!s->device_mem && !s->mem_limit)
         return ZT_FAIL(err, ZT_ERR_INVALID, "--auto needs a device budget: --device-mem (zt-plan) or --mem-limit");
     int P0 = base->seq_parallel > 0 ? base->seq_parallel : 1;
@@ -473,6 +481,7 @@ void zt_auto_apply(const zt_auto_candidate *c, zt_train_config *cfg) {
 
 zt_status zt_auto_predict(zt_train_config *c, const zt_train_model *family, int world, int nodes,
                           const zt_time_profile *prof, zt_plan *plan, zt_time_pred *out, zt_error *err) {
+    ZT_TRY(plannable(family, err));
     zt_plan_job j;
     zt_plan_synth none = {0, 0};
     ZT_TRY(zt_plan_job_init(&j, c, family, &none, world, nodes, -1, err));

@@ -117,8 +117,9 @@ def case_bad(ctx):
             f.write(text)
         p = run_plan(ctx, ["--world", "2", "--profile", path], expect=(2,))
         assert why in p.stderr and path in p.stderr, (why, p.stderr)
-        r = launch(ctx, 2, ["--profile", path, "--steps", "1"] + SMALL, expect_rc=2)
-        assert why in r.stderr, (why, r.stderr[-1500:])
+        if i in (0, 2):  # zt-train reads the file with the same code: two of the cases there
+            r = launch(ctx, 2, ["--profile", path, "--steps", "1"] + SMALL, expect_rc=2)
+            assert why in r.stderr, (why, r.stderr[-1500:])
     missing = os.path.join(ctx["work"], "none.json")
     assert "not a JSON file" in run_plan(ctx, ["--profile", missing], expect=(2,)).stderr
     assert "--auto needs a device budget" in run_plan(ctx, ["--auto", "--world", "2"], expect=(2,)).stderr
@@ -128,7 +129,7 @@ def case_bad(ctx):
     assert "--auto-axes: 'nope' is not an axis" in p.stderr, p.stderr
     assert "--top needs a count" in run_plan(ctx, ["--auto", "--top", "0"], expect=(2,)).stderr
     assert "--calibrate needs the profile file" in run_plan(ctx, ["--calibrate"], expect=(2,)).stderr
-    print(f"ok: {len(cases)} bad profiles refused by zt-plan and zt-train, a missing one, no budget, a bad axis, "
+    print(f"ok: {len(cases)} bad profiles refused by zt-plan (2 by zt-train), a missing one, no budget, a bad axis, "
           "--top 0, --calibrate without a file")
 
 
